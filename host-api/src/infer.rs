@@ -1,0 +1,427 @@
+//! Shape and dtype inference: the host's check of every launch before it is queued.
+
+use crate::{
+    ApiError, Conv2dArgs, DType, MatmulArgs, Op, Pool2dArgs, ReduceArgs, SliceArgs, TensorMeta,
+    broadcast_shapes,
+};
+
+/// Checks `op` against the metadata of its inputs and returns the output's metadata.
+///
+/// This is the whole validation of a launch: a backend may assume that every op it
+/// receives passed `infer` with the same inputs.
+pub fn infer(op: &Op, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
+    match op {
+        Op::Matmul(args) => {
+            let [a, b] = arity::<2>(op, inputs)?;
+            matmul(args, a, b)
+        }
+        Op::Binary(_) => {
+            let [a, b] = arity::<2>(op, inputs)?;
+            same_dtype(op, a, b)?;
+            TensorMeta::new(a.dtype, broadcast_shapes(&a.shape, &b.shape)?)
+        }
+        Op::Unary(u) => {
+            let [x] = arity::<1>(op, inputs)?;
+            if !x.dtype.is_float() && !u.accepts_integers() {
+                return Err(ApiError::dtype(format!(
+                    "unary {u:?} needs a floating tensor, got {}",
+                    x.dtype
+                )));
+            }
+            Ok(x.clone())
+        }
+        Op::Affine { .. } => {
+            let [x] = arity::<1>(op, inputs)?;
+            float(op, x)?;
+            Ok(x.clone())
+        }
+        Op::Softmax { .. } => {
+            let x = match inputs {
+                [x] => x,
+                [x, mask] => {
+                    same_dtype(op, x, mask)?;
+                    let b = broadcast_shapes(&x.shape, &mask.shape)?;
+                    if b != x.shape {
+                        return Err(ApiError::shape(format!(
+                            "softmax mask {:?} does not broadcast to the input {:?}",
+                            mask.shape, x.shape
+                        )));
+                    }
+                    x
+                }
+                _ => return Err(wrong_arity(op, "1 or 2", inputs.len())),
+            };
+            float(op, x)?;
+            rank_at_least(op, x, 1)?;
+            Ok((*x).clone())
+        }
+        Op::LayerNorm { eps } => {
+            let [x, gamma, beta] = arity::<3>(op, inputs)?;
+            float(op, x)?;
+            rank_at_least(op, x, 1)?;
+            same_dtype(op, x, gamma)?;
+            same_dtype(op, x, beta)?;
+            let last = *x.shape.last().unwrap_or(&0);
+            for (name, p) in [("gamma", gamma), ("beta", beta)] {
+                if p.shape != [last] {
+                    return Err(ApiError::shape(format!(
+                        "layer-norm {name} must have shape [{last}], got {:?}",
+                        p.shape
+                    )));
+                }
+            }
+            if !(eps.is_finite() && *eps >= 0.0) {
+                return Err(ApiError::arg(format!("layer-norm eps must be finite and ≥ 0, got {eps}")));
+            }
+            Ok(x.clone())
+        }
+        Op::Embedding => {
+            let [table, ids] = arity::<2>(op, inputs)?;
+            float(op, table)?;
+            if table.rank() != 2 {
+                return Err(ApiError::shape(format!(
+                    "embedding table must be 2-D [vocab, dim], got {:?}",
+                    table.shape
+                )));
+            }
+            if !matches!(ids.dtype, DType::I32 | DType::I64) {
+                return Err(ApiError::dtype(format!(
+                    "embedding ids must be i32 or i64, got {}",
+                    ids.dtype
+                )));
+            }
+            let mut shape = ids.shape.clone();
+            shape.push(table.shape[1]);
+            TensorMeta::new(table.dtype, shape)
+        }
+        Op::Reduce(args) => {
+            let [x] = arity::<1>(op, inputs)?;
+            reduce(args, x)
+        }
+        Op::Reshape(shape) => {
+            let [x] = arity::<1>(op, inputs)?;
+            let out = TensorMeta::new(x.dtype, shape.clone())?;
+            if out.numel() != x.numel() {
+                return Err(ApiError::shape(format!(
+                    "cannot reshape {:?} ({} elements) to {:?} ({} elements)",
+                    x.shape,
+                    x.numel(),
+                    shape,
+                    out.numel()
+                )));
+            }
+            Ok(out)
+        }
+        Op::Permute(perm) => {
+            let [x] = arity::<1>(op, inputs)?;
+            let mut seen = vec![false; x.rank()];
+            if perm.len() != x.rank() {
+                return Err(ApiError::arg(format!(
+                    "permutation {perm:?} has {} axes, the input has {}",
+                    perm.len(),
+                    x.rank()
+                )));
+            }
+            for &p in perm {
+                match seen.get_mut(p as usize) {
+                    Some(s) if !*s => *s = true,
+                    _ => return Err(ApiError::arg(format!("{perm:?} is not a permutation of 0..{}", x.rank()))),
+                }
+            }
+            let shape = perm.iter().map(|&p| x.shape[p as usize]).collect();
+            TensorMeta::new(x.dtype, shape)
+        }
+        Op::Slice(args) => {
+            let [x] = arity::<1>(op, inputs)?;
+            slice(args, x)
+        }
+        Op::Concat { axis } => {
+            let Some(first) = inputs.first() else {
+                return Err(wrong_arity(op, "at least 1", 0));
+            };
+            let axis_us = axis_of(*axis, first)?;
+            let mut shape = first.shape.clone();
+            shape[axis_us] = 0;
+            for t in inputs {
+                same_dtype(op, first, t)?;
+                let same_rest = t.rank() == first.rank()
+                    && t.shape.iter().zip(&first.shape).enumerate().all(|(i, (a, b))| i == axis_us || a == b);
+                if !same_rest {
+                    return Err(ApiError::shape(format!(
+                        "concat along axis {axis}: {:?} does not match {:?} off that axis",
+                        t.shape, first.shape
+                    )));
+                }
+                shape[axis_us] = shape[axis_us]
+                    .checked_add(t.shape[axis_us])
+                    .ok_or_else(|| ApiError::shape("concat result too large"))?;
+            }
+            TensorMeta::new(first.dtype, shape)
+        }
+        Op::Cast(to) => {
+            let [x] = arity::<1>(op, inputs)?;
+            TensorMeta::new(*to, x.shape.clone())
+        }
+        Op::Conv2d(args) => conv2d(op, args, inputs),
+        Op::Pool2d(args) => {
+            let [x] = arity::<1>(op, inputs)?;
+            pool2d(op, args, x)
+        }
+    }
+}
+
+fn matmul(args: &MatmulArgs, a: &TensorMeta, b: &TensorMeta) -> Result<TensorMeta, ApiError> {
+    let op = Op::Matmul(*args);
+    same_dtype(&op, a, b)?;
+    float(&op, a)?;
+    if a.rank() < 2 || b.rank() < 2 {
+        return Err(ApiError::shape(format!(
+            "matmul needs inputs of rank ≥ 2, got {:?} and {:?}",
+            a.shape, b.shape
+        )));
+    }
+    let (ar, br) = (a.rank(), b.rank());
+    let (m, ka) = if args.transpose_a { (a.shape[ar - 1], a.shape[ar - 2]) } else { (a.shape[ar - 2], a.shape[ar - 1]) };
+    let (kb, n) = if args.transpose_b { (b.shape[br - 1], b.shape[br - 2]) } else { (b.shape[br - 2], b.shape[br - 1]) };
+    if ka != kb {
+        return Err(ApiError::shape(format!(
+            "matmul inner dimensions differ: {:?}{} × {:?}{} gives k = {ka} vs {kb}",
+            a.shape,
+            if args.transpose_a { "ᵀ" } else { "" },
+            b.shape,
+            if args.transpose_b { "ᵀ" } else { "" },
+        )));
+    }
+    let mut shape = broadcast_shapes(&a.shape[..ar - 2], &b.shape[..br - 2])?;
+    shape.extend([m, n]);
+    TensorMeta::new(a.dtype, shape)
+}
+
+fn reduce(args: &ReduceArgs, x: &TensorMeta) -> Result<TensorMeta, ApiError> {
+    let axis = axis_of(args.axis, x)?;
+    if !x.dtype.is_float() && matches!(args.op, crate::ReduceOp::Mean) {
+        return Err(ApiError::dtype(format!("mean needs a floating tensor, got {}", x.dtype)));
+    }
+    if x.shape[axis] == 0 && matches!(args.op, crate::ReduceOp::Max | crate::ReduceOp::Min) {
+        return Err(ApiError::shape(format!(
+            "{:?} over axis {axis} of size 0 has no identity",
+            args.op
+        )));
+    }
+    let mut shape = x.shape.clone();
+    if args.keep_dim {
+        shape[axis] = 1;
+    } else {
+        shape.remove(axis);
+    }
+    TensorMeta::new(x.dtype, shape)
+}
+
+fn slice(args: &SliceArgs, x: &TensorMeta) -> Result<TensorMeta, ApiError> {
+    let axis = axis_of(args.axis, x)?;
+    if args.start > args.end || args.end > x.shape[axis] {
+        return Err(ApiError::arg(format!(
+            "slice {}..{} is out of bounds for axis {axis} of size {}",
+            args.start, args.end, x.shape[axis]
+        )));
+    }
+    let mut shape = x.shape.clone();
+    shape[axis] = args.end - args.start;
+    TensorMeta::new(x.dtype, shape)
+}
+
+fn conv2d(op: &Op, args: &Conv2dArgs, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
+    let (x, w, bias) = match inputs {
+        [x, w] => (*x, *w, None),
+        [x, w, b] => (*x, *w, Some(*b)),
+        _ => return Err(wrong_arity(op, "2 or 3", inputs.len())),
+    };
+    float(op, x)?;
+    same_dtype(op, x, w)?;
+    if x.rank() != 4 || w.rank() != 4 {
+        return Err(ApiError::shape(format!(
+            "conv2d needs x [n, c, h, w] and weight [o, c/groups, kh, kw], got {:?} and {:?}",
+            x.shape, w.shape
+        )));
+    }
+    let g = args.groups;
+    if g == 0 || args.stride.0 == 0 || args.stride.1 == 0 || args.dilation.0 == 0 || args.dilation.1 == 0 {
+        return Err(ApiError::arg("conv2d groups, strides and dilations must be ≥ 1"));
+    }
+    let (n, c, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+    let (o, cg, kh, kw) = (w.shape[0], w.shape[1], w.shape[2], w.shape[3]);
+    if c % g != 0 || o % g != 0 || cg != c / g {
+        return Err(ApiError::shape(format!(
+            "conv2d with {g} groups: input channels {c} and weight {:?} do not fit",
+            w.shape
+        )));
+    }
+    if let Some(b) = bias {
+        same_dtype(op, x, b)?;
+        if b.shape != [o] {
+            return Err(ApiError::shape(format!("conv2d bias must have shape [{o}], got {:?}", b.shape)));
+        }
+    }
+    let oh = window_out(h, kh, args.stride.0, args.padding.0, args.dilation.0)?;
+    let ow = window_out(wd, kw, args.stride.1, args.padding.1, args.dilation.1)?;
+    TensorMeta::new(x.dtype, vec![n, o, oh, ow])
+}
+
+fn pool2d(op: &Op, args: &Pool2dArgs, x: &TensorMeta) -> Result<TensorMeta, ApiError> {
+    float(op, x)?;
+    if x.rank() != 4 {
+        return Err(ApiError::shape(format!("pool2d needs x [n, c, h, w], got {:?}", x.shape)));
+    }
+    let (kh, kw) = args.kernel;
+    if kh == 0 || kw == 0 || args.stride.0 == 0 || args.stride.1 == 0 {
+        return Err(ApiError::arg("pool2d window and strides must be ≥ 1"));
+    }
+    if args.padding.0 >= kh || args.padding.1 >= kw {
+        return Err(ApiError::arg("pool2d padding must be smaller than the window"));
+    }
+    let oh = window_out(x.shape[2], kh, args.stride.0, args.padding.0, 1)?;
+    let ow = window_out(x.shape[3], kw, args.stride.1, args.padding.1, 1)?;
+    TensorMeta::new(x.dtype, vec![x.shape[0], x.shape[1], oh, ow])
+}
+
+/// Output size of a sliding window; errors when the window does not fit.
+fn window_out(size: u32, kernel: u32, stride: u32, pad: u32, dilation: u32) -> Result<u32, ApiError> {
+    let padded = size as u64 + 2 * pad as u64;
+    let span = dilation as u64 * (kernel as u64 - 1) + 1;
+    if kernel == 0 || span > padded {
+        return Err(ApiError::shape(format!(
+            "window of {kernel} (dilation {dilation}) does not fit an axis of {size} with padding {pad}"
+        )));
+    }
+    Ok(((padded - span) / stride as u64 + 1) as u32)
+}
+
+fn arity<'a, const N: usize>(op: &Op, inputs: &[&'a TensorMeta]) -> Result<[&'a TensorMeta; N], ApiError> {
+    inputs
+        .try_into()
+        .map_err(|_| wrong_arity(op, &N.to_string(), inputs.len()))
+}
+
+fn wrong_arity(op: &Op, expected: &str, got: usize) -> ApiError {
+    ApiError::arg(format!("{} takes {expected} input(s), got {got}", op.name()))
+}
+
+fn same_dtype(op: &Op, a: &TensorMeta, b: &TensorMeta) -> Result<(), ApiError> {
+    if a.dtype != b.dtype {
+        return Err(ApiError::dtype(format!(
+            "{} inputs must share a dtype, got {} and {}",
+            op.name(),
+            a.dtype,
+            b.dtype
+        )));
+    }
+    Ok(())
+}
+
+fn float(op: &Op, x: &TensorMeta) -> Result<(), ApiError> {
+    if !x.dtype.is_float() {
+        return Err(ApiError::dtype(format!("{} needs a floating tensor, got {}", op.name(), x.dtype)));
+    }
+    Ok(())
+}
+
+fn rank_at_least(op: &Op, x: &TensorMeta, rank: usize) -> Result<(), ApiError> {
+    if x.rank() < rank {
+        return Err(ApiError::shape(format!(
+            "{} needs rank ≥ {rank}, got {:?}",
+            op.name(),
+            x.shape
+        )));
+    }
+    Ok(())
+}
+
+fn axis_of(axis: u32, x: &TensorMeta) -> Result<usize, ApiError> {
+    let a = axis as usize;
+    if a >= x.rank() {
+        return Err(ApiError::arg(format!(
+            "axis {axis} is out of range for shape {:?}",
+            x.shape
+        )));
+    }
+    Ok(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{BinaryOp, ErrorCode, ReduceOp};
+
+    fn t(dtype: DType, shape: &[u32]) -> TensorMeta {
+        TensorMeta::new(dtype, shape.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn matmul_shapes() {
+        let a = t(DType::F32, &[2, 1, 3, 4]);
+        let b = t(DType::F32, &[5, 4, 6]);
+        let out = infer(&Op::Matmul(MatmulArgs::default()), &[&a, &b]).unwrap();
+        assert_eq!(out.shape, vec![2, 5, 3, 6]);
+        let bt = t(DType::F32, &[6, 4]);
+        let args = MatmulArgs { transpose_a: false, transpose_b: true };
+        assert_eq!(infer(&Op::Matmul(args), &[&a, &bt]).unwrap().shape, vec![2, 1, 3, 6]);
+        let err = infer(&Op::Matmul(MatmulArgs::default()), &[&a, &bt]).unwrap_err();
+        assert_eq!(err.code, ErrorCode::ShapeMismatch);
+        let ai = t(DType::I32, &[2, 2]);
+        assert_eq!(infer(&Op::Matmul(MatmulArgs::default()), &[&ai, &ai]).unwrap_err().code, ErrorCode::DtypeMismatch);
+    }
+
+    #[test]
+    fn binary_needs_same_dtype_and_broadcast() {
+        let a = t(DType::F32, &[2, 3]);
+        let b = t(DType::F16, &[3]);
+        assert_eq!(infer(&Op::Binary(BinaryOp::Add), &[&a, &b]).unwrap_err().code, ErrorCode::DtypeMismatch);
+        assert_eq!(infer(&Op::Binary(BinaryOp::Add), &[&a]).unwrap_err().code, ErrorCode::InvalidArgument);
+    }
+
+    #[test]
+    fn conv_and_pool_shapes() {
+        let x = t(DType::F32, &[1, 4, 8, 8]);
+        let w = t(DType::F32, &[6, 2, 3, 3]);
+        let args = Conv2dArgs { stride: (2, 1), padding: (1, 0), dilation: (1, 2), groups: 2 };
+        assert_eq!(infer(&Op::Conv2d(args), &[&x, &w]).unwrap().shape, vec![1, 6, 4, 4]);
+        let p = Pool2dArgs { kind: crate::PoolKind::Max, kernel: (2, 2), stride: (2, 2), padding: (0, 0) };
+        assert_eq!(infer(&Op::Pool2d(p), &[&x]).unwrap().shape, vec![1, 4, 4, 4]);
+        let big = Pool2dArgs { kernel: (9, 9), ..p };
+        assert_eq!(infer(&Op::Pool2d(big), &[&x]).unwrap_err().code, ErrorCode::ShapeMismatch);
+    }
+
+    #[test]
+    fn reduce_slice_concat_permute() {
+        let x = t(DType::F32, &[2, 3, 4]);
+        let r = ReduceArgs { op: ReduceOp::Sum, axis: 1, keep_dim: false };
+        assert_eq!(infer(&Op::Reduce(r), &[&x]).unwrap().shape, vec![2, 4]);
+        let bad = ReduceArgs { axis: 3, ..r };
+        assert_eq!(infer(&Op::Reduce(bad), &[&x]).unwrap_err().code, ErrorCode::InvalidArgument);
+        let s = SliceArgs { axis: 2, start: 1, end: 3 };
+        assert_eq!(infer(&Op::Slice(s), &[&x]).unwrap().shape, vec![2, 3, 2]);
+        let y = t(DType::F32, &[2, 5, 4]);
+        assert_eq!(infer(&Op::Concat { axis: 1 }, &[&x, &y]).unwrap().shape, vec![2, 8, 4]);
+        assert!(infer(&Op::Concat { axis: 0 }, &[&x, &y]).is_err());
+        assert_eq!(infer(&Op::Permute(vec![2, 0, 1]), &[&x]).unwrap().shape, vec![4, 2, 3]);
+        assert!(infer(&Op::Permute(vec![0, 0, 1]), &[&x]).is_err());
+        assert!(infer(&Op::Reshape(vec![4, 7]), &[&x]).is_err());
+    }
+
+    #[test]
+    fn embedding_and_norms() {
+        let table = t(DType::F32, &[10, 4]);
+        let ids = t(DType::I64, &[2, 3]);
+        assert_eq!(infer(&Op::Embedding, &[&table, &ids]).unwrap().shape, vec![2, 3, 4]);
+        assert!(infer(&Op::Embedding, &[&table, &table]).is_err());
+        let x = t(DType::F32, &[2, 4]);
+        let g = t(DType::F32, &[4]);
+        assert!(infer(&Op::LayerNorm { eps: 1e-12 }, &[&x, &g, &g]).is_ok());
+        let g3 = t(DType::F32, &[3]);
+        assert!(infer(&Op::LayerNorm { eps: 1e-12 }, &[&x, &g3, &g]).is_err());
+        let mask = t(DType::F32, &[1, 4]);
+        assert!(infer(&Op::Softmax { scale: 1.0 }, &[&x, &mask]).is_ok());
+        let bigmask = t(DType::F32, &[3, 2, 4]);
+        assert!(infer(&Op::Softmax { scale: 1.0 }, &[&x, &bigmask]).is_err());
+    }
+}

@@ -1,0 +1,158 @@
+//! The op catalog: the Rust mirror of the WIT `op` variant.
+//!
+//! Backends implement every variant; [`crate::infer`] gives each its shape rules.
+
+use crate::DType;
+
+/// Elementwise binary ops (broadcasting).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Maximum,
+    Minimum,
+}
+
+/// Elementwise unary ops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    Relu,
+    /// Exact GELU: `x * 0.5 * (1 + erf(x / sqrt(2)))`.
+    Gelu,
+    /// `0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))`.
+    GeluTanh,
+    Tanh,
+    Sigmoid,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Neg,
+    Abs,
+}
+
+impl UnaryOp {
+    /// Whether the op is defined on integer tensors too.
+    pub const fn accepts_integers(self) -> bool {
+        matches!(self, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu)
+    }
+}
+
+/// Reductions over one axis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    Sum,
+    Mean,
+    Max,
+    Min,
+}
+
+/// Kinds of 2-D pooling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PoolKind {
+    Max,
+    /// Padding counts as zero and is included in the divisor.
+    Avg,
+}
+
+/// Parameters of [`Op::Matmul`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct MatmulArgs {
+    pub transpose_a: bool,
+    pub transpose_b: bool,
+}
+
+/// Parameters of [`Op::Reduce`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ReduceArgs {
+    pub op: ReduceOp,
+    pub axis: u32,
+    pub keep_dim: bool,
+}
+
+/// Parameters of [`Op::Slice`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SliceArgs {
+    pub axis: u32,
+    pub start: u32,
+    pub end: u32,
+}
+
+/// Parameters of [`Op::Conv2d`]; pairs are (vertical, horizontal).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Conv2dArgs {
+    pub stride: (u32, u32),
+    pub padding: (u32, u32),
+    pub dilation: (u32, u32),
+    pub groups: u32,
+}
+
+/// Parameters of [`Op::Pool2d`]; pairs are (vertical, horizontal).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Pool2dArgs {
+    pub kind: PoolKind,
+    pub kernel: (u32, u32),
+    pub stride: (u32, u32),
+    pub padding: (u32, u32),
+}
+
+/// One op of the catalog with its parameters. The inputs each op takes are
+/// documented on the WIT `op` variant and enforced by [`crate::infer`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// `[a, b]`: batched matrix product over the last two axes.
+    Matmul(MatmulArgs),
+    /// `[a, b]`: broadcasting elementwise op.
+    Binary(BinaryOp),
+    /// `[x]`: elementwise op.
+    Unary(UnaryOp),
+    /// `[x]`: `x * scale + bias`.
+    Affine { scale: f32, bias: f32 },
+    /// `[x]` or `[x, mask]`: softmax over the last axis of `x * scale + mask`.
+    Softmax { scale: f32 },
+    /// `[x, gamma, beta]`: layer norm over the last axis.
+    LayerNorm { eps: f32 },
+    /// `[table, ids]`: row gather.
+    Embedding,
+    /// `[x]`: reduction of one axis.
+    Reduce(ReduceArgs),
+    /// `[x]`: new shape, same elements.
+    Reshape(Vec<u32>),
+    /// `[x]`: output axis i is input axis `perm[i]`.
+    Permute(Vec<u32>),
+    /// `[x]`: a range of one axis.
+    Slice(SliceArgs),
+    /// `[a, b, ...]`: join along an axis.
+    Concat { axis: u32 },
+    /// `[x]`: convert elements to another dtype.
+    Cast(DType),
+    /// `[x, w]` or `[x, w, bias]`: NCHW convolution.
+    Conv2d(Conv2dArgs),
+    /// `[x]`: NCHW pooling.
+    Pool2d(Pool2dArgs),
+}
+
+impl Op {
+    /// Short stable name of the op family, for metrics, cost models and messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Matmul(_) => "matmul",
+            Op::Binary(_) => "binary",
+            Op::Unary(_) => "unary",
+            Op::Affine { .. } => "affine",
+            Op::Softmax { .. } => "softmax",
+            Op::LayerNorm { .. } => "layer-norm",
+            Op::Embedding => "embedding",
+            Op::Reduce(_) => "reduce",
+            Op::Reshape(_) => "reshape",
+            Op::Permute(_) => "permute",
+            Op::Slice(_) => "slice",
+            Op::Concat { .. } => "concat",
+            Op::Cast(_) => "cast",
+            Op::Conv2d(_) => "conv2d",
+            Op::Pool2d(_) => "pool2d",
+        }
+    }
+}

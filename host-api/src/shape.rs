@@ -1,0 +1,99 @@
+//! Shapes, tensor metadata and NumPy broadcasting.
+
+use crate::{ApiError, DType, ErrorCode};
+
+/// Dimensions of a tensor, outermost first.
+pub type Shape = Vec<u32>;
+
+/// Largest rank the host accepts.
+pub const MAX_RANK: usize = 8;
+
+/// Largest element count of one tensor the host accepts (2^32).
+pub const MAX_ELEMENTS: u64 = 1 << 32;
+
+/// What the host knows of a tensor without touching the device.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TensorMeta {
+    pub dtype: DType,
+    pub shape: Shape,
+}
+
+impl TensorMeta {
+    /// Checks rank and element-count limits.
+    pub fn new(dtype: DType, shape: Shape) -> Result<Self, ApiError> {
+        if shape.len() > MAX_RANK {
+            return Err(ApiError::arg(format!(
+                "rank {} exceeds the maximum of {MAX_RANK}",
+                shape.len()
+            )));
+        }
+        let n = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
+        match n {
+            Some(n) if n <= MAX_ELEMENTS => Ok(TensorMeta { dtype, shape }),
+            _ => Err(ApiError::new(
+                ErrorCode::TooLarge,
+                format!("shape {shape:?} has more than {MAX_ELEMENTS} elements"),
+            )),
+        }
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().map(|&d| d as usize).product()
+    }
+
+    /// Size of the element data in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.numel() * self.dtype.size_of()
+    }
+
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+}
+
+/// The NumPy broadcast of two shapes, or a shape error naming both.
+pub fn broadcast_shapes(a: &[u32], b: &[u32]) -> Result<Shape, ApiError> {
+    let rank = a.len().max(b.len());
+    let mut out = vec![0u32; rank];
+    for i in 0..rank {
+        let da = if i < rank - a.len() { 1 } else { a[i - (rank - a.len())] };
+        let db = if i < rank - b.len() { 1 } else { b[i - (rank - b.len())] };
+        out[i] = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => {
+                return Err(ApiError::shape(format!(
+                    "shapes {a:?} and {b:?} do not broadcast (axis {i}: {da} vs {db})"
+                )));
+            }
+        };
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcasting_follows_numpy() {
+        assert_eq!(broadcast_shapes(&[2, 3], &[3]).unwrap(), vec![2, 3]);
+        assert_eq!(broadcast_shapes(&[2, 1, 4], &[3, 1]).unwrap(), vec![2, 3, 4]);
+        assert_eq!(broadcast_shapes(&[], &[5]).unwrap(), vec![5]);
+        assert_eq!(broadcast_shapes(&[0, 1], &[1, 7]).unwrap(), vec![0, 7]);
+        let err = broadcast_shapes(&[2, 3], &[4]).unwrap_err();
+        assert_eq!(err.code, ErrorCode::ShapeMismatch);
+    }
+
+    #[test]
+    fn limits_are_enforced() {
+        assert!(TensorMeta::new(DType::F32, vec![1; 9]).is_err());
+        assert_eq!(
+            TensorMeta::new(DType::F32, vec![1 << 20, 1 << 20]).unwrap_err().code,
+            ErrorCode::TooLarge
+        );
+        assert_eq!(TensorMeta::new(DType::F16, vec![2, 3]).unwrap().byte_len(), 12);
+    }
+}

@@ -1,0 +1,1 @@
+//! sluice's cpu backend (being written).

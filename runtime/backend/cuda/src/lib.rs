@@ -1,0 +1,1 @@
+//! sluice's cuda backend (being written).

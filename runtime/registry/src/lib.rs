@@ -1,0 +1,1 @@
+//! sluice's registry (being written).

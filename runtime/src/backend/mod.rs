@@ -1,0 +1,96 @@
+//! Device backends behind one [`Device`] trait.
+//!
+//! A backend turns the op catalog of [`sluice_host_api::Op`] into kernels on one
+//! device. The CPU backend ([`cpu`]) is the reference implementation and is always
+//! present; the CUDA backend plugs in behind the same trait. Backends never validate
+//! shapes: every op they receive has passed [`sluice_host_api::infer`] with the same
+//! inputs, and they receive the inferred output metadata with it.
+//!
+//! Buffers are an enum over backends (as candle's `Storage`), so the scheduler and the
+//! engine hold one concrete type and every backend matches only its own variant.
+
+pub mod cpu;
+
+use std::fmt;
+
+use sluice_host_api::{ApiError, ErrorCode, Op, TensorMeta};
+
+pub use cpu::{CpuBuffer, CpuDevice};
+
+/// Device memory holding one tensor's elements. Immutable once produced: ops always
+/// write new buffers, so a buffer may be shared (weights) between invocations.
+#[derive(Clone)]
+pub enum Buffer {
+    Cpu(CpuBuffer),
+}
+
+impl fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Buffer::Cpu(b) => write!(f, "Buffer::Cpu({} bytes)", b.byte_len()),
+        }
+    }
+}
+
+/// Which kind of device a backend drives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    Cpu,
+    Cuda,
+}
+
+/// What a backend tells about its device, for logs, status and placement.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct DeviceInfo {
+    pub kind: DeviceKind,
+    /// Human-readable name, e.g. "CPU (2 threads)" or "NVIDIA H200".
+    pub name: String,
+    /// Device memory in bytes (for the CPU: the memory the process may use).
+    pub memory_bytes: u64,
+    /// Parallel compute units: CPU threads or GPU SMs.
+    pub compute_units: u32,
+}
+
+/// A failure of the device itself (as opposed to a bad call, which `infer` rejects).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DeviceError {
+    #[error("device out of memory: {0}")]
+    OutOfMemory(String),
+    #[error("device failure: {0}")]
+    Failure(String),
+}
+
+impl From<DeviceError> for ApiError {
+    fn from(e: DeviceError) -> Self {
+        match e {
+            DeviceError::OutOfMemory(m) => ApiError::new(ErrorCode::OutOfMemory, m),
+            DeviceError::Failure(m) => ApiError::new(ErrorCode::DeviceFailure, m),
+        }
+    }
+}
+
+/// One device. Called from the device's scheduler thread only, in launch order.
+pub trait Device: Send + Sync + 'static {
+    /// What the device is.
+    fn info(&self) -> DeviceInfo;
+
+    /// Copies little-endian element bytes (exactly `meta.byte_len()`) to the device.
+    fn upload(&self, meta: &TensorMeta, bytes: &[u8]) -> Result<Buffer, DeviceError>;
+
+    /// Runs (or enqueues) `op` on `inputs` and returns the output buffer, whose
+    /// metadata is `out` as inferred by [`sluice_host_api::infer`].
+    fn launch(
+        &self,
+        op: &Op,
+        inputs: &[(&Buffer, &TensorMeta)],
+        out: &TensorMeta,
+    ) -> Result<Buffer, DeviceError>;
+
+    /// Waits for the buffer's producers and copies its elements back as
+    /// little-endian bytes.
+    fn download(&self, buffer: &Buffer, meta: &TensorMeta) -> Result<Vec<u8>, DeviceError>;
+
+    /// Waits until every enqueued kernel has finished.
+    fn synchronize(&self) -> Result<(), DeviceError>;
+}
