@@ -1,1 +1,12 @@
-//! sluice runtime.
+//! The sluice host runtime.
+//!
+//! - [`backend`]: the [`backend::Device`] trait and its CPU (and CUDA) implementations;
+//! - [`scheduler`]: one actor per device, the single dispatch point of every kernel;
+//! - [`engine`]: wasmtime, the host side of the WIT API, and invocations;
+//! - [`oip`]: the Open Inference Protocol's JSON tensor format.
+
+pub mod backend;
+pub mod cli;
+pub mod engine;
+pub mod oip;
+pub mod scheduler;

@@ -1,1 +1,51 @@
-fn main() {}
+//! `cargo xtask`: the project's tasks, run as `cargo xtask <command> [args]`
+//! (the alias lives in `.cargo/config.toml`).
+//!
+//! One module per command, dispatched by the `match` in [`main`]. To add a command
+//! (`test`, `bench`, `fetch-model`, `serve`, …): add a module with a
+//! `pub fn run(args: &[String]) -> Result<()>`, a match arm, and a line in [`HELP`].
+
+mod build_functions;
+mod cmd;
+mod setup;
+
+use anyhow::{Result, bail};
+
+/// The text of `cargo xtask help`.
+const HELP: &str = "\
+usage: cargo xtask <command> [args]
+
+commands:
+  setup             install what the build needs (the wasm32-wasip2 Rust target)
+  build-functions   setup, then build every crate of functions/ into a WebAssembly
+                    component: functions/target/wasm32-wasip2/release/<crate_name>.wasm
+  help              this text
+";
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Err(e) = dispatch(&args) {
+        eprintln!("xtask: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+/// Runs the command named by the first argument with the rest.
+fn dispatch(args: &[String]) -> Result<()> {
+    let (command, rest) = match args.split_first() {
+        Some((c, rest)) => (c.as_str(), rest),
+        None => ("help", &[][..]),
+    };
+    match command {
+        "setup" => setup::run(rest),
+        "build-functions" => build_functions::run(rest).map(|_| ()),
+        "help" | "-h" | "--help" => {
+            print!("{HELP}");
+            Ok(())
+        }
+        other => {
+            eprint!("{HELP}");
+            bail!("unknown command `{other}`")
+        }
+    }
+}

@@ -9,13 +9,14 @@
 //! Buffers are an enum over backends (as candle's `Storage`), so the scheduler and the
 //! engine hold one concrete type and every backend matches only its own variant.
 
-pub mod cpu;
+mod cpu;
 
 use std::fmt;
 
 use sluice_host_api::{ApiError, ErrorCode, Op, TensorMeta};
 
-pub use cpu::{CpuBuffer, CpuDevice};
+pub use cpu::CpuDevice;
+pub use sluice_backend_cpu::CpuBuffer;
 
 /// Device memory holding one tensor's elements. Immutable once produced: ops always
 /// write new buffers, so a buffer may be shared (weights) between invocations.

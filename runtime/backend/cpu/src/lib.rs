@@ -1,1 +1,107 @@
-//! sluice's cpu backend (being written).
+//! sluice's CPU backend: the reference implementation of every op of the host API
+//! catalog ([`Op`]) on host memory, and the backend that is always present.
+//!
+//! [`launch`] runs one op on [`CpuBuffer`]s. It trusts [`sluice_host_api::infer`] for
+//! shapes and dtypes (every launch passed it), checks only that each buffer matches its
+//! metadata, and reports data-dependent faults (an embedding id out of range, an integer
+//! division by zero) as [`KernelError`]s instead of panicking. Kernels are grouped by op
+//! family, one module each; small tensors run on the calling thread and large ones use
+//! rayon (and gemm's own rayon parallelism for big products).
+//!
+//! Numerical conventions (each module's header has the details):
+//! - floats are computed in `f32` (f16/bf16 widened and rounded back once); sums in
+//!   softmax, layer norm and reductions accumulate in `f64`; GELU is exact (`erfc`);
+//! - `maximum`/`minimum` and max/min reductions propagate NaN;
+//! - integer arithmetic wraps (two's complement), integer division truncates toward zero
+//!   and a zero divisor is an error;
+//! - a softmax row whose logits are all `-inf` (fully masked) is all zeros;
+//! - cast: float→int truncates toward zero and saturates (NaN → 0), int→int wraps;
+//! - avg pooling counts padding as zeros in the divisor, max pooling ignores padding.
+
+mod broadcast;
+mod buffer;
+mod cast;
+mod conv;
+mod elementwise;
+mod layout;
+mod matmul;
+mod nn;
+mod reduce;
+
+pub use buffer::{CpuBuffer, Element};
+pub use elementwise::{gelu, gelu_tanh};
+pub use matmul::matmul_rows;
+use sluice_host_api::{Op, TensorMeta};
+
+/// A kernel could not run: a data-dependent fault or inputs that do not match their
+/// metadata. The message names the op and the reason.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct KernelError(pub String);
+
+/// Runs one op and returns its output, whose metadata is `out`.
+///
+/// `inputs` and `out` must be what [`sluice_host_api::infer`] accepted and returned for
+/// `op`; a buffer whose dtype or length disagrees with its metadata is an error.
+pub fn launch(
+    op: &Op,
+    inputs: &[(&CpuBuffer, &TensorMeta)],
+    out: &TensorMeta,
+) -> Result<CpuBuffer, KernelError> {
+    check_inputs(inputs)?;
+    let result = match (op, inputs) {
+        (Op::Matmul(args), &[a, b]) => matmul::matmul(args, a, b, out),
+        (Op::Binary(bop), &[a, b]) => elementwise::binary(*bop, a, b, out),
+        (Op::Unary(uop), &[(x, _)]) => elementwise::unary(*uop, x),
+        (Op::Affine { scale, bias }, &[(x, _)]) => elementwise::affine(x, *scale, *bias),
+        (Op::Softmax { scale }, &[x]) => nn::softmax(*scale, x, None),
+        (Op::Softmax { scale }, &[x, mask]) => nn::softmax(*scale, x, Some(mask)),
+        (Op::LayerNorm { eps }, &[x, (gamma, _), (beta, _)]) => {
+            nn::layer_norm(*eps, x, gamma, beta)
+        }
+        (Op::Embedding, &[table, ids]) => nn::embedding(table, ids),
+        (Op::Reduce(args), &[x]) => reduce::reduce(args, x),
+        (Op::Reshape(_), &[(x, _)]) => Ok(x.clone()),
+        (Op::Permute(perm), &[x]) => layout::permute(x, perm),
+        (Op::Slice(args), &[x]) => layout::slice(x, args),
+        (Op::Concat { axis }, inputs) if !inputs.is_empty() => layout::concat(inputs, *axis, out),
+        (Op::Cast(to), &[(x, _)]) => Ok(cast::cast(x, *to)),
+        (Op::Conv2d(args), &[x, w]) => conv::conv2d(args, x, w, None, out),
+        (Op::Conv2d(args), &[x, w, (bias, _)]) => conv::conv2d(args, x, w, Some(bias), out),
+        (Op::Pool2d(args), &[x]) => conv::pool2d(args, x, out),
+        (op, inputs) => Err(KernelError(format!(
+            "{} cannot take {} input(s)",
+            op.name(),
+            inputs.len()
+        ))),
+    };
+    let result = result.map_err(|e| KernelError(format!("{}: {}", op.name(), e.0)))?;
+    if result.dtype() != out.dtype || result.len() != out.numel() {
+        return Err(KernelError(format!(
+            "{}: produced {} × {} elements, expected {} × {} (shape {:?})",
+            op.name(),
+            result.len(),
+            result.dtype(),
+            out.numel(),
+            out.dtype,
+            out.shape
+        )));
+    }
+    Ok(result)
+}
+
+/// Checks that each buffer holds exactly what its metadata describes.
+pub(crate) fn check_inputs(inputs: &[(&CpuBuffer, &TensorMeta)]) -> Result<(), KernelError> {
+    for (i, (buf, meta)) in inputs.iter().enumerate() {
+        if buf.dtype() != meta.dtype || buf.len() != meta.numel() {
+            return Err(KernelError(format!(
+                "input {i} holds {} {} elements but is described as {} {:?}",
+                buf.len(),
+                buf.dtype(),
+                meta.dtype,
+                meta.shape
+            )));
+        }
+    }
+    Ok(())
+}

@@ -1,1 +1,42 @@
-//! sluice's cuda backend (being written).
+//! sluice's CUDA backend: every op of the host API catalog on an NVIDIA GPU.
+//!
+//! The driver, NVRTC and cuBLAS are loaded at run time (cudarc's dynamic loading), so
+//! this crate always compiles and links; on a machine without CUDA [`CudaDevice::open`]
+//! returns [`CudaUnavailable::NoDriver`] ("no CUDA driver found") instead of panicking.
+//!
+//! - [`device`]: [`CudaDevice`], one context and one stream per device; `launch` is
+//!   asynchronous on that stream, `download` waits.
+//! - [`alloc`]: the stream-ordered caching allocator behind [`CudaBuffer`].
+//! - [`kernels`] and [`nvrtc_cache`]: the `.cu` sources in `src/kernels/`, compiled by
+//!   NVRTC for the device's architecture, loaded lazily per module and cached on disk.
+//! - [`gemm`]: matmul and convolution GEMMs through cuBLAS.
+//! - [`ops`]: one file per op family, mapping an [`sluice_host_api::Op`] onto kernels.
+
+pub mod alloc;
+pub mod device;
+mod error;
+pub mod gemm;
+pub mod kernels;
+pub mod layout;
+mod module_cache;
+pub mod nvrtc_cache;
+pub mod ops;
+pub mod probe;
+
+use std::path::PathBuf;
+
+pub use alloc::{CudaBuffer, MemoryStats};
+pub use device::CudaDevice;
+pub use error::{CudaError, CudaUnavailable};
+
+/// How to open a device.
+#[derive(Clone, Debug, Default)]
+pub struct CudaOptions {
+    /// CUDA device ordinal.
+    pub ordinal: usize,
+    /// Where compiled kernel modules (CUBIN) are kept across restarts; `None` keeps them
+    /// in memory only.
+    pub kernel_cache_dir: Option<PathBuf>,
+    /// Let f32 GEMMs use TF32 tensor cores (faster, ~1e-3 relative error).
+    pub allow_tf32: bool,
+}

@@ -1,0 +1,88 @@
+//! sentence-transformers **all-MiniLM-L6-v2** as a sluice function: sentence
+//! embeddings computed entirely through host tensor ops.
+//!
+//! # IO contract
+//! - input `text`: BYTES, shape `[n]` or `[n, 1]`, UTF-8 texts (`n` may be 0);
+//! - optional input `precision`: BYTES, one element, `"f32"` (default), `"f16"` or
+//!   `"bf16"`: the dtype the weights are loaded as and the encoder runs in (pooling and
+//!   normalisation are always f32);
+//! - output `embedding`: FP32 `[n, 384]`, mean-pooled over the tokens and L2-normalised,
+//!   as `SentenceTransformer("all-MiniLM-L6-v2").encode(texts, normalize_embeddings=True)`
+//!   (texts are truncated to 256 tokens including `[CLS]`/`[SEP]`).
+//!
+//! # Artifacts
+//! `model` (model.safetensors, fp32), `vocab` (vocab.txt), `config` (config.json), and
+//! optionally `tokenizer` (tokenizer.json, for its normaliser/WordPiece options).
+//!
+//! # Layout
+//! `backend` (the op traits), `config` (hyper-parameters), `model` (the forward pass),
+//! `tokenize` (artifacts → tokenizer), `guest` (the traits over the SDK); in tests,
+//! `cpu_ref` runs `model` natively against the reference embeddings.
+
+mod backend;
+mod config;
+mod guest;
+mod model;
+mod tokenize;
+
+#[cfg(test)]
+mod cpu_ref;
+#[cfg(test)]
+mod ref_test;
+
+use sluice_guest::{Error, Function, Inputs, IoTensor, Result};
+
+use crate::backend::Precision;
+use crate::guest::Host;
+use crate::model::Bert;
+
+/// The exported function.
+struct MiniLmEmbed;
+
+impl Function for MiniLmEmbed {
+    fn run(inputs: Inputs) -> Result<Vec<IoTensor>> {
+        let text = inputs.get("text")?;
+        text.check()?;
+        if !matches!(text.shape[..], [_] | [_, 1]) {
+            return Err(Error::invalid_input(format!(
+                "tensor `text`: expected shape [n] or [n, 1], got {:?}",
+                text.shape
+            )));
+        }
+        let texts = text.as_strings()?;
+        let precision = precision(&inputs)?;
+
+        let prepared = tokenize::prepared()?;
+        let hidden = prepared.config.hidden_size;
+        let shape = [texts.len() as u64, u64::from(hidden)];
+        if texts.is_empty() {
+            return Ok(vec![IoTensor::f32("embedding", &shape, Vec::new())]);
+        }
+        let batch = prepared
+            .tokenizer
+            .encode_batch(&texts, prepared.config.max_seq_len());
+        let host = Host { weights: "model" };
+        let model = Bert::load(&host, prepared.config.clone(), precision)?;
+        let embedding = model.embed(&host, &batch)?;
+        Ok(vec![IoTensor::f32("embedding", &shape, embedding)])
+    }
+}
+
+/// The optional `precision` input (default f32).
+fn precision(inputs: &Inputs) -> Result<Precision> {
+    let Some(t) = inputs.find("precision") else {
+        return Ok(Precision::F32);
+    };
+    match t.as_strings()?[..] {
+        [s] => Precision::parse(s).ok_or_else(|| {
+            Error::invalid_input(format!(
+                "tensor `precision`: {s:?} is not one of \"f32\", \"f16\", \"bf16\""
+            ))
+        }),
+        _ => Err(Error::invalid_input(
+            "tensor `precision`: expected exactly one element",
+        )),
+    }
+}
+
+sluice_guest::export!(MiniLmEmbed);

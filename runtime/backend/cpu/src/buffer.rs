@@ -1,0 +1,284 @@
+//! Host-memory tensor storage: [`CpuBuffer`], one shared, immutable, row-major slice per
+//! dtype, plus the [`Element`] trait that lets kernels be written once over the element
+//! type and the helpers that move between the half-precision types and `f32`.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
+use sluice_host_api::DType;
+
+use crate::KernelError;
+
+/// Elements of one tensor, row-major and contiguous. Cloning is cheap (an `Arc`), because
+/// weights are shared read-only between invocations; kernels never mutate an input.
+#[derive(Clone, Debug)]
+pub enum CpuBuffer {
+    F32(Arc<[f32]>),
+    F16(Arc<[f16]>),
+    BF16(Arc<[bf16]>),
+    I32(Arc<[i32]>),
+    I64(Arc<[i64]>),
+    U8(Arc<[u8]>),
+}
+
+/// An element type a [`CpuBuffer`] can hold.
+pub trait Element: Copy + Default + Send + Sync + 'static {
+    /// The dtype of this element type.
+    const DTYPE: DType;
+    /// The elements of `buf` if it holds this type.
+    fn slice(buf: &CpuBuffer) -> Option<&[Self]>;
+    /// Wraps elements of this type into a buffer.
+    fn wrap(data: Arc<[Self]>) -> CpuBuffer;
+}
+
+macro_rules! element {
+    ($t:ty, $variant:ident) => {
+        impl Element for $t {
+            const DTYPE: DType = DType::$variant;
+            fn slice(buf: &CpuBuffer) -> Option<&[Self]> {
+                match buf {
+                    CpuBuffer::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn wrap(data: Arc<[Self]>) -> CpuBuffer {
+                CpuBuffer::$variant(data)
+            }
+        }
+        impl From<Vec<$t>> for CpuBuffer {
+            fn from(v: Vec<$t>) -> Self {
+                CpuBuffer::$variant(v.into())
+            }
+        }
+    };
+}
+
+element!(f32, F32);
+element!(f16, F16);
+element!(bf16, BF16);
+element!(i32, I32);
+element!(i64, I64);
+element!(u8, U8);
+
+/// Integer element types and the wrapping arithmetic the catalog defines for them.
+pub(crate) trait Int: Element + Ord {
+    const ZERO: Self;
+    fn wrapping_add(self, o: Self) -> Self;
+    fn wrapping_sub(self, o: Self) -> Self;
+    fn wrapping_mul(self, o: Self) -> Self;
+    /// `o` is never zero.
+    fn wrapping_div(self, o: Self) -> Self;
+    fn wrapping_neg(self) -> Self;
+    fn wrapping_abs(self) -> Self;
+}
+
+macro_rules! int {
+    ($t:ty, $abs:expr) => {
+        impl Int for $t {
+            const ZERO: Self = 0;
+            fn wrapping_add(self, o: Self) -> Self {
+                <$t>::wrapping_add(self, o)
+            }
+            fn wrapping_sub(self, o: Self) -> Self {
+                <$t>::wrapping_sub(self, o)
+            }
+            fn wrapping_mul(self, o: Self) -> Self {
+                <$t>::wrapping_mul(self, o)
+            }
+            fn wrapping_div(self, o: Self) -> Self {
+                <$t>::wrapping_div(self, o)
+            }
+            fn wrapping_neg(self) -> Self {
+                <$t>::wrapping_neg(self)
+            }
+            fn wrapping_abs(self) -> Self {
+                $abs(self)
+            }
+        }
+    };
+}
+
+int!(i32, i32::wrapping_abs);
+int!(i64, i64::wrapping_abs);
+int!(u8, |x: u8| x);
+
+/// Runs `$body` with the type alias `$t` bound to the element type of `$dtype`.
+macro_rules! with_dtype {
+    ($dtype:expr, $t:ident => $body:expr) => {
+        match $dtype {
+            sluice_host_api::DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            sluice_host_api::DType::F16 => {
+                type $t = half::f16;
+                $body
+            }
+            sluice_host_api::DType::BF16 => {
+                type $t = half::bf16;
+                $body
+            }
+            sluice_host_api::DType::I32 => {
+                type $t = i32;
+                $body
+            }
+            sluice_host_api::DType::I64 => {
+                type $t = i64;
+                $body
+            }
+            sluice_host_api::DType::U8 => {
+                type $t = u8;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use with_dtype;
+
+impl CpuBuffer {
+    /// Decodes little-endian element bytes; a trailing partial element is ignored
+    /// (callers pass a multiple of the dtype size).
+    pub fn from_le_bytes(dtype: DType, bytes: &[u8]) -> CpuBuffer {
+        macro_rules! decode {
+            ($t:ty, $variant:ident, $conv:expr) => {{
+                const N: usize = size_of::<$t>();
+                CpuBuffer::$variant(
+                    bytes
+                        .chunks_exact(N)
+                        .map(|c| {
+                            let mut raw = [0u8; N];
+                            raw.copy_from_slice(c);
+                            $conv(raw)
+                        })
+                        .collect(),
+                )
+            }};
+        }
+        match dtype {
+            DType::F32 => decode!(f32, F32, f32::from_le_bytes),
+            DType::F16 => decode!(f16, F16, f16::from_le_bytes),
+            DType::BF16 => decode!(bf16, BF16, bf16::from_le_bytes),
+            DType::I32 => decode!(i32, I32, i32::from_le_bytes),
+            DType::I64 => decode!(i64, I64, i64::from_le_bytes),
+            DType::U8 => CpuBuffer::U8(bytes.into()),
+        }
+    }
+
+    /// Encodes the elements as little-endian bytes.
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        match self {
+            CpuBuffer::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            CpuBuffer::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            CpuBuffer::BF16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            CpuBuffer::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            CpuBuffer::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            CpuBuffer::U8(v) => v.to_vec(),
+        }
+    }
+
+    pub fn dtype(&self) -> DType {
+        match self {
+            CpuBuffer::F32(_) => DType::F32,
+            CpuBuffer::F16(_) => DType::F16,
+            CpuBuffer::BF16(_) => DType::BF16,
+            CpuBuffer::I32(_) => DType::I32,
+            CpuBuffer::I64(_) => DType::I64,
+            CpuBuffer::U8(_) => DType::U8,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            CpuBuffer::F32(v) => v.len(),
+            CpuBuffer::F16(v) => v.len(),
+            CpuBuffer::BF16(v) => v.len(),
+            CpuBuffer::I32(v) => v.len(),
+            CpuBuffer::I64(v) => v.len(),
+            CpuBuffer::U8(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Size of the element data in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.len() * self.dtype().size_of()
+    }
+
+    pub fn from_f32(v: Vec<f32>) -> Self {
+        v.into()
+    }
+
+    /// `v` rounded to `dtype` (any dtype, with [`crate::launch`]'s cast rules).
+    pub fn from_f32_as(dtype: DType, v: &[f32]) -> Self {
+        match dtype {
+            DType::F32 => CpuBuffer::F32(v.into()),
+            DType::F16 => CpuBuffer::F16(new_with(v.len(), |o| o.convert_from_f32_slice(v))),
+            DType::BF16 => CpuBuffer::BF16(new_with(v.len(), |o| o.convert_from_f32_slice(v))),
+            DType::I32 => CpuBuffer::I32(v.iter().map(|&x| x as i32).collect()),
+            DType::I64 => CpuBuffer::I64(v.iter().map(|&x| x as i64).collect()),
+            DType::U8 => CpuBuffer::U8(v.iter().map(|&x| x as u8).collect()),
+        }
+    }
+
+    /// Every element converted to `f32` (integers rounded to the nearest `f32`).
+    pub fn to_f32_vec(&self) -> Vec<f32> {
+        match self {
+            CpuBuffer::F32(v) => v.to_vec(),
+            CpuBuffer::F16(v) => v.to_f32_vec(),
+            CpuBuffer::BF16(v) => v.to_f32_vec(),
+            CpuBuffer::I32(v) => v.iter().map(|&x| x as f32).collect(),
+            CpuBuffer::I64(v) => v.iter().map(|&x| x as f32).collect(),
+            CpuBuffer::U8(v) => v.iter().map(|&x| x as f32).collect(),
+        }
+    }
+
+    /// The elements of a floating buffer as `f32`, borrowed when already `f32`.
+    pub(crate) fn float_view(&self) -> Result<Cow<'_, [f32]>, KernelError> {
+        match self {
+            CpuBuffer::F32(v) => Ok(Cow::Borrowed(v)),
+            CpuBuffer::F16(v) => Ok(Cow::Owned(v.to_f32_vec())),
+            CpuBuffer::BF16(v) => Ok(Cow::Owned(v.to_f32_vec())),
+            other => Err(KernelError(format!(
+                "expected a floating tensor, got {}",
+                other.dtype()
+            ))),
+        }
+    }
+
+    /// The elements as `T`, or an error naming both dtypes.
+    pub(crate) fn typed<T: Element>(&self) -> Result<&[T], KernelError> {
+        T::slice(self).ok_or_else(|| {
+            KernelError(format!(
+                "expected a {} tensor, got {}",
+                T::DTYPE,
+                self.dtype()
+            ))
+        })
+    }
+}
+
+/// A fresh shared slice of `n` elements filled by `fill` (one allocation, no copy).
+pub(crate) fn new_with<T: Default + Clone>(n: usize, fill: impl FnOnce(&mut [T])) -> Arc<[T]> {
+    let mut data: Arc<[T]> = std::iter::repeat_n(T::default(), n).collect();
+    if let Some(out) = Arc::get_mut(&mut data) {
+        fill(out);
+    }
+    data
+}
+
+/// A fresh `f32` result of `n` elements as `dtype`, computed by `fill`.
+pub(crate) fn float_with(dtype: DType, n: usize, fill: impl FnOnce(&mut [f32])) -> CpuBuffer {
+    if dtype == DType::F32 {
+        CpuBuffer::F32(new_with(n, fill))
+    } else {
+        let mut v = vec![0.0; n];
+        fill(&mut v);
+        CpuBuffer::from_f32_as(dtype, &v)
+    }
+}

@@ -1,0 +1,212 @@
+//! Batched matrix product over the last two axes with optional transposes and
+//! broadcast batch axes, on the `gemm` crate: f32 and f16 natively, bf16 through f32.
+//! Large products use gemm's rayon parallelism, many medium ones run one per rayon
+//! task, and small ones stay on the calling thread. [`matmul_rows`] computes a block of
+//! output rows so that the scheduler can slice a big GEMM into short kernels.
+
+use std::ops::Range;
+
+use gemm::{Parallelism, gemm};
+use half::{bf16, f16};
+use rayon::prelude::*;
+use sluice_host_api::{DType, MatmulArgs, TensorMeta};
+
+use crate::KernelError;
+use crate::broadcast::Plan;
+use crate::buffer::{CpuBuffer, Element, new_with};
+
+/// Multiply-adds below which a product runs on the calling thread only.
+const PAR_MIN_MACS: usize = 1 << 20;
+
+/// Where each operand's matrices live and how they are strided (in elements).
+struct Geometry {
+    /// Element offsets of `a`'s and `b`'s matrix for each output batch, in order.
+    batches: Vec<(usize, usize)>,
+    /// Output rows computed (a sub-range of M).
+    rows: Range<usize>,
+    n: usize,
+    k: usize,
+    a_rs: isize,
+    a_cs: isize,
+    b_rs: isize,
+    b_cs: isize,
+}
+
+impl Geometry {
+    fn new(
+        args: &MatmulArgs,
+        am: &TensorMeta,
+        bm: &TensorMeta,
+        out: &TensorMeta,
+        rows: Range<usize>,
+    ) -> Self {
+        let (ar, br, r) = (am.rank(), bm.rank(), out.rank());
+        let (m, n) = (out.shape[r - 2] as usize, out.shape[r - 1] as usize);
+        let k = if args.transpose_a {
+            am.shape[ar - 2]
+        } else {
+            am.shape[ar - 1]
+        } as usize;
+        let (a_rs, a_cs) = if args.transpose_a {
+            (1, m as isize)
+        } else {
+            (k as isize, 1)
+        };
+        let (b_rs, b_cs) = if args.transpose_b {
+            (1, k as isize)
+        } else {
+            (n as isize, 1)
+        };
+        let plan = Plan::new(
+            &am.shape[..ar - 2],
+            &bm.shape[..br - 2],
+            &out.shape[..r - 2],
+        );
+        let (sa, sb) = plan.inner_strides();
+        let mut batches = Vec::with_capacity(plan.numel());
+        plan.for_each_run(0, plan.numel(), |_, run, ao, bo| {
+            for t in 0..run {
+                batches.push(((ao + t * sa) * m * k, (bo + t * sb) * k * n));
+            }
+        });
+        Geometry {
+            batches,
+            rows,
+            n,
+            k,
+            a_rs,
+            a_cs,
+            b_rs,
+            b_cs,
+        }
+    }
+
+    fn out_len(&self) -> usize {
+        self.batches.len() * self.rows.len() * self.n
+    }
+
+    /// Computes every batch into `out` (`batches × rows × n`, row-major).
+    fn run<T: Element>(&self, a: &[T], b: &[T], out: &mut [T], zero: T, one: T) {
+        let (mr, n, k) = (self.rows.len(), self.n, self.k);
+        if mr == 0 || n == 0 || k == 0 {
+            return; // empty, or a sum over nothing: `out` is already zero
+        }
+        let block = mr * n;
+        let macs = self.batches.len() * block * k;
+        let threads = rayon::current_num_threads();
+        let one_gemm = |(&(ao, bo), dst): (&(usize, usize), &mut [T]), par: Parallelism| {
+            let lhs = &a[ao + self.rows.start * self.a_rs as usize..];
+            let rhs = &b[bo..];
+            // SAFETY: `infer` checked the shapes and `launch` checked that each buffer holds
+            // its shape's elements, so every (row, k) of `lhs`, (k, col) of `rhs` and
+            // (row, col) of `dst` addressed by these strides lies inside its slice.
+            unsafe {
+                gemm(
+                    mr,
+                    n,
+                    k,
+                    dst.as_mut_ptr(),
+                    1,
+                    n as isize,
+                    false,
+                    lhs.as_ptr(),
+                    self.a_cs,
+                    self.a_rs,
+                    rhs.as_ptr(),
+                    self.b_cs,
+                    self.b_rs,
+                    zero,
+                    one,
+                    false,
+                    false,
+                    false,
+                    par,
+                );
+            }
+        };
+        if macs < PAR_MIN_MACS || threads == 1 {
+            self.batches
+                .iter()
+                .zip(out.chunks_mut(block))
+                .for_each(|x| one_gemm(x, Parallelism::None));
+        } else if self.batches.len() >= threads && block * k < PAR_MIN_MACS * 4 {
+            self.batches
+                .par_iter()
+                .zip(out.par_chunks_mut(block))
+                .for_each(|x| one_gemm(x, Parallelism::None));
+        } else {
+            self.batches
+                .iter()
+                .zip(out.chunks_mut(block))
+                .for_each(|x| one_gemm(x, Parallelism::Rayon(threads)));
+        }
+    }
+}
+
+/// The whole product; `out` is the result of `infer`.
+pub(crate) fn matmul(
+    args: &MatmulArgs,
+    a: (&CpuBuffer, &TensorMeta),
+    b: (&CpuBuffer, &TensorMeta),
+    out: &TensorMeta,
+) -> Result<CpuBuffer, KernelError> {
+    let m = out.shape[out.rank() - 2] as usize;
+    compute(args, a, b, out, 0..m)
+}
+
+/// Output rows `rows` of the M axis of `matmul(a, b)`, for every batch: the result has
+/// `out`'s shape with M replaced by `rows.len()`. Concatenating the blocks of a
+/// partition of `0..M` along axis `rank - 2` gives the whole product.
+pub fn matmul_rows(
+    args: &MatmulArgs,
+    a: (&CpuBuffer, &TensorMeta),
+    b: (&CpuBuffer, &TensorMeta),
+    out: &TensorMeta,
+    rows: Range<usize>,
+) -> Result<CpuBuffer, KernelError> {
+    let m = out
+        .shape
+        .get(out.rank().wrapping_sub(2))
+        .copied()
+        .unwrap_or(0) as usize;
+    if out.rank() < 2 || rows.start > rows.end || rows.end > m {
+        return Err(KernelError(format!(
+            "rows {rows:?} are out of range for a matmul output {:?}",
+            out.shape
+        )));
+    }
+    crate::check_inputs(&[a, b])?;
+    compute(args, a, b, out, rows)
+}
+
+fn compute(
+    args: &MatmulArgs,
+    (a, am): (&CpuBuffer, &TensorMeta),
+    (b, bm): (&CpuBuffer, &TensorMeta),
+    out: &TensorMeta,
+    rows: Range<usize>,
+) -> Result<CpuBuffer, KernelError> {
+    let g = Geometry::new(args, am, bm, out, rows);
+    let len = g.out_len();
+    match am.dtype {
+        DType::F32 => {
+            let (a, b) = (a.typed::<f32>()?, b.typed::<f32>()?);
+            Ok(CpuBuffer::F32(new_with(len, |o| g.run(a, b, o, 0.0, 1.0))))
+        }
+        DType::F16 => {
+            let (a, b) = (a.typed::<f16>()?, b.typed::<f16>()?);
+            Ok(CpuBuffer::F16(new_with(len, |o| {
+                g.run(a, b, o, f16::ZERO, f16::ONE)
+            })))
+        }
+        DType::BF16 => {
+            let (a, b) = (a.float_view()?, b.float_view()?);
+            let mut o = vec![0.0f32; len];
+            g.run(&a, &b, &mut o, 0.0, 1.0);
+            Ok(CpuBuffer::BF16(
+                o.iter().map(|&x| bf16::from_f32(x)).collect(),
+            ))
+        }
+        other => Err(KernelError(format!("matmul is not defined on {other}"))),
+    }
+}

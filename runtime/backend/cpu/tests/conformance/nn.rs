@@ -1,0 +1,303 @@
+//! Conformance of the compute-heavy ops: matmul (transposes, batch broadcast, row
+//! blocks), softmax with masks, layer norm, embedding, conv2d and pool2d.
+
+use super::*;
+
+#[test]
+fn matmul_transposes_and_batch_broadcast() {
+    let mut rng = StdRng::seed_from_u64(6);
+    #[rustfmt::skip]
+    let cases: &[(&[usize], &[usize], bool, bool)] = &[
+        (&[3, 4], &[4, 5], false, false),
+        (&[4, 3], &[4, 5], true, false),
+        (&[3, 4], &[5, 4], false, true),
+        (&[4, 3], &[5, 4], true, true),
+        (&[2, 1, 3, 4], &[5, 4, 6], false, false),
+        (&[3, 1, 4, 3], &[2, 6, 4], true, true),
+        (&[1, 2], &[2, 1], false, false),
+        (&[7, 1], &[1, 9], false, false),
+        (&[3, 0], &[0, 4], false, false),
+        (&[0, 4], &[4, 3], false, false),
+        (&[2, 3, 4], &[4, 0], false, false),
+        (&[0, 3, 4], &[4, 2], false, false),
+        (&[6, 33, 17], &[6, 17, 29], false, false),
+        (&[64, 96], &[80, 96], false, true),
+        (&[16, 64, 64], &[64, 64], false, false),
+        (&[300, 256], &[300, 200], true, false),
+    ];
+    for dtype in FLOATS {
+        for &(ash, bsh, ta, tb) in cases {
+            if dtype != DType::F32 && ash.iter().product::<usize>() > 20_000 {
+                continue;
+            }
+            let a = random(&mut rng, dtype, ash, -1.0, 1.0);
+            let b = random(&mut rng, dtype, bsh, -1.0, 1.0);
+            let (shape, want, mags) = r::matmul(&a.vals, ash, &b.vals, bsh, ta, tb);
+            let op = Op::Matmul(MatmulArgs {
+                transpose_a: ta,
+                transpose_b: tb,
+            });
+            let got = run(&op, &[&a, &b], &shape);
+            check(
+                &format!("matmul {dtype} {ash:?}{ta} {bsh:?}{tb}"),
+                &values(&got),
+                &want,
+                Some(&mags),
+                tol(dtype),
+                0.0,
+            );
+        }
+    }
+}
+
+#[test]
+fn matmul_row_blocks_partition_the_product() {
+    let mut rng = StdRng::seed_from_u64(7);
+    for (ta, ash) in [(false, [2, 3, 10, 7]), (true, [2, 3, 7, 10])] {
+        let a = random(&mut rng, DType::F32, &ash, -1.0, 1.0);
+        let b = random(&mut rng, DType::F32, &[7, 5], -1.0, 1.0);
+        let args = MatmulArgs {
+            transpose_a: ta,
+            transpose_b: false,
+        };
+        let out = infer(&Op::Matmul(args), &[&a.meta, &b.meta]).unwrap();
+        let (_, want, mags) = r::matmul(&a.vals, &ash, &b.vals, &[7, 5], ta, false);
+        let blocks: Vec<Vec<f64>> = [0..4, 4..4, 4..9, 9..10]
+            .into_iter()
+            .map(|rows| {
+                values(
+                    &matmul_rows(&args, (&a.buf, &a.meta), (&b.buf, &b.meta), &out, rows).unwrap(),
+                )
+            })
+            .collect();
+        // Reassemble along M: batch-major, then each block's rows.
+        let mut got = vec![];
+        for batch in 0..6 {
+            for (blk, len) in blocks.iter().zip([4, 0, 5, 1]) {
+                got.extend_from_slice(&blk[batch * len * 5..(batch + 1) * len * 5]);
+            }
+        }
+        check(
+            &format!("matmul_rows ta={ta}"),
+            &got,
+            &want,
+            Some(&mags),
+            1e-5,
+            0.0,
+        );
+        assert!(matmul_rows(&args, (&a.buf, &a.meta), (&b.buf, &b.meta), &out, 3..11).is_err());
+    }
+}
+
+#[test]
+fn softmax_with_scale_and_mask() {
+    let mut rng = StdRng::seed_from_u64(8);
+    let cases: &[(&[usize], Option<&[usize]>)] = &[
+        (&[2, 3, 5], None),
+        (&[2, 3, 5], Some(&[5])),
+        (&[2, 3, 5], Some(&[3, 1])),
+        (&[2, 3, 5], Some(&[3, 5])),
+        (&[2, 3, 5], Some(&[1, 3, 5])),
+        (&[1], None),
+        (&[4, 1], Some(&[4, 1])),
+        (&[0, 5], None),
+        (&[64, 1100], Some(&[1100])),
+    ];
+    for dtype in FLOATS {
+        for &(shape, mask_shape) in cases {
+            let x = random(&mut rng, dtype, shape, -4.0, 4.0);
+            let mask = mask_shape.map(|ms| {
+                let mut m = random(&mut rng, dtype, ms, -2.0, 0.0).vals;
+                for v in m.iter_mut() {
+                    if rng.random_range(0..4) == 0 {
+                        *v = f64::NEG_INFINITY;
+                    }
+                }
+                if ms == [3, 5] {
+                    m[5..10].fill(f64::NEG_INFINITY); // a fully masked row
+                }
+                input(dtype, ms, m)
+            });
+            let scale = 0.37f32;
+            let want = r::softmax(
+                &x.vals,
+                shape,
+                scale as f64,
+                mask.as_ref()
+                    .zip(mask_shape)
+                    .map(|(m, ms)| (&m.vals[..], ms)),
+            );
+            let inputs: Vec<&Input> = std::iter::once(&x).chain(mask.as_ref()).collect();
+            let got = run(&Op::Softmax { scale }, &inputs, shape);
+            check(
+                &format!("softmax {dtype} {shape:?} {mask_shape:?}"),
+                &values(&got),
+                &want,
+                None,
+                tol(dtype),
+                1e-3,
+            );
+            if mask_shape == Some(&[3, 5]) {
+                assert!(
+                    values(&got)[5..10].iter().all(|&v| v == 0.0),
+                    "fully masked row is zeros"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn layer_norm() {
+    let mut rng = StdRng::seed_from_u64(9);
+    for dtype in FLOATS {
+        for shape in [&[4, 16][..], &[1], &[3, 2, 7], &[0, 8], &[200, 384]] {
+            let d = *shape.last().unwrap();
+            let x = random(&mut rng, dtype, shape, -3.0, 5.0);
+            let g = random(&mut rng, dtype, &[d], 0.5, 1.5);
+            let b = random(&mut rng, dtype, &[d], -1.0, 1.0);
+            let eps = 1e-5f32;
+            let (want, mags) = r::layer_norm(&x.vals, d, &g.vals, &b.vals, eps as f64);
+            let got = run(&Op::LayerNorm { eps }, &[&x, &g, &b], shape);
+            check(
+                &format!("layer-norm {dtype} {shape:?}"),
+                &values(&got),
+                &want,
+                Some(&mags),
+                tol(dtype),
+                0.0,
+            );
+        }
+    }
+}
+
+#[test]
+fn embedding_gathers_rows_and_rejects_bad_ids() {
+    let mut rng = StdRng::seed_from_u64(10);
+    for dtype in FLOATS {
+        let table = random(&mut rng, dtype, &[10, 4], -1.0, 1.0);
+        for id_dtype in [DType::I32, DType::I64] {
+            for (shape, ids) in [
+                (&[2, 3][..], vec![0.0, 9.0, 3.0, 3.0, 7.0, 1.0]),
+                (&[], vec![5.0]),
+                (&[0], vec![]),
+            ] {
+                let ids = input(id_dtype, shape, ids);
+                let mut out_shape = shape.to_vec();
+                out_shape.push(4);
+                let want: Vec<f64> = ids
+                    .vals
+                    .iter()
+                    .flat_map(|&i| table.vals[i as usize * 4..][..4].to_vec())
+                    .collect();
+                assert_eq!(
+                    values(&run(&Op::Embedding, &[&table, &ids], &out_shape)),
+                    want,
+                    "{dtype} {id_dtype} {shape:?}"
+                );
+            }
+            for bad in [10.0, -1.0] {
+                let ids = input(id_dtype, &[3], vec![1.0, bad, 2.0]);
+                let err = try_run(&Op::Embedding, &[&table, &ids]).unwrap_err();
+                assert!(
+                    err.0.contains("embedding id") && err.0.contains("0..10"),
+                    "{err}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn conv2d_stride_padding_dilation_groups() {
+    let mut rng = StdRng::seed_from_u64(14);
+    type Case = (
+        [usize; 4],
+        [usize; 4],
+        (usize, usize),
+        (usize, usize),
+        (usize, usize),
+        usize,
+        bool,
+    );
+    #[rustfmt::skip]
+    let cases: &[Case] = &[
+        ([1, 1, 5, 5], [1, 1, 3, 3], (1, 1), (0, 0), (1, 1), 1, false),
+        ([2, 4, 7, 6], [6, 2, 3, 2], (2, 1), (1, 0), (1, 2), 2, true),
+        ([1, 3, 8, 8], [4, 3, 1, 1], (1, 1), (0, 0), (1, 1), 1, true),
+        ([1, 3, 8, 8], [4, 3, 1, 1], (2, 2), (0, 0), (1, 1), 1, false),
+        ([2, 6, 9, 9], [6, 1, 3, 3], (1, 1), (1, 1), (1, 1), 6, true),
+        ([1, 2, 5, 5], [3, 2, 5, 5], (1, 1), (2, 2), (1, 1), 1, false),
+        ([1, 2, 7, 9], [4, 2, 2, 3], (3, 2), (1, 2), (2, 3), 1, true),
+        ([0, 2, 5, 5], [2, 2, 3, 3], (1, 1), (0, 0), (1, 1), 1, true),
+        ([4, 16, 20, 20], [32, 16, 3, 3], (1, 1), (1, 1), (1, 1), 1, true),
+        ([1, 16, 32, 32], [32, 8, 3, 3], (1, 1), (1, 1), (1, 1), 2, false),
+    ];
+    for dtype in FLOATS {
+        for &(xsh, wsh, stride, pad, dil, groups, with_bias) in cases {
+            if dtype != DType::F32 && xsh[1] > 8 {
+                continue;
+            }
+            let x = random(&mut rng, dtype, &xsh, -1.0, 1.0);
+            let w = random(&mut rng, dtype, &wsh, -1.0, 1.0);
+            let b = random(&mut rng, dtype, &[wsh[0]], -1.0, 1.0);
+            let (shape, want, mags) = r::conv2d(
+                &x.vals,
+                xsh,
+                &w.vals,
+                wsh,
+                with_bias.then_some(&b.vals[..]),
+                stride,
+                pad,
+                dil,
+                groups,
+            );
+            let u = |p: (usize, usize)| (p.0 as u32, p.1 as u32);
+            let op = Op::Conv2d(Conv2dArgs {
+                stride: u(stride),
+                padding: u(pad),
+                dilation: u(dil),
+                groups: groups as u32,
+            });
+            let inputs: Vec<&Input> = [&x, &w]
+                .into_iter()
+                .chain(with_bias.then_some(&b))
+                .collect();
+            let got = run(&op, &inputs, &shape);
+            let ctx =
+                format!("conv2d {dtype} x{xsh:?} w{wsh:?} s{stride:?} p{pad:?} d{dil:?} g{groups}");
+            check(&ctx, &values(&got), &want, Some(&mags), tol(dtype), 0.0);
+        }
+    }
+}
+
+#[test]
+fn pool2d_max_and_avg() {
+    let mut rng = StdRng::seed_from_u64(15);
+    type Case = ([usize; 4], (usize, usize), (usize, usize), (usize, usize));
+    let cases: &[Case] = &[
+        ([1, 2, 5, 5], (2, 2), (2, 2), (0, 0)),
+        ([2, 3, 6, 7], (3, 3), (1, 2), (1, 1)),
+        ([1, 1, 4, 5], (3, 2), (2, 1), (2, 1)),
+        ([1, 1, 1, 1], (1, 1), (1, 1), (0, 0)),
+        ([2, 8, 64, 64], (3, 3), (1, 1), (1, 1)),
+    ];
+    for dtype in FLOATS {
+        for &(xsh, k, stride, pad) in cases {
+            let x = random(&mut rng, dtype, &xsh, -3.0, 3.0);
+            for (kind, max) in [(PoolKind::Max, true), (PoolKind::Avg, false)] {
+                let (shape, want) = r::pool2d(&x.vals, xsh, max, k, stride, pad);
+                let u = |p: (usize, usize)| (p.0 as u32, p.1 as u32);
+                let op = Op::Pool2d(Pool2dArgs {
+                    kind,
+                    kernel: u(k),
+                    stride: u(stride),
+                    padding: u(pad),
+                });
+                let got = run(&op, &[&x], &shape);
+                let ctx = format!("pool2d {kind:?} {dtype} {xsh:?} k{k:?} s{stride:?} p{pad:?}");
+                check(&ctx, &values(&got), &want, None, tol(dtype), 1.0);
+            }
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! Op dispatch: one `match` over [`Op`] onto the family modules, and [`plan`], the list
+//! of kernels (and cuBLAS calls) each op runs, which the tests check against the
+//! symbols the kernel modules define.
+
+pub(crate) mod conv;
+pub(crate) mod elementwise;
+pub(crate) mod indexing;
+pub(crate) mod norm;
+pub(crate) mod reduce;
+
+use sluice_host_api::{DType, Op, TensorMeta};
+
+use crate::kernels::{self, CopyKind, Module};
+use crate::{CudaBuffer, CudaDevice, CudaError};
+
+/// Launches `symbol` of `module` on the device's stream with the given argument
+/// references (device pointers as `u64`, scalars, `Layout`s).
+macro_rules! launch_kernel {
+    ($dev:expr, $module:expr, $symbol:expr, $cfg:expr, $($arg:expr),+ $(,)?) => {{
+        use cudarc::driver::PushKernelArg as _;
+        let symbol: &str = &$symbol;
+        let f = $dev.kernels.function($module, symbol)?;
+        let mut b = $dev.stream.launch_builder(&f);
+        $( b.arg($arg); )+
+        // SAFETY: the argument list matches the kernel's C signature in its .cu file, and
+        // every pointer is a live buffer sized by `infer` for the indices the kernel uses.
+        unsafe { b.launch($cfg) }
+            .map(|_| ())
+            .map_err(|e| $crate::CudaError::driver(&format!("launching {symbol}"), e))
+    }};
+}
+pub(crate) use launch_kernel;
+
+/// Runs `op` (already checked by `infer`) and returns its output buffer.
+pub(crate) fn launch(
+    dev: &CudaDevice,
+    op: &Op,
+    inputs: &[(&CudaBuffer, &TensorMeta)],
+    out: &TensorMeta,
+) -> Result<CudaBuffer, CudaError> {
+    let arity = |n: usize| {
+        if inputs.len() < n {
+            Err(CudaError::failure(format!(
+                "{} got {} input(s)",
+                op.name(),
+                inputs.len()
+            )))
+        } else {
+            Ok(())
+        }
+    };
+    match op {
+        Op::Matmul(args) => {
+            arity(2)?;
+            crate::gemm::matmul(dev, args, inputs[0], inputs[1], out)
+        }
+        Op::Binary(b) => {
+            arity(2)?;
+            elementwise::binary(dev, *b, inputs[0], inputs[1], out)
+        }
+        Op::Unary(u) => {
+            arity(1)?;
+            elementwise::unary(dev, *u, inputs[0], out)
+        }
+        Op::Affine { scale, bias } => {
+            arity(1)?;
+            elementwise::affine(dev, *scale, *bias, inputs[0], out)
+        }
+        Op::Cast(to) => {
+            arity(1)?;
+            elementwise::cast(dev, *to, inputs[0], out)
+        }
+        Op::Softmax { scale } => {
+            arity(1)?;
+            norm::softmax(dev, *scale, inputs[0], inputs.get(1).copied(), out)
+        }
+        Op::LayerNorm { eps } => {
+            arity(3)?;
+            norm::layer_norm(dev, *eps, inputs[0], inputs[1].0, inputs[2].0, out)
+        }
+        Op::Embedding => {
+            arity(2)?;
+            indexing::embedding(dev, inputs[0], inputs[1], out)
+        }
+        Op::Reduce(args) => {
+            arity(1)?;
+            reduce::reduce(dev, args, inputs[0], out)
+        }
+        // Buffers are immutable, so a reshape shares its input's memory.
+        Op::Reshape(_) => {
+            arity(1)?;
+            Ok(inputs[0].0.clone())
+        }
+        Op::Permute(perm) => {
+            arity(1)?;
+            indexing::permute(dev, perm, inputs[0], out)
+        }
+        Op::Slice(args) => {
+            arity(1)?;
+            indexing::slice(dev, args, inputs[0], out)
+        }
+        Op::Concat { axis } => {
+            arity(1)?;
+            indexing::concat(dev, *axis, inputs, out)
+        }
+        Op::Conv2d(args) => {
+            arity(2)?;
+            conv::conv2d(
+                dev,
+                args,
+                inputs[0],
+                inputs[1],
+                inputs.get(2).map(|(b, _)| *b),
+                out,
+            )
+        }
+        Op::Pool2d(args) => {
+            arity(1)?;
+            conv::pool2d(dev, args, inputs[0], out)
+        }
+    }
+}
+
+/// One step of an op's execution.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    Kernel(Module, String),
+    Cublas,
+    /// The output shares the input's buffer.
+    Alias,
+}
+
+/// The steps `op` may run for inputs of the given dtypes (the union over shapes).
+pub fn plan(op: &Op, dtypes: &[DType]) -> Vec<Step> {
+    let d = dtypes[0];
+    let k = |m: Module, s: String| Step::Kernel(m, s);
+    match op {
+        Op::Matmul(_) => vec![
+            Step::Cublas,
+            k(
+                Module::Indexing,
+                kernels::copy_symbol(CopyKind::Broadcast, d),
+            ),
+        ],
+        Op::Binary(b) => vec![k(Module::Binary, kernels::binary_symbol(*b, d))],
+        Op::Unary(u) => vec![k(Module::Unary, kernels::unary_symbol(*u, d))],
+        Op::Affine { .. } => vec![k(Module::Unary, kernels::affine_symbol(d))],
+        Op::Cast(to) => vec![k(Module::Cast, kernels::cast_symbol(d, *to))],
+        Op::Softmax { .. } => vec![k(Module::Softmax, kernels::softmax_symbol(d))],
+        Op::LayerNorm { .. } => vec![k(Module::LayerNorm, kernels::layernorm_symbol(d))],
+        Op::Embedding => vec![k(Module::Indexing, kernels::embedding_symbol(d, dtypes[1]))],
+        Op::Reduce(a) => vec![
+            k(Module::Reduce, kernels::reduce_symbol(a.op, d, false)),
+            k(Module::Reduce, kernels::reduce_symbol(a.op, d, true)),
+        ],
+        Op::Reshape(_) => vec![Step::Alias],
+        Op::Permute(_) => vec![k(
+            Module::Indexing,
+            kernels::copy_symbol(CopyKind::Permute, d),
+        )],
+        Op::Slice(_) => vec![k(
+            Module::Indexing,
+            kernels::copy_symbol(CopyKind::Slice, d),
+        )],
+        Op::Concat { .. } => vec![k(
+            Module::Indexing,
+            kernels::copy_symbol(CopyKind::Concat, d),
+        )],
+        Op::Conv2d(_) => vec![
+            Step::Cublas,
+            k(Module::Conv, kernels::im2col_symbol(d)),
+            k(Module::Conv, kernels::bias_fill_symbol(d)),
+        ],
+        Op::Pool2d(p) => vec![k(Module::Pool, kernels::pool_symbol(p.kind, d))],
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,70 @@
+//! Reductions of one axis: the input viewed as `[outer, len, inner]`. A block per output
+//! when the axis is innermost (`inner == 1`), else a thread per output walking the axis
+//! (coalesced across `inner`).
+
+use sluice_host_api::{ReduceArgs, TensorMeta};
+
+use super::launch_kernel;
+use crate::kernels::{self, Module, elementwise_config, rows_config};
+use crate::{CudaBuffer, CudaDevice, CudaError};
+
+/// `[outer, len, inner]` of reducing `axis` of `shape`.
+pub fn split(shape: &[u32], axis: usize) -> (u64, u64, u64) {
+    let prod = |s: &[u32]| s.iter().map(|&d| d as u64).product::<u64>();
+    (
+        prod(&shape[..axis]),
+        shape[axis] as u64,
+        prod(&shape[axis + 1..]),
+    )
+}
+
+pub(crate) fn reduce(
+    dev: &CudaDevice,
+    args: &ReduceArgs,
+    (x, xm): (&CudaBuffer, &TensorMeta),
+    out: &TensorMeta,
+) -> Result<CudaBuffer, CudaError> {
+    let y = dev.alloc(out.byte_len())?;
+    let (outer, len, inner) = split(&xm.shape, args.axis as usize);
+    if outer * inner == 0 {
+        return Ok(y);
+    }
+    let (xp, yp) = (x.device_ptr(), y.device_ptr());
+    if inner == 1 {
+        let cfg = rows_config(outer, len);
+        launch_kernel!(
+            dev,
+            Module::Reduce,
+            kernels::reduce_symbol(args.op, xm.dtype, true),
+            cfg,
+            &xp,
+            &yp,
+            &outer,
+            &len
+        )?;
+    } else {
+        let cfg = elementwise_config(outer * inner, dev.sm_count());
+        launch_kernel!(
+            dev,
+            Module::Reduce,
+            kernels::reduce_symbol(args.op, xm.dtype, false),
+            cfg,
+            &xp,
+            &yp,
+            &outer,
+            &len,
+            &inner
+        )?;
+    }
+    Ok(y)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn splits() {
+        assert_eq!(super::split(&[2, 3, 4], 1), (2, 3, 4));
+        assert_eq!(super::split(&[2, 3, 4], 2), (6, 4, 1));
+        assert_eq!(super::split(&[5], 0), (1, 5, 1));
+    }
+}

@@ -1,0 +1,481 @@
+//! CUDA vs CPU conformance: every op of the catalog, in every dtype `infer` accepts, on
+//! random inputs, run on the GPU and on the CPU reference backend and compared.
+//!
+//! Tolerance: |cuda - cpu| / max(|cpu|, 1) ≤ 1e-5 for f32 (TF32 off), ≤ 1e-2 for f16/bf16;
+//! integers must match exactly; no NaN may appear (inputs are chosen so none should).
+//!
+//! Without a CUDA driver every test prints "skipping: no CUDA driver found ..." and
+//! passes, unless `SLUICE_REQUIRE_CUDA=1`, which turns the skip into a failure (the H200
+//! run sets it). `SLUICE_KERNEL_CACHE_DIR` sets the kernel cache directory.
+
+use std::sync::OnceLock;
+
+use sluice_backend_cpu::CpuBuffer;
+use sluice_backend_cuda::{CudaBuffer, CudaDevice, CudaOptions};
+use sluice_host_api::{
+    BinaryOp, Conv2dArgs, DType, MatmulArgs, Op, Pool2dArgs, PoolKind, ReduceArgs, ReduceOp,
+    SliceArgs, TensorMeta, UnaryOp, infer,
+};
+
+/// The shared device, or `None` (after printing why) when the test should skip.
+fn device() -> Option<&'static CudaDevice> {
+    static DEV: OnceLock<Result<CudaDevice, String>> = OnceLock::new();
+    let dev = DEV.get_or_init(|| {
+        let opts = CudaOptions {
+            ordinal: 0,
+            kernel_cache_dir: std::env::var_os("SLUICE_KERNEL_CACHE_DIR").map(Into::into),
+            allow_tf32: false,
+        };
+        CudaDevice::open(opts).map_err(|e| e.to_string())
+    });
+    match dev {
+        Ok(d) => Some(d),
+        Err(e) if std::env::var("SLUICE_REQUIRE_CUDA").as_deref() == Ok("1") => {
+            panic!("SLUICE_REQUIRE_CUDA=1 but the CUDA device cannot be opened: {e}")
+        }
+        Err(e) => {
+            eprintln!("skipping: {e}");
+            None
+        }
+    }
+}
+
+/// xorshift64*: deterministic inputs without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    }
+}
+
+/// How an input's values are drawn.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Gen {
+    /// Floats in [-2, 2), integers in their usual small range.
+    Any,
+    /// Floats in [0.1, 2.1) (log, sqrt, rsqrt).
+    Positive,
+    /// Magnitude ≥ 0.5, never 0 (divisors).
+    NonZero,
+    /// Integers in 0..n (embedding ids).
+    Index(u32),
+}
+
+fn values(rng: &mut Rng, meta: &TensorMeta, g: Gen) -> CpuBuffer {
+    let v: Vec<f32> = (0..meta.numel())
+        .map(|_| {
+            let u = rng.unit();
+            match (g, meta.dtype) {
+                (Gen::Index(n), _) => ((u * n as f32) as u32).min(n - 1) as f32,
+                (Gen::Positive, _) => 0.1 + 2.0 * u,
+                (Gen::NonZero, d) if d.is_float() => {
+                    (0.5 + 1.5 * u) * if rng.next() & 1 == 0 { 1.0 } else { -1.0 }
+                }
+                (Gen::NonZero, DType::U8) => (1.0 + u * 254.0).floor(),
+                (Gen::NonZero, _) => {
+                    (1.0 + u * 60.0).floor() * if rng.next() & 1 == 0 { 1.0 } else { -1.0 }
+                }
+                (Gen::Any, d) if d.is_float() => 4.0 * u - 2.0,
+                (Gen::Any, DType::U8) => (u * 256.0).floor().min(255.0),
+                (Gen::Any, _) => (u * 201.0).floor() - 100.0,
+            }
+        })
+        .collect();
+    CpuBuffer::from_f32_as(meta.dtype, &v)
+}
+
+struct Case {
+    op: Op,
+    shapes: Vec<Vec<u32>>,
+    gens: Vec<Gen>,
+    /// dtypes of inputs after the first (None: same as the first).
+    other_dtype: Option<DType>,
+}
+
+fn case(op: Op, shapes: &[&[u32]]) -> Case {
+    Case {
+        op,
+        shapes: shapes.iter().map(|s| s.to_vec()).collect(),
+        gens: vec![Gen::Any; shapes.len()],
+        other_dtype: None,
+    }
+}
+
+fn cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    let mm = |ta, tb| {
+        Op::Matmul(MatmulArgs {
+            transpose_a: ta,
+            transpose_b: tb,
+        })
+    };
+    v.push(case(mm(false, false), &[&[3, 33], &[33, 4]]));
+    v.push(case(mm(true, false), &[&[33, 3], &[33, 4]]));
+    v.push(case(mm(false, true), &[&[3, 33], &[4, 33]]));
+    v.push(case(mm(true, true), &[&[33, 3], &[4, 33]]));
+    v.push(case(mm(false, false), &[&[2, 3, 17], &[17, 5]]));
+    v.push(case(mm(false, true), &[&[2, 3, 17], &[2, 5, 17]]));
+    v.push(case(mm(true, false), &[&[17, 3], &[4, 17, 5]]));
+    v.push(case(mm(false, false), &[&[2, 1, 3, 17], &[3, 17, 5]]));
+    v.push(case(mm(false, false), &[&[2, 3, 0], &[0, 5]]));
+    for b in [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Maximum,
+        BinaryOp::Minimum,
+    ] {
+        for shapes in [
+            &[&[3u32, 4][..], &[3, 4]][..],
+            &[&[2, 3, 4], &[4]],
+            &[&[2, 1, 4], &[3, 1]],
+            &[&[1], &[3, 4]],
+        ] {
+            let mut c = case(Op::Binary(b), shapes);
+            if b == BinaryOp::Div {
+                c.gens[1] = Gen::NonZero;
+            }
+            v.push(c);
+        }
+    }
+    for u in [
+        UnaryOp::Relu,
+        UnaryOp::Gelu,
+        UnaryOp::GeluTanh,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+    ] {
+        let mut c = case(Op::Unary(u), &[&[3, 37]]);
+        if matches!(u, UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt) {
+            c.gens[0] = Gen::Positive;
+        }
+        v.push(c);
+    }
+    v.push(case(
+        Op::Affine {
+            scale: 0.5,
+            bias: -1.25,
+        },
+        &[&[3, 37]],
+    ));
+    for to in DType::ALL {
+        v.push(case(Op::Cast(to), &[&[50]]));
+    }
+    v.push(case(Op::Softmax { scale: 1.0 }, &[&[2, 3, 37]]));
+    v.push(case(
+        Op::Softmax { scale: 0.125 },
+        &[&[2, 3, 37], &[2, 1, 37]],
+    ));
+    v.push(case(Op::Softmax { scale: 0.5 }, &[&[2, 3, 37], &[3, 1]]));
+    v.push(case(Op::Softmax { scale: 0.3 }, &[&[4, 1500]]));
+    v.push(case(Op::LayerNorm { eps: 1e-5 }, &[&[4, 37], &[37], &[37]]));
+    v.push(case(
+        Op::LayerNorm { eps: 1e-12 },
+        &[&[2, 3, 384], &[384], &[384]],
+    ));
+    for ids in [DType::I32, DType::I64] {
+        let mut c = case(Op::Embedding, &[&[11, 7], &[2, 3]]);
+        c.gens[1] = Gen::Index(11);
+        c.other_dtype = Some(ids);
+        v.push(c);
+    }
+    for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {
+        for axis in 0..3 {
+            for keep_dim in [false, true] {
+                v.push(case(
+                    Op::Reduce(ReduceArgs { op, axis, keep_dim }),
+                    &[&[3, 5, 7]],
+                ));
+            }
+        }
+        v.push(case(
+            Op::Reduce(ReduceArgs {
+                op,
+                axis: 1,
+                keep_dim: false,
+            }),
+            &[&[2, 1500]],
+        ));
+    }
+    v.push(case(Op::Reshape(vec![12]), &[&[3, 4]]));
+    v.push(case(Op::Permute(vec![2, 0, 1]), &[&[2, 3, 4]]));
+    v.push(case(Op::Permute(vec![0, 2, 1]), &[&[2, 3, 4]]));
+    v.push(case(
+        Op::Slice(SliceArgs {
+            axis: 1,
+            start: 1,
+            end: 3,
+        }),
+        &[&[2, 5, 3]],
+    ));
+    v.push(case(
+        Op::Slice(SliceArgs {
+            axis: 0,
+            start: 1,
+            end: 2,
+        }),
+        &[&[2, 5, 3]],
+    ));
+    v.push(case(Op::Concat { axis: 1 }, &[&[2, 3], &[2, 1], &[2, 4]]));
+    v.push(case(Op::Concat { axis: 0 }, &[&[1, 3], &[2, 3]]));
+    let conv = Conv2dArgs {
+        stride: (2, 1),
+        padding: (1, 0),
+        dilation: (1, 2),
+        groups: 2,
+    };
+    v.push(case(
+        Op::Conv2d(conv),
+        &[&[2, 4, 7, 6], &[6, 2, 3, 3], &[6]],
+    ));
+    let plain = Conv2dArgs {
+        stride: (1, 1),
+        padding: (1, 1),
+        dilation: (1, 1),
+        groups: 1,
+    };
+    v.push(case(Op::Conv2d(plain), &[&[3, 3, 5, 5], &[4, 3, 3, 3]]));
+    v.push(case(
+        Op::Conv2d(Conv2dArgs {
+            padding: (0, 0),
+            ..plain
+        }),
+        &[&[2, 8, 4, 4], &[5, 8, 1, 1], &[5]],
+    ));
+    for kind in [PoolKind::Max, PoolKind::Avg] {
+        let p = Pool2dArgs {
+            kind,
+            kernel: (3, 2),
+            stride: (2, 2),
+            padding: (1, 1),
+        };
+        v.push(case(Op::Pool2d(p), &[&[2, 3, 7, 6]]));
+    }
+    v
+}
+
+fn tolerance(d: DType) -> f32 {
+    match d {
+        DType::F32 => 1e-5,
+        DType::F16 | DType::BF16 => 1e-2,
+        _ => 0.0,
+    }
+}
+
+/// Compares the two outputs; the error message names the worst element.
+fn compare(dtype: DType, cuda: &CpuBuffer, cpu: &CpuBuffer) -> Result<f32, String> {
+    if !dtype.is_float() {
+        return if cuda.to_le_bytes() == cpu.to_le_bytes() {
+            Ok(0.0)
+        } else {
+            Err(format!(
+                "integers differ: cuda {:?} vs cpu {:?}",
+                cuda.to_f32_vec(),
+                cpu.to_f32_vec()
+            ))
+        };
+    }
+    let (g, w) = (cuda.to_f32_vec(), cpu.to_f32_vec());
+    let mut worst = (0.0f32, 0usize);
+    for (i, (&a, &b)) in g.iter().zip(&w).enumerate() {
+        if a.is_nan() {
+            return Err(format!("NaN at element {i} (cpu {b})"));
+        }
+        let err = if a == b {
+            0.0
+        } else {
+            (a - b).abs() / b.abs().max(1.0)
+        };
+        if err.is_nan() || err > worst.0 {
+            worst = (if err.is_nan() { f32::INFINITY } else { err }, i);
+        }
+    }
+    if worst.0 <= tolerance(dtype) {
+        Ok(worst.0)
+    } else {
+        let i = worst.1;
+        Err(format!(
+            "element {i}: cuda {} vs cpu {} (rel err {:e})",
+            g[i], w[i], worst.0
+        ))
+    }
+}
+
+/// Runs one case in one dtype on both backends; `None` if `infer` refuses it.
+fn run_case(
+    dev: &CudaDevice,
+    c: &Case,
+    dtype: DType,
+    rng: &mut Rng,
+) -> Option<Result<f32, String>> {
+    let metas: Vec<TensorMeta> = c
+        .shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            TensorMeta::new(
+                if i == 0 {
+                    dtype
+                } else {
+                    c.other_dtype.unwrap_or(dtype)
+                },
+                s.clone(),
+            )
+            .unwrap()
+        })
+        .collect();
+    let refs: Vec<&TensorMeta> = metas.iter().collect();
+    let out = infer(&c.op, &refs).ok()?;
+    let host: Vec<CpuBuffer> = metas
+        .iter()
+        .zip(&c.gens)
+        .map(|(m, &g)| values(rng, m, g))
+        .collect();
+    let want =
+        sluice_backend_cpu::launch(&c.op, &host.iter().zip(&metas).collect::<Vec<_>>(), &out);
+    let want = match want {
+        Ok(w) => w,
+        Err(e) => return Some(Err(format!("cpu backend failed: {e}"))),
+    };
+    let run = || -> Result<CpuBuffer, String> {
+        let bufs: Vec<CudaBuffer> = host
+            .iter()
+            .zip(&metas)
+            .map(|(h, m)| dev.upload(m, &h.to_le_bytes()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?;
+        let inputs: Vec<(&CudaBuffer, &TensorMeta)> = bufs.iter().zip(&metas).collect();
+        let y = dev
+            .launch(&c.op, &inputs, &out)
+            .map_err(|e| e.to_string())?;
+        let bytes = dev.download(&y, &out).map_err(|e| e.to_string())?;
+        Ok(CpuBuffer::from_le_bytes(out.dtype, &bytes))
+    };
+    Some(run().and_then(|got| compare(out.dtype, &got, &want)))
+}
+
+#[test]
+fn every_op_matches_the_cpu_backend() {
+    let Some(dev) = device() else { return };
+    println!(
+        "device: {} sm_{}{} ({} SMs), driver {}",
+        dev.name(),
+        dev.compute_capability().0,
+        dev.compute_capability().1,
+        dev.sm_count(),
+        dev.driver_version()
+    );
+    let mut rng = Rng(0x5eed_1234_abcd_0001);
+    let (mut passed, mut failures) = (0, Vec::new());
+    let mut ops_seen = std::collections::BTreeSet::new();
+    for c in cases() {
+        for dtype in DType::ALL {
+            let Some(r) = run_case(dev, &c, dtype, &mut rng) else {
+                continue;
+            };
+            ops_seen.insert(c.op.name());
+            let what = format!("{:?} {dtype} {:?}", c.op, c.shapes);
+            match r {
+                Ok(err) => {
+                    passed += 1;
+                    println!("ok   {what} max rel err {err:.2e}");
+                }
+                Err(e) => {
+                    println!("FAIL {what}: {e}");
+                    failures.push(format!("{what}: {e}"));
+                }
+            }
+        }
+    }
+    println!(
+        "{passed} passed, {} failed, ops covered: {ops_seen:?}",
+        failures.len()
+    );
+    assert_eq!(ops_seen.len(), 15, "every op family must be exercised");
+    assert!(
+        failures.is_empty(),
+        "{} case(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn upload_download_round_trips_every_dtype() {
+    let Some(dev) = device() else { return };
+    let mut rng = Rng(7);
+    for d in DType::ALL {
+        for shape in [vec![0], vec![1], vec![3, 1000]] {
+            let meta = TensorMeta::new(d, shape).unwrap();
+            let bytes = values(&mut rng, &meta, Gen::Any).to_le_bytes();
+            let buf = dev.upload(&meta, &bytes).unwrap();
+            assert_eq!(
+                dev.download(&buf, &meta).unwrap(),
+                bytes,
+                "{d} {:?}",
+                meta.shape
+            );
+        }
+    }
+}
+
+#[test]
+fn memory_returns_to_the_pool() {
+    let Some(dev) = device() else { return };
+    let meta = TensorMeta::new(DType::F32, vec![1000, 1000]).unwrap();
+    let bytes = vec![0u8; meta.byte_len()];
+    let op = Op::Unary(UnaryOp::Relu);
+    for _ in 0..5 {
+        let x = dev.upload(&meta, &bytes).unwrap();
+        let y = dev.launch(&op, &[(&x, &meta)], &meta).unwrap();
+        dev.download(&y, &meta).unwrap();
+    }
+    let s = dev.memory_stats();
+    assert!(
+        s.cache_hits >= 8,
+        "repeated same-size allocations come from the cache: {s:?}"
+    );
+    assert!(s.cached >= 2 * meta.byte_len() as u64, "{s:?}");
+    println!("{s:?}");
+}
+
+#[test]
+fn kernel_cache_survives_a_restart() {
+    let Some(_) = device() else { return };
+    let dir = std::env::temp_dir().join(format!("sluice-kcache-{}", std::process::id()));
+    let open = || {
+        CudaDevice::open(CudaOptions {
+            kernel_cache_dir: Some(dir.clone()),
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    let t0 = std::time::Instant::now();
+    assert_eq!(open().warm_up().unwrap(), 9);
+    let cold = t0.elapsed();
+    let files = std::fs::read_dir(&dir).unwrap().count();
+    assert_eq!(files, 9, "one CUBIN per module");
+    let t1 = std::time::Instant::now();
+    open().warm_up().unwrap();
+    let warm = t1.elapsed();
+    println!("kernel modules: cold {cold:?} (NVRTC), warm {warm:?} (disk cache)");
+    assert!(
+        warm < cold,
+        "loading from the disk cache must be faster than compiling"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,118 @@
+//! The registry's typed error.
+//!
+//! Every fallible call returns [`RegistryError`]. The variants are chosen so the HTTP layer
+//! can map them to status codes in one place: `NotFound` → 404, `AlreadyExists` → 409,
+//! `InvalidName` / `InvalidInput` → 400, `InUse` → a start-up failure, and `Storage` /
+//! `Corrupt` → 500 (the message is for the operator's log, not the tenant).
+
+use std::path::PathBuf;
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = RegistryError> = std::result::Result<T, E>;
+
+/// What can go wrong in the registry.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// The named thing does not exist (`what` is e.g. `tenant "acme"`).
+    #[error("{what} not found")]
+    NotFound {
+        /// Human-readable description of the missing object.
+        what: String,
+    },
+    /// Creating something whose name is taken.
+    #[error("{what} already exists")]
+    AlreadyExists {
+        /// Human-readable description of the existing object.
+        what: String,
+    },
+    /// A tenant, function or artifact name that breaks the naming rules.
+    #[error("invalid {kind} name {name:?}: {rule}")]
+    InvalidName {
+        /// Which kind of name (`tenant`, `function`, `artifact`, `digest`).
+        kind: &'static str,
+        /// The offending name.
+        name: String,
+        /// The rule it breaks.
+        rule: &'static str,
+    },
+    /// A setting or option out of range, or a malformed key.
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// Another process holds the data directory's lock.
+    #[error("data directory {path:?} is in use by another sluice process")]
+    InUse {
+        /// The data directory.
+        path: PathBuf,
+    },
+    /// Stored data failed a consistency check (bad JSON, blob hash mismatch).
+    #[error("registry data corrupt: {0}")]
+    Corrupt(String),
+    /// The disk or sled failed.
+    #[error("storage error: {context}: {source}")]
+    Storage {
+        /// What the registry was doing.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+}
+
+impl RegistryError {
+    pub(crate) fn not_found(what: impl Into<String>) -> Self {
+        RegistryError::NotFound { what: what.into() }
+    }
+
+    pub(crate) fn exists(what: impl Into<String>) -> Self {
+        RegistryError::AlreadyExists { what: what.into() }
+    }
+
+    pub(crate) fn storage(
+        context: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        RegistryError::Storage {
+            context: context.into(),
+            source: source.into(),
+        }
+    }
+
+    /// A stable machine-readable code for API error bodies.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RegistryError::NotFound { .. } => "not_found",
+            RegistryError::AlreadyExists { .. } => "already_exists",
+            RegistryError::InvalidName { .. } => "invalid_name",
+            RegistryError::InvalidInput(_) => "invalid_input",
+            RegistryError::InUse { .. } => "data_dir_in_use",
+            RegistryError::Corrupt(_) => "corrupt",
+            RegistryError::Storage { .. } => "storage",
+        }
+    }
+
+    /// True for errors caused by the caller's input (the HTTP layer answers 4xx).
+    pub fn is_client_error(&self) -> bool {
+        matches!(
+            self,
+            RegistryError::NotFound { .. }
+                | RegistryError::AlreadyExists { .. }
+                | RegistryError::InvalidName { .. }
+                | RegistryError::InvalidInput(_)
+        )
+    }
+}
+
+impl From<sled::Error> for RegistryError {
+    fn from(e: sled::Error) -> Self {
+        RegistryError::storage("sled", e)
+    }
+}
+
+impl From<sled::transaction::TransactionError<RegistryError>> for RegistryError {
+    fn from(e: sled::transaction::TransactionError<RegistryError>) -> Self {
+        match e {
+            sled::transaction::TransactionError::Abort(e) => e,
+            sled::transaction::TransactionError::Storage(e) => e.into(),
+        }
+    }
+}

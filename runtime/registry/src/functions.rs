@@ -1,0 +1,354 @@
+//! Functions, their immutable versions, artifacts and precompiled components.
+//!
+//! Every change to a function appends a version (see the crate docs for why artifacts
+//! create versions). Blobs are written (durably) before the metadata transaction that
+//! references them, so a crash leaves at worst an unreferenced blob for [`Registry::gc`].
+
+use std::collections::BTreeMap;
+use std::io::Read;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{
+    BlobRef, FunctionOptions, FunctionRecord, FunctionSummary, FunctionVersion, VersionOrigin,
+    now_ms, validate_artifact_name, validate_function_name, validate_tenant_id,
+};
+use crate::tenants::keys_under;
+use crate::{
+    Registry, RegistryError, Result, Tx, TxResult, abort, get_json, scan_json, tx_get, tx_put,
+};
+
+/// The `functions` tree's value: per-function bookkeeping.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct FunctionMeta {
+    tenant: String,
+    name: String,
+    created_ms: u64,
+    latest: u32,
+}
+
+fn fn_key(tenant: &str, name: &str) -> Vec<u8> {
+    format!("{tenant}/{name}").into_bytes()
+}
+
+fn fn_prefix(tenant: &str, name: &str) -> Vec<u8> {
+    format!("{tenant}/{name}/").into_bytes()
+}
+
+pub(crate) fn version_key(tenant: &str, name: &str, version: u32) -> Vec<u8> {
+    let mut key = fn_prefix(tenant, name);
+    key.extend_from_slice(&version.to_be_bytes());
+    key
+}
+
+pub(crate) fn compiled_key(tenant: &str, name: &str, version: u32, fingerprint: &str) -> Vec<u8> {
+    let mut key = version_key(tenant, name, version);
+    key.extend_from_slice(fingerprint.as_bytes());
+    key
+}
+
+pub(crate) fn function_not_found(tenant: &str, name: &str) -> RegistryError {
+    RegistryError::not_found(format!("function {name:?} of tenant {tenant:?}"))
+}
+
+pub(crate) fn validate_ids(tenant: &str, name: &str) -> Result<()> {
+    validate_tenant_id(tenant)?;
+    validate_function_name(name)
+}
+
+/// How a new version is derived from the previous one (if any), its number and the time.
+type Build<'a> = dyn Fn(Option<&FunctionVersion>, u32, u64) -> Result<FunctionVersion> + 'a;
+
+impl Registry {
+    /// Stores a component and appends it as the function's next version (creating the
+    /// function at version 1). The new version inherits the previous version's artifacts.
+    /// The caller validates that the bytes are a component of the right world first.
+    #[tracing::instrument(name = "sluice_registry.deploy", skip(self, component, options), fields(bytes = component.len()), err)]
+    pub fn deploy(
+        &self,
+        tenant: &str,
+        name: &str,
+        component: &[u8],
+        options: FunctionOptions,
+    ) -> Result<FunctionVersion> {
+        validate_ids(tenant, name)?;
+        options.validate()?;
+        self.get_tenant(tenant)?;
+        let _b = self.blob_lock();
+        let component = self.blobs.put(component)?;
+        let _w = self.write_lock();
+        let v = self.commit(|tx| {
+            append(tx, tenant, name, &|prev, version, now| {
+                Ok(FunctionVersion {
+                    tenant: tenant.to_owned(),
+                    function: name.to_owned(),
+                    version,
+                    component: component.clone(),
+                    options: options.clone(),
+                    artifacts: prev.map(|p| p.artifacts.clone()).unwrap_or_default(),
+                    origin: VersionOrigin::Deploy,
+                    created_ms: now,
+                })
+            })
+        })?;
+        tracing::info!(tenant, function = name, version = v.version, digest = %v.component.digest, "deployed");
+        Ok(v)
+    }
+
+    /// Stores an artifact and appends a version that sees it (same component and options
+    /// as the newest version; an artifact of the same name is replaced).
+    pub fn put_artifact(
+        &self,
+        tenant: &str,
+        name: &str,
+        artifact: &str,
+        bytes: &[u8],
+    ) -> Result<FunctionVersion> {
+        self.put_artifacts(tenant, name, &[(artifact, bytes)])
+    }
+
+    /// Like [`Registry::put_artifact`], streaming the bytes from `reader` to disk.
+    pub fn put_artifact_reader(
+        &self,
+        tenant: &str,
+        name: &str,
+        artifact: &str,
+        reader: impl Read,
+    ) -> Result<FunctionVersion> {
+        validate_ids(tenant, name)?;
+        validate_artifact_name(artifact)?;
+        self.latest_version(tenant, name)?;
+        let _b = self.blob_lock();
+        let blob = self.blobs.put_reader(reader)?;
+        self.append_artifacts(tenant, name, vec![(artifact.to_owned(), blob)])
+    }
+
+    /// Stores several artifacts and appends one version that sees all of them.
+    #[tracing::instrument(name = "sluice_registry.put_artifacts", skip_all, fields(tenant, function = name), err)]
+    pub fn put_artifacts(
+        &self,
+        tenant: &str,
+        name: &str,
+        artifacts: &[(&str, &[u8])],
+    ) -> Result<FunctionVersion> {
+        validate_ids(tenant, name)?;
+        if artifacts.is_empty() {
+            return Err(RegistryError::InvalidInput("no artifacts given".into()));
+        }
+        for (artifact, _) in artifacts {
+            validate_artifact_name(artifact)?;
+        }
+        self.latest_version(tenant, name)?;
+        let _b = self.blob_lock();
+        let mut blobs = Vec::with_capacity(artifacts.len());
+        for (artifact, bytes) in artifacts {
+            blobs.push(((*artifact).to_owned(), self.blobs.put(bytes)?));
+        }
+        self.append_artifacts(tenant, name, blobs)
+    }
+
+    /// Caller holds the blob lock; the blobs are stored.
+    fn append_artifacts(
+        &self,
+        tenant: &str,
+        name: &str,
+        blobs: Vec<(String, BlobRef)>,
+    ) -> Result<FunctionVersion> {
+        let names: Vec<String> = blobs.iter().map(|(n, _)| n.clone()).collect();
+        let _w = self.write_lock();
+        let v = self.commit(|tx| {
+            append(tx, tenant, name, &|prev, version, now| {
+                let prev = prev.ok_or_else(|| function_not_found(tenant, name))?;
+                let mut artifacts = prev.artifacts.clone();
+                artifacts.extend(blobs.iter().cloned());
+                Ok(FunctionVersion {
+                    version,
+                    artifacts,
+                    origin: VersionOrigin::Artifacts {
+                        names: names.clone(),
+                    },
+                    created_ms: now,
+                    ..prev.clone()
+                })
+            })
+        })?;
+        tracing::info!(
+            tenant,
+            function = name,
+            version = v.version,
+            ?names,
+            "artifacts added"
+        );
+        Ok(v)
+    }
+
+    /// Appends a version without `artifact`.
+    #[tracing::instrument(name = "sluice_registry.remove_artifact", skip(self), err)]
+    pub fn remove_artifact(
+        &self,
+        tenant: &str,
+        name: &str,
+        artifact: &str,
+    ) -> Result<FunctionVersion> {
+        validate_ids(tenant, name)?;
+        validate_artifact_name(artifact)?;
+        let _w = self.write_lock();
+        self.commit(|tx| {
+            append(tx, tenant, name, &|prev, version, now| {
+                let prev = prev.ok_or_else(|| function_not_found(tenant, name))?;
+                let mut artifacts: BTreeMap<String, BlobRef> = prev.artifacts.clone();
+                if artifacts.remove(artifact).is_none() {
+                    return Err(RegistryError::not_found(format!(
+                        "artifact {artifact:?} of function {name:?}"
+                    )));
+                }
+                Ok(FunctionVersion {
+                    version,
+                    artifacts,
+                    origin: VersionOrigin::ArtifactRemoved {
+                        name: artifact.to_owned(),
+                    },
+                    created_ms: now,
+                    ..prev.clone()
+                })
+            })
+        })
+    }
+
+    /// A function with all its versions.
+    pub fn get_function(&self, tenant: &str, name: &str) -> Result<FunctionRecord> {
+        validate_ids(tenant, name)?;
+        let meta: FunctionMeta = get_json(&self.functions, &fn_key(tenant, name))?
+            .ok_or_else(|| function_not_found(tenant, name))?;
+        let versions: Vec<FunctionVersion> = scan_json(&self.versions, &fn_prefix(tenant, name))?
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
+        if versions.is_empty() {
+            return Err(RegistryError::Corrupt(format!(
+                "function {tenant}/{name} has no versions"
+            )));
+        }
+        Ok(FunctionRecord {
+            tenant: meta.tenant,
+            name: meta.name,
+            created_ms: meta.created_ms,
+            versions,
+        })
+    }
+
+    /// One version of a function.
+    pub fn get_version(&self, tenant: &str, name: &str, version: u32) -> Result<FunctionVersion> {
+        validate_ids(tenant, name)?;
+        get_json(&self.versions, &version_key(tenant, name, version))?.ok_or_else(|| {
+            RegistryError::not_found(format!(
+                "version {version} of function {name:?} of tenant {tenant:?}"
+            ))
+        })
+    }
+
+    /// The newest version of a function (the one that serves).
+    pub fn latest_version(&self, tenant: &str, name: &str) -> Result<FunctionVersion> {
+        validate_ids(tenant, name)?;
+        let meta: FunctionMeta = get_json(&self.functions, &fn_key(tenant, name))?
+            .ok_or_else(|| function_not_found(tenant, name))?;
+        self.summary(meta).map(|s| s.latest)
+    }
+
+    /// A tenant's functions, by name, each with its newest version.
+    pub fn list_functions(&self, tenant: &str) -> Result<Vec<FunctionSummary>> {
+        self.get_tenant(tenant)?;
+        self.summaries(format!("{tenant}/").as_bytes())
+    }
+
+    /// Every tenant's functions (for warm-up at start-up).
+    pub fn all_functions(&self) -> Result<Vec<FunctionSummary>> {
+        self.summaries(b"")
+    }
+
+    fn summaries(&self, prefix: &[u8]) -> Result<Vec<FunctionSummary>> {
+        scan_json::<FunctionMeta>(&self.functions, prefix)?
+            .into_iter()
+            .map(|(_, m)| self.summary(m))
+            .collect()
+    }
+
+    fn summary(&self, meta: FunctionMeta) -> Result<FunctionSummary> {
+        let latest = get_json(
+            &self.versions,
+            &version_key(&meta.tenant, &meta.name, meta.latest),
+        )?
+        .ok_or_else(|| {
+            RegistryError::Corrupt(format!(
+                "function {}/{} lacks version {}",
+                meta.tenant, meta.name, meta.latest
+            ))
+        })?;
+        Ok(FunctionSummary {
+            tenant: meta.tenant,
+            name: meta.name,
+            created_ms: meta.created_ms,
+            latest,
+        })
+    }
+
+    /// Deletes a function and all its versions and compiled entries (blobs stay until gc).
+    #[tracing::instrument(name = "sluice_registry.delete_function", skip(self), err)]
+    pub fn delete_function(&self, tenant: &str, name: &str) -> Result<()> {
+        validate_ids(tenant, name)?;
+        let _w = self.write_lock();
+        let prefix = fn_prefix(tenant, name);
+        let version_keys = keys_under(&self.versions, &prefix)?;
+        let compiled_keys = keys_under(&self.compiled, &prefix)?;
+        let key = fn_key(tenant, name);
+        self.commit(|tx| {
+            if tx.functions.remove(key.as_slice())?.is_none() {
+                return abort(function_not_found(tenant, name));
+            }
+            for k in &version_keys {
+                tx.versions.remove(k)?;
+            }
+            for k in &compiled_keys {
+                tx.compiled.remove(k)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Appends the next version of `tenant/name` inside a transaction.
+fn append(tx: &Tx<'_>, tenant: &str, name: &str, build: &Build<'_>) -> TxResult<FunctionVersion> {
+    if tx.tenants.get(tenant.as_bytes())?.is_none() {
+        return abort(RegistryError::not_found(format!("tenant {tenant:?}")));
+    }
+    let key = fn_key(tenant, name);
+    let meta: Option<FunctionMeta> = tx_get(tx.functions, &key)?;
+    let prev: Option<FunctionVersion> = match &meta {
+        None => None,
+        Some(m) => match tx_get(tx.versions, &version_key(tenant, name, m.latest))? {
+            Some(v) => Some(v),
+            None => {
+                return abort(RegistryError::Corrupt(format!(
+                    "function {tenant}/{name} lacks version {}",
+                    m.latest
+                )));
+            }
+        },
+    };
+    let Some(number) = meta.as_ref().map_or(Some(1), |m| m.latest.checked_add(1)) else {
+        return abort(RegistryError::InvalidInput(format!(
+            "function {name:?} has too many versions"
+        )));
+    };
+    let now = now_ms();
+    let version = build(prev.as_ref(), number, now).or_else(abort)?;
+    let meta = FunctionMeta {
+        tenant: tenant.to_owned(),
+        name: name.to_owned(),
+        created_ms: meta.map_or(now, |m| m.created_ms),
+        latest: number,
+    };
+    tx_put(tx.versions, &version_key(tenant, name, number), &version)?;
+    tx_put(tx.functions, &key, &meta)?;
+    Ok(version)
+}

@@ -1,0 +1,395 @@
+//! The registry's data types and naming rules.
+//!
+//! Everything here is plain data that serialises to the JSON stored in sled (and that the
+//! HTTP layer may return as-is). Validation of names lives here too, so the rules are
+//! stated once: tenants `[a-z0-9][a-z0-9-]{0,62}`, functions `[a-z0-9][a-z0-9-_.]{0,62}`,
+//! artifacts `[A-Za-z0-9][A-Za-z0-9-_.]{0,127}`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{RegistryError, Result};
+
+/// Default per-invocation timeout of a function version.
+pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+/// Default linear-memory limit of a function instance (256 MiB).
+pub const DEFAULT_MEMORY_LIMIT_BYTES: u64 = 256 * 1024 * 1024;
+
+/// A lowercase hex sha256 digest (64 characters). Parsing validates it, so a `Digest` is
+/// always safe to use as a file name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Digest(String);
+
+impl Digest {
+    /// Parses a 64-character lowercase hex sha256 digest.
+    pub fn parse(s: &str) -> Result<Digest> {
+        if s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            Ok(Digest(s.to_owned()))
+        } else {
+            Err(RegistryError::InvalidName {
+                kind: "digest",
+                name: s.to_owned(),
+                rule: "must be 64 lowercase hex characters (sha256)",
+            })
+        }
+    }
+
+    /// The sha256 digest of `bytes`.
+    pub fn of(bytes: &[u8]) -> Digest {
+        use sha2::Digest as _;
+        Digest(hex::encode(sha2::Sha256::digest(bytes)))
+    }
+
+    pub(crate) fn from_sha(hash: &[u8]) -> Digest {
+        Digest(hex::encode(hash))
+    }
+
+    /// The hex string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl TryFrom<String> for Digest {
+    type Error = RegistryError;
+    fn try_from(s: String) -> Result<Digest> {
+        Digest::parse(&s)
+    }
+}
+
+impl From<Digest> for String {
+    fn from(d: Digest) -> String {
+        d.0
+    }
+}
+
+/// A reference to a stored blob.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlobRef {
+    /// sha256 of the content.
+    pub digest: Digest,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// Per-tenant scheduling and resource settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TenantSettings {
+    /// Fair-share weight (≥ 1).
+    pub weight: u32,
+    /// GPU memory quota; `None` is unlimited.
+    pub memory_quota_bytes: Option<u64>,
+    /// Maximum concurrent invocations; `None` is unlimited.
+    pub max_concurrency: Option<u32>,
+}
+
+impl Default for TenantSettings {
+    fn default() -> Self {
+        TenantSettings {
+            weight: 1,
+            memory_quota_bytes: None,
+            max_concurrency: None,
+        }
+    }
+}
+
+impl TenantSettings {
+    /// Checks the ranges (weight ≥ 1, concurrency ≥ 1, quota ≥ 1).
+    pub fn validate(&self) -> Result<()> {
+        if self.weight == 0 {
+            return Err(RegistryError::InvalidInput(
+                "tenant weight must be at least 1".into(),
+            ));
+        }
+        if self.max_concurrency == Some(0) {
+            return Err(RegistryError::InvalidInput(
+                "max_concurrency must be at least 1 (omit it for unlimited)".into(),
+            ));
+        }
+        if self.memory_quota_bytes == Some(0) {
+            return Err(RegistryError::InvalidInput(
+                "memory_quota_bytes must be at least 1 (omit it for unlimited)".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tenant {
+    /// Validated tenant id.
+    pub id: String,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_ms: u64,
+    /// Current settings.
+    pub settings: TenantSettings,
+}
+
+/// Who an API key authenticates as.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Principal {
+    /// The operator: manages tenants.
+    Admin,
+    /// A tenant: sees and touches only its own functions.
+    Tenant(String),
+}
+
+/// Public metadata of an API key (the key itself is never stored).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyInfo {
+    /// Public identifier, used to revoke the key.
+    pub key_id: String,
+    /// Whom the key authenticates.
+    pub principal: Principal,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_ms: u64,
+}
+
+/// Scheduling class of a function.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PriorityClass {
+    /// Latency-critical: strict priority, reserved partition.
+    #[default]
+    Latency,
+    /// Best-effort throughput work.
+    Batch,
+}
+
+/// Options a function version runs with. Immutable once the version exists.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FunctionOptions {
+    /// Scheduling class.
+    pub priority: PriorityClass,
+    /// Weight within the tenant; `None` uses the tenant's.
+    pub weight: Option<u32>,
+    /// Per-invocation timeout.
+    pub timeout_ms: u64,
+    /// Linear-memory limit of an instance.
+    pub memory_limit_bytes: u64,
+    /// Open-ended options for later features; stored verbatim.
+    pub extras: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Default for FunctionOptions {
+    fn default() -> Self {
+        FunctionOptions {
+            priority: PriorityClass::Latency,
+            weight: None,
+            timeout_ms: DEFAULT_TIMEOUT_MS,
+            memory_limit_bytes: DEFAULT_MEMORY_LIMIT_BYTES,
+            extras: serde_json::Map::new(),
+        }
+    }
+}
+
+impl FunctionOptions {
+    /// Checks the ranges (weight ≥ 1, timeout ≥ 1 ms, memory limit ≥ 64 KiB, one page).
+    pub fn validate(&self) -> Result<()> {
+        if self.weight == Some(0) {
+            return Err(RegistryError::InvalidInput(
+                "function weight must be at least 1".into(),
+            ));
+        }
+        if self.timeout_ms == 0 {
+            return Err(RegistryError::InvalidInput(
+                "timeout_ms must be at least 1".into(),
+            ));
+        }
+        if self.memory_limit_bytes < 65_536 {
+            return Err(RegistryError::InvalidInput(
+                "memory_limit_bytes must be at least 65536 (one Wasm page)".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Why a version was created.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum VersionOrigin {
+    /// A component upload (deploy).
+    Deploy,
+    /// Artifact uploads on top of the previous version (same component and options).
+    Artifacts {
+        /// Names of the artifacts added or replaced.
+        names: Vec<String>,
+    },
+    /// An artifact removed from the previous version.
+    ArtifactRemoved {
+        /// The removed artifact.
+        name: String,
+    },
+}
+
+/// One immutable version of a function.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionVersion {
+    /// Owning tenant.
+    pub tenant: String,
+    /// Function name.
+    pub function: String,
+    /// 1, 2, 3, … per function.
+    pub version: u32,
+    /// The uploaded component.
+    pub component: BlobRef,
+    /// Options it runs with.
+    pub options: FunctionOptions,
+    /// Artifacts (e.g. weights) this version sees, by name.
+    pub artifacts: BTreeMap<String, BlobRef>,
+    /// Why it was created.
+    pub origin: VersionOrigin,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_ms: u64,
+}
+
+/// A function with all its versions (oldest first).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionRecord {
+    /// Owning tenant.
+    pub tenant: String,
+    /// Function name.
+    pub name: String,
+    /// Creation time of version 1.
+    pub created_ms: u64,
+    /// All versions, ascending.
+    pub versions: Vec<FunctionVersion>,
+}
+
+impl FunctionRecord {
+    /// The newest version (the one that serves).
+    pub fn latest(&self) -> &FunctionVersion {
+        self.versions
+            .last()
+            .expect("a stored function has at least one version")
+    }
+}
+
+/// A function and its newest version, for listings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionSummary {
+    /// Owning tenant.
+    pub tenant: String,
+    /// Function name.
+    pub name: String,
+    /// Creation time of version 1.
+    pub created_ms: u64,
+    /// The newest version.
+    pub latest: FunctionVersion,
+}
+
+/// A precompiled (engine-specific) form of a version's component.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompiledRef {
+    /// The engine fingerprint it was compiled for.
+    pub fingerprint: String,
+    /// The compiled bytes.
+    pub blob: BlobRef,
+    /// When it was stored.
+    pub created_ms: u64,
+}
+
+/// What [`crate::Registry::gc`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcReport {
+    /// Blobs still referenced.
+    pub kept: u64,
+    /// Unreferenced blobs deleted.
+    pub removed: u64,
+    /// Bytes freed.
+    pub freed_bytes: u64,
+    /// Stale temporary files (from interrupted writes) deleted.
+    pub temp_files_removed: u64,
+}
+
+/// Checks a tenant id: `[a-z0-9][a-z0-9-]{0,62}`.
+pub fn validate_tenant_id(id: &str) -> Result<()> {
+    check_name(
+        "tenant",
+        id,
+        63,
+        |b| b.is_ascii_lowercase() || b.is_ascii_digit(),
+        |b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-',
+    )
+    .map_err(|rule| RegistryError::InvalidName {
+        kind: "tenant",
+        name: id.to_owned(),
+        rule,
+    })
+}
+
+/// Checks a function name: `[a-z0-9][a-z0-9-_.]{0,62}`.
+pub fn validate_function_name(name: &str) -> Result<()> {
+    check_name(
+        "function",
+        name,
+        63,
+        |b| b.is_ascii_lowercase() || b.is_ascii_digit(),
+        |b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.'),
+    )
+    .map_err(|rule| RegistryError::InvalidName {
+        kind: "function",
+        name: name.to_owned(),
+        rule,
+    })
+}
+
+/// Checks an artifact name: `[A-Za-z0-9][A-Za-z0-9-_.]{0,127}`.
+pub fn validate_artifact_name(name: &str) -> Result<()> {
+    check_name(
+        "artifact",
+        name,
+        128,
+        |b| b.is_ascii_alphanumeric(),
+        |b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'),
+    )
+    .map_err(|rule| RegistryError::InvalidName {
+        kind: "artifact",
+        name: name.to_owned(),
+        rule,
+    })
+}
+
+fn check_name(
+    kind: &'static str,
+    name: &str,
+    max: usize,
+    first: impl Fn(u8) -> bool,
+    rest: impl Fn(u8) -> bool,
+) -> std::result::Result<(), &'static str> {
+    let rule = match kind {
+        "tenant" => "must match [a-z0-9][a-z0-9-]{0,62}",
+        "function" => "must match [a-z0-9][a-z0-9-_.]{0,62}",
+        _ => "must match [A-Za-z0-9][A-Za-z0-9-_.]{0,127}",
+    };
+    let bytes = name.as_bytes();
+    match bytes.split_first() {
+        Some((&b, tail)) if bytes.len() <= max && first(b) && tail.iter().all(|&b| rest(b)) => {
+            Ok(())
+        }
+        _ => Err(rule),
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,86 @@
+//! The CPU device: the reference kernels of `sluice-backend-cpu` behind [`Device`].
+
+use sluice_backend_cpu::CpuBuffer;
+use sluice_host_api::{Op, TensorMeta};
+
+use super::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind};
+
+/// The host CPU as a device. Kernels run on the scheduler's thread and use the
+/// rayon pool for large ops.
+pub struct CpuDevice {
+    threads: u32,
+    memory_bytes: u64,
+}
+
+impl CpuDevice {
+    pub fn new() -> Self {
+        CpuDevice {
+            threads: rayon::current_num_threads() as u32,
+            memory_bytes: physical_memory_bytes(),
+        }
+    }
+}
+
+impl Default for CpuDevice {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn physical_memory_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib * 1024)
+        })
+        .unwrap_or(8 << 30)
+}
+
+fn cpu(buffer: &Buffer) -> Result<&CpuBuffer, DeviceError> {
+    match buffer {
+        Buffer::Cpu(b) => Ok(b),
+        #[allow(unreachable_patterns)]
+        _ => Err(DeviceError::Failure("buffer of another device passed to the CPU".into())),
+    }
+}
+
+impl Device for CpuDevice {
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            kind: DeviceKind::Cpu,
+            name: format!("CPU ({} threads)", self.threads),
+            memory_bytes: self.memory_bytes,
+            compute_units: self.threads,
+        }
+    }
+
+    fn upload(&self, meta: &TensorMeta, bytes: &[u8]) -> Result<Buffer, DeviceError> {
+        debug_assert_eq!(bytes.len(), meta.byte_len());
+        Ok(Buffer::Cpu(CpuBuffer::from_le_bytes(meta.dtype, bytes)))
+    }
+
+    fn launch(
+        &self,
+        op: &Op,
+        inputs: &[(&Buffer, &TensorMeta)],
+        out: &TensorMeta,
+    ) -> Result<Buffer, DeviceError> {
+        let mut cpu_inputs = Vec::with_capacity(inputs.len());
+        for (b, m) in inputs {
+            cpu_inputs.push((cpu(b)?, *m));
+        }
+        sluice_backend_cpu::launch(op, &cpu_inputs, out)
+            .map(Buffer::Cpu)
+            .map_err(|e| DeviceError::Failure(e.to_string()))
+    }
+
+    fn download(&self, buffer: &Buffer, _meta: &TensorMeta) -> Result<Vec<u8>, DeviceError> {
+        Ok(cpu(buffer)?.to_le_bytes())
+    }
+
+    fn synchronize(&self) -> Result<(), DeviceError> {
+        Ok(())
+    }
+}

@@ -1,0 +1,171 @@
+//! Artifacts of one function version on one device, and its shared weights.
+//!
+//! Raw artifacts (vocabularies, configs) are read from their blob files on demand.
+//! Tensors of safetensors artifacts are loaded on first use, converted to the asked
+//! dtype, uploaded once and shared read-only by every invocation of the version:
+//! later `load-tensor` calls get a handle to the same device tensor. The weights are
+//! charged once to the account given at creation (the tenant's).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use sluice_host_api::{ApiError, DType, ErrorCode, Op, TensorMeta};
+
+use super::state::Allocation;
+use crate::scheduler::{DeviceQueue, MemoryAccount};
+
+type WeightKey = (String, String, Option<DType>);
+
+/// Counters of an artifact set, for introspection.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ArtifactStats {
+    /// Distinct weight tensors uploaded to the device.
+    pub weight_tensors_loaded: u64,
+    /// Bytes of those tensors.
+    pub weight_bytes: u64,
+    /// `load-tensor` calls answered from the shared copy.
+    pub weight_cache_hits: u64,
+}
+
+/// The named artifacts of one function version, bound to one device.
+pub struct ArtifactSet {
+    files: HashMap<String, PathBuf>,
+    account: Arc<MemoryAccount>,
+    file_bytes: Mutex<HashMap<String, Arc<Vec<u8>>>>,
+    weights: Mutex<HashMap<WeightKey, (Arc<Allocation>, TensorMeta)>>,
+    loaded: AtomicU64,
+    loaded_bytes: AtomicU64,
+    hits: AtomicU64,
+}
+
+impl ArtifactSet {
+    /// Artifacts by name → file path; weights are charged to `account`.
+    pub fn new(files: HashMap<String, PathBuf>, account: Arc<MemoryAccount>) -> Arc<Self> {
+        Arc::new(ArtifactSet {
+            files,
+            account,
+            file_bytes: Mutex::new(HashMap::new()),
+            weights: Mutex::new(HashMap::new()),
+            loaded: AtomicU64::new(0),
+            loaded_bytes: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+        })
+    }
+
+    /// An empty set.
+    pub fn empty() -> Arc<Self> {
+        Self::new(HashMap::new(), MemoryAccount::new("weights", None, None))
+    }
+
+    /// Counters for introspection.
+    pub fn stats(&self) -> ArtifactStats {
+        ArtifactStats {
+            weight_tensors_loaded: self.loaded.load(Ordering::Relaxed),
+            weight_bytes: self.loaded_bytes.load(Ordering::Relaxed),
+            weight_cache_hits: self.hits.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Names of the artifacts.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.files.keys().map(String::as_str)
+    }
+
+    fn bytes(&self, artifact: &str) -> Result<Arc<Vec<u8>>, ApiError> {
+        if let Some(b) = self.file_bytes.lock().get(artifact) {
+            return Ok(b.clone());
+        }
+        let path = self.files.get(artifact).ok_or_else(|| {
+            let mut names: Vec<&str> = self.names().collect();
+            names.sort();
+            ApiError::new(
+                ErrorCode::NotFound,
+                format!("no artifact named {artifact:?} (this function has: {names:?})"),
+            )
+        })?;
+        let bytes = std::fs::read(path).map_err(|e| {
+            ApiError::new(ErrorCode::DeviceFailure, format!("reading artifact {artifact:?}: {e}"))
+        })?;
+        let bytes = Arc::new(bytes);
+        self.file_bytes.lock().insert(artifact.to_owned(), bytes.clone());
+        Ok(bytes)
+    }
+
+    /// The raw bytes of an artifact, up to `limit` bytes.
+    pub fn read(&self, artifact: &str, limit: usize) -> Result<Vec<u8>, ApiError> {
+        let path = self.files.get(artifact);
+        if let Some(size) = path.and_then(|p| std::fs::metadata(p).ok()).map(|m| m.len())
+            && size > limit as u64
+        {
+            return Err(ApiError::new(
+                ErrorCode::TooLarge,
+                format!("artifact {artifact:?} has {size} bytes, more than the {limit} a guest may read; load its tensors instead"),
+            ));
+        }
+        Ok(self.bytes(artifact)?.as_ref().clone())
+    }
+
+    /// The shared device tensor `name` of safetensors artifact `artifact`,
+    /// converted to `as_dtype` if given; loaded on first use.
+    pub(crate) fn load_tensor(
+        &self,
+        queue: &DeviceQueue,
+        artifact: &str,
+        name: &str,
+        as_dtype: Option<DType>,
+    ) -> Result<(Arc<Allocation>, TensorMeta), ApiError> {
+        let key = (artifact.to_owned(), name.to_owned(), as_dtype);
+        // Holding the lock while loading makes concurrent first loads wait for one copy.
+        let mut weights = self.weights.lock();
+        if let Some((a, m)) = weights.get(&key) {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok((a.clone(), m.clone()));
+        }
+        let bytes = self.bytes(artifact)?;
+        let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| {
+            ApiError::arg(format!("artifact {artifact:?} is not a valid safetensors file: {e}"))
+        })?;
+        let view = st.tensor(name).map_err(|_| {
+            ApiError::new(ErrorCode::NotFound, format!("artifact {artifact:?} has no tensor named {name:?}"))
+        })?;
+        let stored = dtype_of(view.dtype())
+            .ok_or_else(|| ApiError::dtype(format!("tensor {name:?} has unsupported dtype {:?}", view.dtype())))?;
+        let shape: Vec<u32> = view.shape().iter().map(|&d| d as u32).collect();
+        let meta = TensorMeta::new(stored, shape)?;
+        let (meta, data) = match as_dtype {
+            Some(to) if to != stored => convert(&meta, view.data(), to)?,
+            _ => (meta, view.data().to_vec()),
+        };
+        let allocation = Arc::new(Allocation::reserve(queue, &self.account, &meta)?);
+        queue.upload(allocation.id(), meta.clone(), data);
+        self.loaded.fetch_add(1, Ordering::Relaxed);
+        self.loaded_bytes.fetch_add(meta.byte_len() as u64, Ordering::Relaxed);
+        weights.insert(key, (allocation.clone(), meta.clone()));
+        Ok((allocation, meta))
+    }
+}
+
+fn dtype_of(d: safetensors::Dtype) -> Option<DType> {
+    use safetensors::Dtype as S;
+    Some(match d {
+        S::F32 => DType::F32,
+        S::F16 => DType::F16,
+        S::BF16 => DType::BF16,
+        S::I32 => DType::I32,
+        S::I64 => DType::I64,
+        S::U8 => DType::U8,
+        _ => return None,
+    })
+}
+
+/// Converts element bytes with the CPU reference cast, the one definition of casts.
+fn convert(meta: &TensorMeta, data: &[u8], to: DType) -> Result<(TensorMeta, Vec<u8>), ApiError> {
+    let out = TensorMeta::new(to, meta.shape.clone())?;
+    let src = sluice_backend_cpu::CpuBuffer::from_le_bytes(meta.dtype, data);
+    let cast = sluice_backend_cpu::launch(&Op::Cast(to), &[(&src, meta)], &out)
+        .map_err(|e| ApiError::new(ErrorCode::DeviceFailure, e.to_string()))?;
+    Ok((out, cast.to_le_bytes()))
+}

@@ -1,0 +1,130 @@
+//! Loading components: validation against the `inference` world, precompilation
+//! and pre-instantiation into a [`FunctionImage`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::component::Component;
+
+use super::artifacts::ArtifactSet;
+use super::bindings::InferencePre;
+use super::state::SandboxLimits;
+use super::Engine;
+
+/// Why a binary cannot become a function. Every variant is the uploader's fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ComponentError {
+    #[error("the file is a core WebAssembly module, not a component: build the function for wasm32-wasip2 (cargo build --target wasm32-wasip2) or wrap it with `wasm-tools component new`")]
+    CoreModule,
+    #[error("the file is not a WebAssembly component (it does not start with the component header)")]
+    NotWasm,
+    #[error("the component is invalid: {0}")]
+    Invalid(String),
+    #[error("the component does not implement the sluice:gpu/inference world: {0}")]
+    WrongWorld(String),
+}
+
+const COMPONENT_HEADER: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
+const MODULE_HEADER: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00];
+
+pub(super) fn compile(engine: &Engine, wasm: &[u8]) -> Result<Component, ComponentError> {
+    match wasm.get(..8) {
+        Some(h) if h == COMPONENT_HEADER => {}
+        Some(h) if h == MODULE_HEADER => return Err(ComponentError::CoreModule),
+        _ => return Err(ComponentError::NotWasm),
+    }
+    Component::new(engine.wasmtime(), wasm).map_err(|e| ComponentError::Invalid(format!("{e:#}")))
+}
+
+/// Limits of one function's invocations.
+#[derive(Clone, Debug)]
+pub struct FunctionLimits {
+    /// Wall-clock limit of one invocation.
+    pub timeout: Duration,
+    /// Sandbox limits (linear memory, read sizes).
+    pub sandbox: SandboxLimits,
+    /// Largest total size of the outputs of one invocation.
+    pub max_output_bytes: usize,
+}
+
+impl Default for FunctionLimits {
+    fn default() -> Self {
+        FunctionLimits {
+            timeout: Duration::from_secs(30),
+            sandbox: SandboxLimits {
+                memory_bytes: 256 << 20,
+                max_read_bytes: 256 << 20,
+                max_artifact_read_bytes: 64 << 20,
+            },
+            max_output_bytes: 64 << 20,
+        }
+    }
+}
+
+/// A function ready to run: validated, compiled and pre-instantiated, with its
+/// artifacts bound to a device.
+pub struct FunctionImage {
+    pub(super) name: String,
+    pub(super) pre: InferencePre<super::state::InvocationState>,
+    pub(super) artifacts: Arc<ArtifactSet>,
+    pub(super) limits: FunctionLimits,
+}
+
+impl FunctionImage {
+    /// The function's name, used in error messages.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its artifacts and shared weights.
+    pub fn artifacts(&self) -> &Arc<ArtifactSet> {
+        &self.artifacts
+    }
+
+    /// Its limits.
+    pub fn limits(&self) -> &FunctionLimits {
+        &self.limits
+    }
+}
+
+impl Engine {
+    /// Validates `wasm` and returns its precompiled form, to be stored and later
+    /// loaded with [`Engine::deserialize`] without compiling again.
+    pub fn precompile(&self, wasm: &[u8]) -> Result<Vec<u8>, ComponentError> {
+        let component = self.compile(wasm)?;
+        self.check_world(&component)?;
+        component.serialize().map_err(|e| ComponentError::Invalid(format!("{e:#}")))
+    }
+
+    /// Loads a component precompiled by [`Engine::precompile`] of an engine with
+    /// the same [`Engine::fingerprint`].
+    ///
+    /// The bytes must come from the runtime's own store: wasmtime trusts them as
+    /// native code. The registry keeps them content-addressed, so they are only
+    /// ever what `precompile` wrote.
+    pub fn deserialize(&self, compiled: &[u8]) -> Result<Component, ComponentError> {
+        // SAFETY: `compiled` is output of `Component::serialize` by an engine with
+        // the same compatibility hash (checked by wasmtime, and by the fingerprint
+        // the registry stores), read back from the runtime's own blob store.
+        unsafe { Component::deserialize(self.wasmtime(), compiled) }
+            .map_err(|e| ComponentError::Invalid(format!("{e:#}")))
+    }
+
+    fn check_world(&self, component: &Component) -> Result<InferencePre<super::state::InvocationState>, ComponentError> {
+        let pre = self.linker().instantiate_pre(component).map_err(|e| ComponentError::WrongWorld(format!("{e:#}")))?;
+        InferencePre::new(pre).map_err(|e| ComponentError::WrongWorld(format!("{e:#}")))
+    }
+
+    /// Checks `component` against the world and pre-instantiates it.
+    pub fn prepare(
+        &self,
+        name: impl Into<String>,
+        component: &Component,
+        artifacts: Arc<ArtifactSet>,
+        mut limits: FunctionLimits,
+    ) -> Result<FunctionImage, ComponentError> {
+        let pre = self.check_world(component)?;
+        limits.sandbox.memory_bytes = limits.sandbox.memory_bytes.min(self.config().max_memory_bytes);
+        Ok(FunctionImage { name: name.into(), pre, artifacts, limits })
+    }
+}

@@ -1,0 +1,146 @@
+//! The host side of the WIT imports: tensors, the op launch and artifacts.
+//!
+//! All three go through [`InvocationState::create`], so every new tensor is
+//! validated, charged to the invocation's memory account and handed to the
+//! device's scheduler in exactly one place.
+
+use sluice_host_api::{ApiError, ErrorCode, Op, TensorMeta, infer};
+use wasmtime::component::Resource;
+
+use super::bindings::sluice::gpu::{artifacts, io, ops, tensors, types};
+use super::bindings::{WitDtype, WitError};
+use super::convert::{dtype_from_wit, dtype_to_wit, error_to_wit, op_from_wit};
+use super::state::{Allocation, InvocationState, TensorHandle};
+
+type HostResult<T> = wasmtime::Result<Result<T, WitError>>;
+
+/// What a new tensor is made from.
+enum Source {
+    Bytes(Vec<u8>),
+    Op(Op, Vec<(crate::scheduler::TensorId, TensorMeta)>),
+}
+
+impl InvocationState {
+    /// The single path by which a guest gets a new tensor: reserve memory, queue
+    /// the work, and hand back a handle.
+    fn create(&mut self, meta: TensorMeta, source: Source) -> HostResult<Resource<TensorHandle>> {
+        let allocation = match Allocation::reserve(&self.queue, &self.account, &meta) {
+            Ok(a) => a,
+            Err(e) => return Ok(Err(error_to_wit(e))),
+        };
+        let id = allocation.id();
+        match source {
+            Source::Bytes(bytes) => self.queue.upload(id, meta.clone(), bytes),
+            Source::Op(op, inputs) => {
+                self.launches += 1;
+                self.queue.launch(id, op, inputs, meta.clone());
+            }
+        }
+        Ok(Ok(self.table.push(TensorHandle::owned(allocation, meta))?))
+    }
+
+    fn upload(&mut self, dtype: sluice_host_api::DType, shape: Vec<u32>, bytes: Vec<u8>) -> HostResult<Resource<TensorHandle>> {
+        let meta = match TensorMeta::new(dtype, shape) {
+            Ok(m) => m,
+            Err(e) => return Ok(Err(error_to_wit(e))),
+        };
+        if bytes.len() != meta.byte_len() {
+            let e = ApiError::shape(format!(
+                "{} bytes given for a {} tensor of shape {:?}, which needs {}",
+                bytes.len(),
+                meta.dtype,
+                meta.shape,
+                meta.byte_len()
+            ));
+            return Ok(Err(error_to_wit(e)));
+        }
+        self.create(meta, Source::Bytes(bytes))
+    }
+
+    fn handle(&self, r: &Resource<TensorHandle>) -> wasmtime::Result<&TensorHandle> {
+        Ok(self.table.get(r)?)
+    }
+}
+
+impl types::Host for InvocationState {}
+impl io::Host for InvocationState {}
+
+impl tensors::Host for InvocationState {}
+
+impl tensors::HostTensor for InvocationState {
+    fn from_bytes(&mut self, dtype: WitDtype, shape: Vec<u32>, data: Vec<u8>) -> HostResult<Resource<TensorHandle>> {
+        self.upload(dtype_from_wit(dtype), shape, data)
+    }
+
+    fn from_f32(&mut self, shape: Vec<u32>, data: Vec<f32>) -> HostResult<Resource<TensorHandle>> {
+        let bytes = bytemuck::cast_slice(&data).to_vec();
+        self.upload(sluice_host_api::DType::F32, shape, bytes)
+    }
+
+    fn from_i32(&mut self, shape: Vec<u32>, data: Vec<i32>) -> HostResult<Resource<TensorHandle>> {
+        let bytes = bytemuck::cast_slice(&data).to_vec();
+        self.upload(sluice_host_api::DType::I32, shape, bytes)
+    }
+
+    fn dtype(&mut self, this: Resource<TensorHandle>) -> wasmtime::Result<WitDtype> {
+        Ok(dtype_to_wit(self.handle(&this)?.meta.dtype))
+    }
+
+    fn shape(&mut self, this: Resource<TensorHandle>) -> wasmtime::Result<Vec<u32>> {
+        Ok(self.handle(&this)?.meta.shape.clone())
+    }
+
+    async fn read(&mut self, this: Resource<TensorHandle>) -> HostResult<Vec<u8>> {
+        let handle = self.handle(&this)?;
+        let (id, meta) = (handle.id, handle.meta.clone());
+        if meta.byte_len() > self.limits.max_read_bytes {
+            let e = ApiError::new(
+                ErrorCode::TooLarge,
+                format!(
+                    "reading {} bytes exceeds the limit of {} bytes per read",
+                    meta.byte_len(),
+                    self.limits.max_read_bytes
+                ),
+            );
+            return Ok(Err(error_to_wit(e)));
+        }
+        Ok(self.queue.read(id, meta).await.map_err(error_to_wit))
+    }
+
+    fn drop(&mut self, this: Resource<TensorHandle>) -> wasmtime::Result<()> {
+        // Dropping the handle releases the lease: memory and quota come back.
+        self.table.delete(this)?;
+        Ok(())
+    }
+}
+
+impl ops::Host for InvocationState {
+    fn launch(&mut self, op: ops::Op, inputs: Vec<Resource<TensorHandle>>) -> HostResult<Resource<TensorHandle>> {
+        let op = op_from_wit(op);
+        let mut args = Vec::with_capacity(inputs.len());
+        for r in &inputs {
+            let h = self.handle(r)?;
+            args.push((h.id, h.meta.clone()));
+        }
+        let metas: Vec<&TensorMeta> = args.iter().map(|(_, m)| m).collect();
+        let out = match infer(&op, &metas) {
+            Ok(m) => m,
+            Err(e) => return Ok(Err(error_to_wit(e))),
+        };
+        self.create(out, Source::Op(op, args))
+    }
+}
+
+impl artifacts::Host for InvocationState {
+    fn read(&mut self, artifact: String) -> HostResult<Vec<u8>> {
+        Ok(self.artifacts.read(&artifact, self.limits.max_artifact_read_bytes).map_err(error_to_wit))
+    }
+
+    fn load_tensor(&mut self, artifact: String, name: String, as_dtype: Option<WitDtype>) -> HostResult<Resource<TensorHandle>> {
+        let as_dtype = as_dtype.map(dtype_from_wit);
+        match self.artifacts.load_tensor(&self.queue, &artifact, &name, as_dtype) {
+            Ok((allocation, meta)) => Ok(Ok(self.table.push(TensorHandle::shared(allocation, meta))?)),
+            Err(e) => Ok(Err(error_to_wit(e))),
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! One invocation: a fresh store and instance, the call, and what can go wrong.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmtime::Store;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::WasiCtx;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+
+use super::bindings::{IoData, IoTensor, RunError};
+use super::component::FunctionImage;
+use super::state::{InvocationState, Limiter};
+use super::Engine;
+use crate::scheduler::{DeviceQueue, MemoryAccount};
+
+/// Where an invocation runs and whom it is charged to.
+#[derive(Clone)]
+pub struct InvocationContext {
+    /// The device's scheduler.
+    pub queue: DeviceQueue,
+    /// The account the invocation's tensors are charged to (its parent is the tenant's).
+    pub account: Arc<MemoryAccount>,
+}
+
+/// The outputs of a successful invocation and what it cost.
+#[derive(Debug)]
+pub struct InvocationOutput {
+    pub outputs: Vec<IoTensor>,
+    /// Time to create the store and instance.
+    pub instantiate: Duration,
+    /// Time in the guest's `run`, including waits for the device.
+    pub execute: Duration,
+    /// Ops the guest launched.
+    pub launches: u64,
+    /// Most device memory its tensors held at once.
+    pub peak_device_bytes: u64,
+}
+
+/// Why an invocation failed. Each variant names the function and the limit.
+#[derive(Debug, thiserror::Error)]
+pub enum InvokeError {
+    #[error("invalid input for function {function:?}: {message}")]
+    InvalidInput { function: String, message: String },
+    #[error("function {function:?} failed: {message}")]
+    Failed { function: String, message: String },
+    #[error("function {function:?} trapped: {message}{}", stderr_suffix(stderr))]
+    Trapped { function: String, message: String, stderr: String },
+    #[error("function {function:?} exceeded its time limit of {} ms", limit.as_millis())]
+    Timeout { function: String, limit: Duration },
+    #[error("function {function:?} exceeded its memory limit of {limit} bytes (it asked for {requested})")]
+    MemoryLimit { function: String, limit: usize, requested: usize },
+    #[error("function {function:?} returned {bytes} bytes of outputs, more than the limit of {limit}")]
+    OutputTooLarge { function: String, bytes: usize, limit: usize },
+}
+
+fn stderr_suffix(stderr: &str) -> String {
+    if stderr.is_empty() { String::new() } else { format!("; guest stderr: {}", stderr.trim_end()) }
+}
+
+impl InvokeError {
+    /// Stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            InvokeError::InvalidInput { .. } => "invalid_input",
+            InvokeError::Failed { .. } => "function_failed",
+            InvokeError::Trapped { .. } => "function_trapped",
+            InvokeError::Timeout { .. } => "timeout",
+            InvokeError::MemoryLimit { .. } => "memory_limit_exceeded",
+            InvokeError::OutputTooLarge { .. } => "output_too_large",
+        }
+    }
+}
+
+/// Size of an output's elements in bytes.
+fn io_bytes(t: &IoTensor) -> usize {
+    match &t.data {
+        IoData::F32(v) => v.len() * 4,
+        IoData::F16(v) | IoData::Bf16(v) => v.len() * 2,
+        IoData::I32(v) => v.len() * 4,
+        IoData::I64(v) => v.len() * 8,
+        IoData::U8(v) => v.len(),
+        IoData::Bytes(v) => v.iter().map(Vec::len).sum(),
+    }
+}
+
+const STDERR_CAPTURE_BYTES: usize = 8 << 10;
+
+impl Engine {
+    /// Runs `image` once on `inputs` in a fresh instance.
+    pub async fn invoke(
+        &self,
+        image: &FunctionImage,
+        ctx: InvocationContext,
+        inputs: &[IoTensor],
+    ) -> Result<InvocationOutput, InvokeError> {
+        let started = Instant::now();
+        let function = image.name.clone();
+        let limits = &image.limits;
+        let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
+        let wasi = WasiCtx::builder().stdout(stderr.clone()).stderr(stderr.clone()).build();
+        let state = InvocationState {
+            table: ResourceTable::new(),
+            wasi,
+            limiter: Limiter { memory_bytes: limits.sandbox.memory_bytes, denied: None },
+            queue: ctx.queue,
+            account: ctx.account.clone(),
+            artifacts: image.artifacts.clone(),
+            limits: limits.sandbox.clone(),
+            stderr,
+            launches: 0,
+        };
+        let mut store = Store::new(self.wasmtime(), state);
+        store.limiter(|s| &mut s.limiter);
+        let tick = self.config().epoch_tick.as_nanos().max(1);
+        store.set_epoch_deadline((limits.timeout.as_nanos() / tick).max(1) as u64 + 1);
+        store.epoch_deadline_trap();
+
+        let call = async {
+            let instance = image.pre.instantiate_async(&mut store).await?;
+            let instantiated = Instant::now();
+            let result = instance.call_run(&mut store, inputs).await;
+            Ok::<_, wasmtime::Error>((instantiated, result))
+        };
+        let outcome = tokio::time::timeout(limits.timeout, call).await;
+        let (instantiated, result) = match outcome {
+            Err(_elapsed) => return Err(InvokeError::Timeout { function, limit: limits.timeout }),
+            Ok(Err(e)) => return Err(classify_trap(&store, function, e, limits.timeout)),
+            Ok(Ok((t, Err(e)))) => (t, Err(e)),
+            Ok(Ok((t, Ok(r)))) => (t, Ok(r)),
+        };
+        let returned = match result {
+            Err(e) => return Err(classify_trap(&store, function, e, limits.timeout)),
+            Ok(r) => r,
+        };
+        let finished = Instant::now();
+        let outputs = match returned {
+            Ok(outputs) => outputs,
+            Err(RunError::InvalidInput(message)) => return Err(InvokeError::InvalidInput { function, message }),
+            Err(RunError::Failed(message)) => return Err(InvokeError::Failed { function, message }),
+        };
+        let bytes: usize = outputs.iter().map(io_bytes).sum();
+        if bytes > limits.max_output_bytes {
+            return Err(InvokeError::OutputTooLarge { function, bytes, limit: limits.max_output_bytes });
+        }
+        let launches = store.data().launches;
+        Ok(InvocationOutput {
+            outputs,
+            instantiate: instantiated - started,
+            execute: finished - instantiated,
+            launches,
+            peak_device_bytes: ctx.account.peak(),
+        })
+    }
+}
+
+fn classify_trap(store: &Store<InvocationState>, function: String, e: wasmtime::Error, timeout: Duration) -> InvokeError {
+    let state = store.data();
+    if let Some(requested) = state.limiter.denied {
+        return InvokeError::MemoryLimit { function, limit: state.limiter.memory_bytes, requested };
+    }
+    if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
+        return InvokeError::Timeout { function, limit: timeout };
+    }
+    let stderr = String::from_utf8_lossy(&state.stderr.contents()).into_owned();
+    let message = match e.downcast_ref::<wasmtime::Trap>() {
+        Some(trap) => format!("{trap}"),
+        None => format!("{e:#}"),
+    };
+    InvokeError::Trapped { function, message, stderr }
+}

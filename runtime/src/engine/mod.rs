@@ -1,0 +1,119 @@
+//! The sandbox: wasmtime configured for many short, isolated invocations.
+//!
+//! One [`Engine`] per process: the component model with async support, the pooling
+//! allocator (so a fresh instance per invocation costs microseconds), epoch
+//! interruption for wall-clock deadlines and a per-instance memory limiter. A
+//! component is checked against the `inference` world once ([`Engine::prepare`])
+//! and pre-instantiated; [`Engine::invoke`] then runs it in a fresh store.
+
+mod artifacts;
+mod bindings;
+mod component;
+mod convert;
+mod host;
+mod invoke;
+mod state;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+pub use artifacts::{ArtifactSet, ArtifactStats};
+pub use bindings::{IoData, IoTensor, RunError};
+pub use component::{ComponentError, FunctionImage, FunctionLimits};
+pub use invoke::{InvocationContext, InvocationOutput, InvokeError};
+pub use state::SandboxLimits;
+
+use state::InvocationState;
+
+/// Process-wide sandbox settings.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Instances that may exist at once (sizes the pooling allocator).
+    pub max_instances: u32,
+    /// Ceiling for any function's linear memory; each function may set a lower one.
+    pub max_memory_bytes: usize,
+    /// Granularity of wall-clock deadlines.
+    pub epoch_tick: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig { max_instances: 128, max_memory_bytes: 1 << 30, epoch_tick: Duration::from_millis(5) }
+    }
+}
+
+/// The wasmtime engine, the linker with the host API, and the epoch clock.
+pub struct Engine {
+    wasmtime: wasmtime::Engine,
+    linker: Linker<InvocationState>,
+    config: EngineConfig,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl Engine {
+    /// Configures wasmtime and starts the epoch clock.
+    pub fn new(config: EngineConfig) -> anyhow::Result<Engine> {
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(config.max_instances)
+            .total_core_instances(config.max_instances * 8)
+            .total_memories(config.max_instances * 2)
+            .total_tables(config.max_instances * 4)
+            .total_stacks(config.max_instances)
+            .max_memory_size(config.max_memory_bytes);
+        let mut wt = Config::new();
+        wt.wasm_component_model(true)
+            .epoch_interruption(true)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let wasmtime = wasmtime::Engine::new(&wt)?;
+        let mut linker = Linker::new(&wasmtime);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        bindings::Inference::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)?;
+
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        let (engine, stop, tick) = (wasmtime.clone(), ticker_stop.clone(), config.epoch_tick);
+        std::thread::Builder::new().name("sluice-epoch".into()).spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(tick);
+                engine.increment_epoch();
+            }
+        })?;
+        Ok(Engine { wasmtime, linker, config, ticker_stop })
+    }
+
+    /// The settings this engine runs with.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Identifies the compiled-code format: precompiled components are only
+    /// reusable by an engine with the same fingerprint.
+    pub fn fingerprint(&self) -> String {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        let mut h = DefaultHasher::new();
+        self.wasmtime.precompile_compatibility_hash().hash(&mut h);
+        format!("wasmtime-{}-{:016x}", env!("CARGO_PKG_VERSION"), h.finish())
+    }
+
+    pub(crate) fn wasmtime(&self) -> &wasmtime::Engine {
+        &self.wasmtime
+    }
+
+    pub(crate) fn linker(&self) -> &Linker<InvocationState> {
+        &self.linker
+    }
+
+    /// Compiles a component from its binary, checking that it is one.
+    pub fn compile(&self, wasm: &[u8]) -> Result<Component, ComponentError> {
+        component::compile(self, wasm)
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,126 @@
+//! Per-invocation store state and the host representation of a guest tensor.
+//!
+//! Each invocation gets a fresh [`InvocationState`] in a fresh store. Tensor handles
+//! live in its `ResourceTable`, so an instance can only ever name its own tensors;
+//! when the store is dropped (normally or after a trap) every handle is dropped, and
+//! with it the device memory and the quota reservation.
+
+use std::sync::Arc;
+
+use sluice_host_api::{ApiError, TensorMeta};
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::artifacts::ArtifactSet;
+use crate::scheduler::{DeviceQueue, MemoryAccount, TensorId};
+
+/// A device tensor held by a guest: its id, metadata and the lease that frees it.
+pub struct TensorHandle {
+    pub(crate) id: TensorId,
+    pub(crate) meta: TensorMeta,
+    _lease: Lease,
+}
+
+#[expect(dead_code, reason = "the allocations are held only for their Drop")]
+enum Lease {
+    /// The tensor belongs to this handle alone.
+    Owned(Allocation),
+    /// A shared read-only tensor (weights); freed with its last holder.
+    Shared(Arc<Allocation>),
+}
+
+/// Device memory reserved against an account; dropping it frees the tensor and
+/// returns the reservation.
+pub(crate) struct Allocation {
+    id: TensorId,
+    bytes: u64,
+    account: Arc<MemoryAccount>,
+    queue: DeviceQueue,
+}
+
+impl Allocation {
+    /// Reserves `meta`'s bytes in `account` for a new tensor on `queue`.
+    pub(crate) fn reserve(
+        queue: &DeviceQueue,
+        account: &Arc<MemoryAccount>,
+        meta: &TensorMeta,
+    ) -> Result<Allocation, ApiError> {
+        let bytes = meta.byte_len() as u64;
+        account.reserve(bytes)?;
+        Ok(Allocation { id: queue.new_tensor_id(), bytes, account: account.clone(), queue: queue.clone() })
+    }
+
+    pub(crate) fn id(&self) -> TensorId {
+        self.id
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        self.queue.free(self.id);
+        self.account.release(self.bytes);
+    }
+}
+
+impl TensorHandle {
+    pub(crate) fn owned(allocation: Allocation, meta: TensorMeta) -> Self {
+        TensorHandle { id: allocation.id, meta, _lease: Lease::Owned(allocation) }
+    }
+
+    pub(crate) fn shared(allocation: Arc<Allocation>, meta: TensorMeta) -> Self {
+        TensorHandle { id: allocation.id, meta, _lease: Lease::Shared(allocation) }
+    }
+}
+
+/// Limits of one invocation's sandbox.
+#[derive(Clone, Debug)]
+pub struct SandboxLimits {
+    /// Largest linear memory the guest may grow to.
+    pub memory_bytes: usize,
+    /// Largest tensor the guest may read back in one call.
+    pub max_read_bytes: usize,
+    /// Largest artifact the guest may read as raw bytes.
+    pub max_artifact_read_bytes: usize,
+}
+
+/// Refuses linear-memory growth past the cap, and remembers that it did, so a
+/// resulting trap can be reported as "memory limit exceeded".
+pub(crate) struct Limiter {
+    pub(crate) memory_bytes: usize,
+    pub(crate) denied: Option<usize>,
+}
+
+impl wasmtime::ResourceLimiter for Limiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.memory_bytes {
+            self.denied = Some(desired);
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 1 << 20)
+    }
+}
+
+/// Everything the host side of one invocation needs.
+pub struct InvocationState {
+    pub(crate) table: ResourceTable,
+    pub(crate) wasi: WasiCtx,
+    pub(crate) limiter: Limiter,
+    pub(crate) queue: DeviceQueue,
+    pub(crate) account: Arc<MemoryAccount>,
+    pub(crate) artifacts: Arc<ArtifactSet>,
+    pub(crate) limits: SandboxLimits,
+    pub(crate) stderr: MemoryOutputPipe,
+    /// Ops launched by this invocation.
+    pub(crate) launches: u64,
+}
+
+impl WasiView for InvocationState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
