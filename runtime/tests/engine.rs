@@ -1,0 +1,202 @@
+//! The engine end to end on the CPU device: real components, real wasmtime.
+//!
+//! Round trips of `echo` and `mlp`, one test per `misbehave` mode (each asserting the
+//! error, that every tensor of the failed invocation is freed, and that the next
+//! invocation succeeds), and the rejection of files that are not inference components.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{context, host, prepare};
+use half::{bf16, f16};
+use sluice_runtime::engine::{ComponentError, FunctionLimits, InvokeError, IoData, IoTensor};
+
+fn tensor(name: &str, shape: &[u64], data: IoData) -> IoTensor {
+    IoTensor { name: name.into(), shape: shape.to_vec(), data }
+}
+
+fn text(name: &str, s: &str) -> IoTensor {
+    tensor(name, &[1], IoData::Bytes(vec![s.as_bytes().to_vec()]))
+}
+
+#[tokio::test]
+async fn echo_round_trips_every_datatype() {
+    let image = prepare("echo", FunctionLimits::default());
+    let inputs = vec![
+        tensor("a", &[2, 3], IoData::F32(vec![1.5, -2.0, 0.0, f32::MAX, f32::MIN_POSITIVE, 7.25])),
+        tensor("b", &[2], IoData::F16(vec![f16::from_f32(0.5).to_bits(), f16::from_f32(-3.0).to_bits()])),
+        tensor("c", &[1, 1], IoData::Bf16(vec![bf16::from_f32(1e10).to_bits()])),
+        tensor("d", &[3], IoData::I32(vec![i32::MIN, 0, i32::MAX])),
+        tensor("e", &[2], IoData::I64(vec![i64::MIN, 42])),
+        tensor("f", &[0, 4], IoData::U8(vec![])),
+        tensor("g", &[2], IoData::Bytes(vec![b"h\xc3\xa9".to_vec(), vec![0, 255]])),
+        tensor("h", &[], IoData::F32(vec![3.0])),
+    ];
+    let (ctx, account) = context();
+    let out = host().engine.invoke(&image, ctx, &inputs).await.expect("echo");
+    assert_eq!(out.outputs, inputs);
+    assert!(out.launches == 0, "echo launches no kernels, only uploads");
+    assert_eq!(account.used(), 0, "all tensors freed after the invocation");
+    assert!(account.peak() > 0);
+}
+
+/// The mlp's documented weights (see functions/mlp), recomputed independently.
+fn mlp_weights() -> Vec<Vec<f64>> {
+    let mut state: u64 = 42;
+    let mut next = || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let mut draw = |count: usize, fan_in: f64| -> Vec<f64> {
+        (0..count)
+            .map(|_| {
+                let u = (next() >> 11) as f64 * 2f64.powi(-53);
+                ((2.0 * u - 1.0) / fan_in.sqrt()) as f32 as f64
+            })
+            .collect()
+    };
+    vec![draw(16 * 64, 16.0), draw(64, 16.0), draw(64 * 64, 64.0), draw(64, 64.0), draw(64 * 10, 64.0), draw(10, 64.0)]
+}
+
+fn dense(x: &[f64], w: &[f64], b: &[f64], fan_out: usize) -> Vec<f64> {
+    (0..fan_out).map(|j| b[j] + x.iter().enumerate().map(|(i, xi)| xi * w[i * fan_out + j]).sum::<f64>()).collect()
+}
+
+fn mlp_reference(row: &[f64]) -> Vec<f64> {
+    let w = mlp_weights();
+    let h1: Vec<f64> = dense(row, &w[0], &w[1], 64).into_iter().map(|v| v.max(0.0)).collect();
+    let h2: Vec<f64> =
+        dense(&h1, &w[2], &w[3], 64).into_iter().map(|v| 0.5 * v * (1.0 + libm::erf(v / 2f64.sqrt()))).collect();
+    let logits = dense(&h2, &w[4], &w[5], 10);
+    let max = logits.iter().cloned().fold(f64::MIN, f64::max);
+    let exps: Vec<f64> = logits.iter().map(|l| (l - max).exp()).collect();
+    let sum: f64 = exps.iter().sum();
+    exps.iter().map(|e| e / sum).collect()
+}
+
+#[tokio::test]
+async fn mlp_matches_an_independent_reference() {
+    let image = prepare("mlp", FunctionLimits::default());
+    let n = 3;
+    let x: Vec<f32> = (0..n * 16).map(|i| ((i * 37 % 23) as f32 - 11.0) / 4.0).collect();
+    let (ctx, account) = context();
+    let out = host().engine.invoke(&image, ctx, &[tensor("input", &[n as u64, 16], IoData::F32(x.clone()))]).await.unwrap();
+    assert_eq!(out.outputs.len(), 1);
+    let p = &out.outputs[0];
+    assert_eq!((p.name.as_str(), p.shape.as_slice()), ("probabilities", &[n as u64, 10][..]));
+    let IoData::F32(got) = &p.data else { panic!("FP32 expected, got {:?}", p.data) };
+    for r in 0..n {
+        let row: Vec<f64> = x[r * 16..(r + 1) * 16].iter().map(|&v| v as f64).collect();
+        let want = mlp_reference(&row);
+        for (g, w) in got[r * 10..(r + 1) * 10].iter().zip(&want) {
+            assert!((*g as f64 - w).abs() < 1e-5, "row {r}: got {g}, want {w}");
+        }
+    }
+    assert!(out.launches >= 9, "the mlp runs on the device ({} launches)", out.launches);
+    assert_eq!(account.used(), 0);
+}
+
+#[tokio::test]
+async fn mlp_rejects_a_wrong_shape_as_invalid_input() {
+    let image = prepare("mlp", FunctionLimits::default());
+    let (ctx, _) = context();
+    let err = host().engine.invoke(&image, ctx, &[tensor("input", &[2, 15], IoData::F32(vec![0.0; 30]))]).await.unwrap_err();
+    assert!(matches!(err, InvokeError::InvalidInput { .. }), "{err}");
+}
+
+/// Runs one misbehave mode, then checks the invocation's memory is back to zero and
+/// that an `ok` invocation of the same image still succeeds.
+async fn misbehave(mode: &str, limits: FunctionLimits) -> Result<Vec<IoTensor>, InvokeError> {
+    let image = prepare("misbehave", limits);
+    let (ctx, account) = context();
+    let result = host().engine.invoke(&image, ctx, &[text("mode", mode)]).await;
+    assert_eq!(account.used(), 0, "mode {mode}: every tensor of the invocation is freed");
+    let (ctx, _) = context();
+    let ok = host().engine.invoke(&image, ctx, &[text("mode", "ok")]).await.expect("the next invocation succeeds");
+    assert_eq!(ok.outputs[0].data, IoData::Bytes(vec![b"ok".to_vec()]));
+    result.map(|o| o.outputs)
+}
+
+#[tokio::test]
+async fn misbehave_trap_fails_alone_with_the_panic_message() {
+    let err = misbehave("trap", FunctionLimits::default()).await.unwrap_err();
+    let InvokeError::Trapped { function, stderr, .. } = &err else { panic!("{err}") };
+    assert_eq!(function, "misbehave");
+    assert!(stderr.contains("trap requested"), "guest stderr is reported: {stderr:?}");
+}
+
+#[tokio::test]
+async fn misbehave_loop_is_stopped_at_its_deadline() {
+    let limits = FunctionLimits { timeout: Duration::from_millis(300), ..FunctionLimits::default() };
+    let started = std::time::Instant::now();
+    let err = misbehave("loop", limits).await.unwrap_err();
+    assert!(matches!(err, InvokeError::Timeout { limit, .. } if limit == Duration::from_millis(300)), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5), "stopped promptly: {:?}", started.elapsed());
+    assert!(err.to_string().contains("time limit of 300 ms"), "{err}");
+}
+
+#[tokio::test]
+async fn misbehave_oom_hits_the_memory_cap() {
+    let mut limits = FunctionLimits::default();
+    limits.sandbox.memory_bytes = 32 << 20;
+    let err = misbehave("oom", limits).await.unwrap_err();
+    assert!(matches!(err, InvokeError::MemoryLimit { limit, .. } if limit == 32 << 20), "{err}");
+}
+
+#[tokio::test]
+async fn misbehave_bad_shape_gets_a_typed_error_not_a_trap() {
+    let err = misbehave("bad-shape", FunctionLimits::default()).await.unwrap_err();
+    let InvokeError::Failed { message, .. } = &err else { panic!("{err}") };
+    assert!(message.starts_with("shape-mismatch:"), "{message}");
+}
+
+#[tokio::test]
+async fn misbehave_leak_frees_never_read_tensors() {
+    let before = host().queue.fence().await.resident_tensors;
+    let out = misbehave("leak", FunctionLimits::default()).await.unwrap();
+    assert_eq!(out[1].data, IoData::I64(vec![2000]));
+    let after = host().queue.fence().await;
+    // Other tests may run concurrently on the shared device, but none keeps 2000 tensors.
+    assert!(after.resident_tensors < before + 100, "{} tensors left resident", after.resident_tensors);
+}
+
+#[tokio::test]
+async fn misbehave_huge_output_is_refused() {
+    let mut limits = FunctionLimits::default();
+    limits.sandbox.memory_bytes = 768 << 20;
+    let err = misbehave("huge-output", limits).await.unwrap_err();
+    assert!(matches!(err, InvokeError::TransferTooLarge { limit, .. } if limit == 65 << 20), "{err}");
+    assert_eq!(err.code(), "output_too_large");
+}
+
+#[test]
+fn files_that_are_not_inference_components_are_rejected() {
+    let engine = &host().engine;
+    let core_module = b"\0asm\x01\0\0\0";
+    assert!(matches!(engine.precompile(core_module), Err(ComponentError::CoreModule)));
+    assert!(matches!(engine.precompile(b"{\"not\": \"wasm\"}"), Err(ComponentError::NotWasm)));
+    assert!(matches!(engine.precompile(b""), Err(ComponentError::NotWasm)));
+    let truncated = &common::component("echo")[..1000];
+    assert!(matches!(engine.precompile(truncated), Err(ComponentError::Invalid(_))));
+    // A valid component of another world: the empty component exports no `run`.
+    let empty_component = b"\0asm\x0d\0\x01\0";
+    let err = engine.precompile(empty_component).unwrap_err();
+    assert!(matches!(err, ComponentError::WrongWorld(_)), "{err}");
+    assert!(err.to_string().contains("sluice:gpu/inference"), "{err}");
+}
+
+#[tokio::test]
+async fn precompiled_components_load_without_compiling() {
+    let engine = &host().engine;
+    let compiled = engine.precompile(&common::component("echo")).unwrap();
+    let component = engine.deserialize(&compiled).unwrap();
+    let image = engine.prepare("echo", &component, sluice_runtime::engine::ArtifactSet::empty(), FunctionLimits::default()).unwrap();
+    let (ctx, _) = context();
+    let input = tensor("x", &[1], IoData::I32(vec![5]));
+    let out = engine.invoke(&image, ctx, std::slice::from_ref(&input)).await.unwrap();
+    assert_eq!(out.outputs, vec![input]);
+}
