@@ -3,18 +3,25 @@
 //! Each device gets one [`DeviceQueue`]: a handle that engine code on any thread uses
 //! to submit work, and one actor thread that owns the device, every tensor's buffer
 //! on it and the queues of pending work. Nothing else touches a device. The host
-//! side of an op launch only validates the op (shape inference), allocates a
-//! [`TensorId`] and sends a message, so launches are asynchronous like CUDA: the
-//! output handle exists at once, and only a read waits for the device.
+//! side of an op launch only validates the op, allocates a [`TensorId`] and sends a
+//! message, so launches are asynchronous like CUDA: the output handle exists at
+//! once, and only a read waits for the device.
 //!
-//! Work from one invocation runs in submission order. Between invocations the actor
-//! decides the order (see [`worker`]).
+//! Work is queued per invocation and runs in submission order within it. Between
+//! invocations the [`Policy`] decides: strict priority of latency over batch work,
+//! weighted fair sharing of measured device time between tenants within a class,
+//! and slicing of large best-effort kernels while latency work is active, so that
+//! latency work waits at most about one [`SchedulerConfig::preemption_budget`].
 
+mod cost;
 mod memory;
+mod queues;
+mod status;
 mod worker;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use sluice_host_api::{ApiError, Op, TensorMeta};
@@ -22,49 +29,94 @@ use tokio::sync::oneshot;
 
 use crate::backend::{Buffer, Device, DeviceInfo};
 
+pub use cost::{CostModel, KernelKey};
 pub use memory::MemoryAccount;
+pub use status::{DeviceStatus, LatencySummary, TenantStatus};
 
 /// Names one tensor on one device. Never reused within a process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TensorId(pub u64);
 
-/// Names one invocation, for ordering and accounting.
+/// Names one invocation's stream of work on one device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct InvocationId(pub u64);
 
-/// A request to the device actor.
-pub(crate) enum Command {
-    /// Copy host bytes into a new tensor.
-    Upload { id: TensorId, meta: TensorMeta, bytes: Vec<u8> },
-    /// Adopt a buffer produced elsewhere (shared weights loaded on this thread).
-    Adopt { id: TensorId, buffer: Buffer },
-    /// Run an op whose output is `id`.
-    Launch { id: TensorId, op: Op, inputs: Vec<(TensorId, TensorMeta)>, out: TensorMeta },
-    /// Copy a tensor back to the host once its producers are done.
-    Read { id: TensorId, meta: TensorMeta, reply: oneshot::Sender<Result<Vec<u8>, ApiError>> },
-    /// The tensor's last handle is gone.
-    Free { id: TensorId },
-    /// Answer once every earlier command has been executed.
-    Fence { reply: oneshot::Sender<QueueStats> },
+impl InvocationId {
+    /// The runtime's own work (shared weight uploads): runs before anything else and
+    /// is never cancelled.
+    pub const SYSTEM: InvocationId = InvocationId(0);
 }
 
-/// Counters of one device queue, read through a fence.
-#[derive(Clone, Debug, Default, serde::Serialize)]
-pub struct QueueStats {
-    /// Tensors currently resident.
-    pub resident_tensors: usize,
-    /// Bytes currently resident.
-    pub resident_bytes: u64,
-    /// Kernels launched since start.
-    pub kernels: u64,
-    /// Uploads since start.
-    pub uploads: u64,
+/// Priority class of a function, set at deploy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PriorityClass {
+    /// Latency-critical: always runs before batch work.
+    #[default]
+    Latency,
+    /// Best-effort: fills the device when latency work leaves room.
+    Batch,
+}
+
+/// Who an invocation's work belongs to.
+#[derive(Clone, Debug)]
+pub struct SchedulingInfo {
+    pub tenant: Arc<str>,
+    pub class: PriorityClass,
+    /// The tenant's weight in fair sharing (≥ 1).
+    pub weight: u32,
+}
+
+/// How the scheduler orders work between invocations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Policy {
+    /// Arrival order, no classes, no slicing: the baseline.
+    Fifo,
+    /// Strict priority between classes, weighted fair share within, preemption of
+    /// best-effort work at kernel boundaries (and by slicing).
+    Priority,
+}
+
+/// Scheduler settings of one device.
+#[derive(Clone, Debug)]
+pub struct SchedulerConfig {
+    pub policy: Policy,
+    /// While latency work is active, no best-effort kernel estimated longer than this
+    /// runs whole: it is sliced into pieces that fit.
+    pub preemption_budget: Duration,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig { policy: Policy::Priority, preemption_budget: Duration::from_micros(100) }
+    }
+}
+
+/// One unit of queued work.
+pub(crate) enum Work {
+    Upload { id: TensorId, meta: TensorMeta, bytes: Vec<u8> },
+    Launch { id: TensorId, op: Op, inputs: Vec<(TensorId, TensorMeta)>, out: TensorMeta },
+}
+
+/// A request to the device actor.
+pub(crate) enum Command {
+    Begin { inv: InvocationId, info: SchedulingInfo },
+    End { inv: InvocationId },
+    Work { inv: InvocationId, work: Work, at: Instant },
+    Adopt { id: TensorId, buffer: Buffer },
+    Read { id: TensorId, meta: TensorMeta, reply: oneshot::Sender<Result<Vec<u8>, ApiError>> },
+    Free { id: TensorId },
+    /// Answer once every kernel queued before has run.
+    Status { reply: oneshot::Sender<DeviceStatus> },
 }
 
 struct Shared {
     tx: Sender<Command>,
     info: DeviceInfo,
+    config: SchedulerConfig,
     next_tensor: AtomicU64,
+    next_invocation: AtomicU64,
 }
 
 /// Handle to one device's scheduler. Cheap to clone.
@@ -74,17 +126,29 @@ pub struct DeviceQueue {
 }
 
 impl DeviceQueue {
-    /// Starts the actor thread that owns `device`.
+    /// Starts the actor thread that owns `device`, with the default configuration.
     pub fn start(device: Box<dyn Device>) -> DeviceQueue {
+        Self::start_with(device, SchedulerConfig::default())
+    }
+
+    /// Starts the actor thread that owns `device`.
+    pub fn start_with(device: Box<dyn Device>, config: SchedulerConfig) -> DeviceQueue {
         let info = device.info();
         let (tx, rx) = crossbeam_channel::unbounded();
         let name = format!("sluice-{:?}", info.kind).to_lowercase();
+        let worker_config = config.clone();
         std::thread::Builder::new()
             .name(name)
-            .spawn(move || worker::run(device, rx))
+            .spawn(move || worker::run(device, worker_config, rx))
             .expect("spawning the device thread");
         DeviceQueue {
-            shared: Arc::new(Shared { tx, info, next_tensor: AtomicU64::new(1) }),
+            shared: Arc::new(Shared {
+                tx,
+                info,
+                config,
+                next_tensor: AtomicU64::new(1),
+                next_invocation: AtomicU64::new(1),
+            }),
         }
     }
 
@@ -93,20 +157,33 @@ impl DeviceQueue {
         &self.shared.info
     }
 
+    /// The scheduler's settings.
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.shared.config
+    }
+
     /// A fresh tensor id.
     pub fn new_tensor_id(&self) -> TensorId {
         TensorId(self.shared.next_tensor.fetch_add(1, Ordering::Relaxed))
     }
 
-    pub(crate) fn send(&self, command: Command) {
+    fn send(&self, command: Command) {
         // The actor only stops when every handle is gone, so a send cannot fail
         // while `self` exists.
         let _ = self.shared.tx.send(command);
     }
 
+    /// Opens a stream of work for one invocation; dropping the guard ends it and
+    /// cancels whatever it still has queued.
+    pub fn begin(&self, info: SchedulingInfo) -> InvocationGuard {
+        let inv = InvocationId(self.shared.next_invocation.fetch_add(1, Ordering::Relaxed));
+        self.send(Command::Begin { inv, info });
+        InvocationGuard { inv, queue: self.clone() }
+    }
+
     /// Queues an upload of `bytes` (exactly `meta.byte_len()`) as tensor `id`.
-    pub fn upload(&self, id: TensorId, meta: TensorMeta, bytes: Vec<u8>) {
-        self.send(Command::Upload { id, meta, bytes });
+    pub fn upload(&self, inv: InvocationId, id: TensorId, meta: TensorMeta, bytes: Vec<u8>) {
+        self.send(Command::Work { inv, work: Work::Upload { id, meta, bytes }, at: Instant::now() });
     }
 
     /// Registers a buffer that already lives on this device as tensor `id`.
@@ -115,8 +192,8 @@ impl DeviceQueue {
     }
 
     /// Queues `op` on `inputs`; its result becomes tensor `id` with metadata `out`.
-    pub fn launch(&self, id: TensorId, op: Op, inputs: Vec<(TensorId, TensorMeta)>, out: TensorMeta) {
-        self.send(Command::Launch { id, op, inputs, out });
+    pub fn launch(&self, inv: InvocationId, id: TensorId, op: Op, inputs: Vec<(TensorId, TensorMeta)>, out: TensorMeta) {
+        self.send(Command::Work { inv, work: Work::Launch { id, op, inputs, out }, at: Instant::now() });
     }
 
     /// Waits for tensor `id` and returns its little-endian bytes.
@@ -133,16 +210,41 @@ impl DeviceQueue {
         rx.blocking_recv().unwrap_or_else(|_| Err(device_gone()))
     }
 
-    /// Releases tensor `id`.
+    /// Releases tensor `id` once no queued kernel needs it.
     pub fn free(&self, id: TensorId) {
         self.send(Command::Free { id });
     }
 
-    /// Waits until every command sent before has run, and returns the queue's counters.
-    pub async fn fence(&self) -> QueueStats {
+    /// Waits until every kernel queued before has run, and returns the status.
+    pub async fn status(&self) -> DeviceStatus {
         let (reply, rx) = oneshot::channel();
-        self.send(Command::Fence { reply });
-        rx.await.unwrap_or_default()
+        self.send(Command::Status { reply });
+        rx.await.expect("the device thread has stopped")
+    }
+
+    /// Blocking variant of [`DeviceQueue::status`].
+    pub fn status_blocking(&self) -> DeviceStatus {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Status { reply });
+        rx.blocking_recv().expect("the device thread has stopped")
+    }
+}
+
+/// An open invocation on a device; ends it when dropped.
+pub struct InvocationGuard {
+    inv: InvocationId,
+    queue: DeviceQueue,
+}
+
+impl InvocationGuard {
+    pub fn id(&self) -> InvocationId {
+        self.inv
+    }
+}
+
+impl Drop for InvocationGuard {
+    fn drop(&mut self) {
+        self.queue.send(Command::End { inv: self.inv });
     }
 }
 

@@ -1,0 +1,132 @@
+//! The online cost model: how long a kernel will take, learned from how long
+//! kernels took.
+//!
+//! Two levels: an exact entry per (op, shapes, dtypes), an exponentially weighted
+//! average of measured durations; and, for shapes not seen yet, a rate per op family
+//! (nanoseconds per unit of work: FLOPs for matmul and conv, elements touched for
+//! the rest) learned from every measurement of that family. The scheduler uses the
+//! estimate to decide whether a best-effort kernel fits the preemption budget and
+//! must be sliced; fair share itself charges measured time, not estimates.
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::time::Duration;
+
+use sluice_host_api::{Op, TensorMeta};
+
+/// Weight of a new measurement in the averages.
+const ALPHA: f64 = 0.2;
+
+/// What the model needs to know about one kernel.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelKey {
+    exact: u64,
+    family: &'static str,
+    /// Units of work (FLOPs or elements).
+    pub work: f64,
+}
+
+impl KernelKey {
+    /// Describes `op` on inputs `inputs` producing `out`.
+    pub fn new(op: &Op, inputs: &[TensorMeta], out: &TensorMeta) -> KernelKey {
+        let mut h = DefaultHasher::new();
+        format!("{op:?}").hash(&mut h);
+        for m in inputs {
+            m.hash(&mut h);
+        }
+        out.hash(&mut h);
+        KernelKey { exact: h.finish(), family: op.name(), work: work_units(op, inputs, out) }
+    }
+}
+
+/// FLOPs for contractions, elements touched for everything else.
+pub fn work_units(op: &Op, inputs: &[TensorMeta], out: &TensorMeta) -> f64 {
+    match op {
+        Op::Matmul(args) => {
+            let a = &inputs[0];
+            let k = if args.transpose_a { a.shape[a.rank() - 2] } else { a.shape[a.rank() - 1] };
+            2.0 * out.numel() as f64 * k as f64
+        }
+        Op::Conv2d(_) => {
+            let w = &inputs[1];
+            2.0 * out.numel() as f64 * (w.shape[1] * w.shape[2] * w.shape[3]) as f64
+        }
+        _ => (inputs.iter().map(TensorMeta::numel).sum::<usize>() + out.numel()) as f64,
+    }
+}
+
+/// Learned kernel costs.
+#[derive(Debug, Default)]
+pub struct CostModel {
+    exact: HashMap<u64, f64>,
+    rates: HashMap<&'static str, f64>,
+}
+
+/// A fixed per-kernel overhead assumed before anything is measured.
+const DEFAULT_OVERHEAD_NS: f64 = 500.0;
+
+impl CostModel {
+    /// Estimated duration of the kernel.
+    pub fn estimate(&self, key: &KernelKey) -> Duration {
+        let ns = match self.exact.get(&key.exact) {
+            Some(&ns) => ns,
+            None => {
+                let rate = self.rates.get(key.family).copied().unwrap_or_else(|| default_rate(key.family));
+                DEFAULT_OVERHEAD_NS + rate * key.work
+            }
+        };
+        Duration::from_nanos(ns as u64)
+    }
+
+    /// Feeds one measurement.
+    pub fn record(&mut self, key: &KernelKey, measured: Duration) {
+        let ns = measured.as_nanos() as f64;
+        let e = self.exact.entry(key.exact).or_insert(ns);
+        *e += ALPHA * (ns - *e);
+        if key.work > 0.0 {
+            let sample = (ns - DEFAULT_OVERHEAD_NS).max(0.0) / key.work;
+            let r = self.rates.entry(key.family).or_insert(sample);
+            *r += ALPHA * (sample - *r);
+        }
+    }
+
+    /// Distinct kernel shapes seen.
+    pub fn known_shapes(&self) -> usize {
+        self.exact.len()
+    }
+}
+
+/// Prior rates: ~20 GFLOP/s for contractions, ~1 ns per element otherwise.
+fn default_rate(family: &str) -> f64 {
+    match family {
+        "matmul" | "conv2d" => 0.05,
+        _ => 1.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_host_api::{DType, MatmulArgs};
+
+    fn meta(shape: &[u32]) -> TensorMeta {
+        TensorMeta::new(DType::F32, shape.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn learns_exact_shapes_and_generalises_by_family() {
+        let mut model = CostModel::default();
+        let op = Op::Matmul(MatmulArgs::default());
+        let small = KernelKey::new(&op, &[meta(&[64, 64]), meta(&[64, 64])], &meta(&[64, 64]));
+        let big = KernelKey::new(&op, &[meta(&[512, 64]), meta(&[64, 64])], &meta(&[512, 64]));
+        assert_eq!(big.work, 8.0 * small.work);
+        for _ in 0..50 {
+            model.record(&small, Duration::from_micros(100));
+        }
+        let exact = model.estimate(&small).as_micros();
+        assert!((99..=101).contains(&exact), "{exact}");
+        // Never measured, but 8× the work of a known shape of the same family.
+        let guess = model.estimate(&big).as_micros();
+        assert!((700..=900).contains(&guess), "{guess}");
+    }
+}

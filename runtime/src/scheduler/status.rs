@@ -1,0 +1,69 @@
+//! What a device's scheduler reports: queues, device time per tenant, preemptions.
+
+use serde::Serialize;
+
+use super::{Policy, PriorityClass};
+use crate::backend::DeviceInfo;
+
+/// A snapshot of one device's scheduler, taken after the commands sent before it.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceStatus {
+    pub device: DeviceInfo,
+    pub policy: Policy,
+    pub preemption_budget_us: u64,
+    /// The spatial partition in force, or why there is none.
+    pub partition: String,
+    /// Kernels and uploads waiting in queues.
+    pub queued: usize,
+    /// Invocations with an open stream on this device.
+    pub active_invocations: usize,
+    pub resident_tensors: usize,
+    pub resident_bytes: u64,
+    /// Kernels run since start (a sliced kernel counts once).
+    pub kernels: u64,
+    pub uploads: u64,
+    /// Best-effort kernels run in slices because latency work was active.
+    pub sliced_kernels: u64,
+    /// Times latency work was picked while best-effort work was waiting.
+    pub preemptions: u64,
+    /// Device time spent in kernels, in microseconds.
+    pub busy_us: u64,
+    /// Arrival of a latency invocation's first kernel → that kernel starting.
+    pub preemption_latency: LatencySummary,
+    pub tenants: Vec<TenantStatus>,
+}
+
+/// Distribution of recent latencies, in microseconds.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LatencySummary {
+    pub count: usize,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+}
+
+impl LatencySummary {
+    /// Summarises samples given in nanoseconds.
+    pub fn from_ns(samples: &[u64]) -> Self {
+        if samples.is_empty() {
+            return LatencySummary::default();
+        }
+        let mut s = samples.to_vec();
+        s.sort_unstable();
+        let at = |q: f64| s[((s.len() - 1) as f64 * q).round() as usize] as f64 / 1e3;
+        LatencySummary { count: s.len(), p50_us: at(0.5), p99_us: at(0.99), max_us: *s.last().unwrap() as f64 / 1e3 }
+    }
+}
+
+/// One tenant's share of one device (per priority class).
+#[derive(Clone, Debug, Serialize)]
+pub struct TenantStatus {
+    pub tenant: String,
+    pub class: PriorityClass,
+    pub weight: u32,
+    pub queued: usize,
+    pub active_invocations: usize,
+    pub kernels: u64,
+    /// Measured device time of its kernels, in microseconds.
+    pub device_time_us: u64,
+}
