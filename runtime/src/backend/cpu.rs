@@ -1,7 +1,9 @@
 //! The CPU device: the reference kernels of `sluice-backend-cpu` behind [`Device`].
 
 use sluice_backend_cpu::CpuBuffer;
-use sluice_host_api::{Op, TensorMeta};
+use std::ops::Range;
+
+use sluice_host_api::{MatmulArgs, Op, TensorMeta};
 
 use super::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind};
 
@@ -82,5 +84,26 @@ impl Device for CpuDevice {
 
     fn synchronize(&self) -> Result<(), DeviceError> {
         Ok(())
+    }
+
+    fn matmul_rows(
+        &self,
+        args: &MatmulArgs,
+        a: (&Buffer, &TensorMeta),
+        b: (&Buffer, &TensorMeta),
+        out: &TensorMeta,
+        rows: Range<usize>,
+    ) -> Option<Result<Buffer, DeviceError>> {
+        let run = || {
+            let (ca, cb) = (cpu(a.0)?, cpu(b.0)?);
+            sluice_backend_cpu::matmul_rows(args, (ca, a.1), (cb, b.1), out, rows)
+                .map(Buffer::Cpu)
+                .map_err(|e| DeviceError::Failure(e.to_string()))
+        };
+        Some(run())
+    }
+
+    fn partition(&self) -> String {
+        "none: the CPU backend has no spatial partitions (priorities and preemption only)".into()
     }
 }

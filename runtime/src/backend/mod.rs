@@ -13,7 +13,9 @@ mod cpu;
 
 use std::fmt;
 
-use sluice_host_api::{ApiError, ErrorCode, Op, TensorMeta};
+use std::ops::Range;
+
+use sluice_host_api::{ApiError, ErrorCode, MatmulArgs, Op, TensorMeta};
 
 pub use cpu::CpuDevice;
 pub use sluice_backend_cpu::CpuBuffer;
@@ -23,6 +25,15 @@ pub use sluice_backend_cpu::CpuBuffer;
 #[derive(Clone)]
 pub enum Buffer {
     Cpu(CpuBuffer),
+}
+
+impl Buffer {
+    /// Size of the elements in bytes.
+    pub fn byte_len(&self) -> usize {
+        match self {
+            Buffer::Cpu(b) => b.byte_len(),
+        }
+    }
 }
 
 impl fmt::Debug for Buffer {
@@ -94,4 +105,23 @@ pub trait Device: Send + Sync + 'static {
 
     /// Waits until every enqueued kernel has finished.
     fn synchronize(&self) -> Result<(), DeviceError>;
+
+    /// Output rows `rows` (of the M axis, in every batch) of a matmul whose whole
+    /// output is `out`, so the scheduler can slice a long best-effort GEMM into
+    /// pieces that fit its preemption budget. `None` if the device cannot.
+    fn matmul_rows(
+        &self,
+        _args: &MatmulArgs,
+        _a: (&Buffer, &TensorMeta),
+        _b: (&Buffer, &TensorMeta),
+        _out: &TensorMeta,
+        _rows: Range<usize>,
+    ) -> Option<Result<Buffer, DeviceError>> {
+        None
+    }
+
+    /// The spatial partition in force, or why there is none.
+    fn partition(&self) -> String {
+        "none: this device has no spatial partitions".into()
+    }
 }

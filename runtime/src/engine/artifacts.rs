@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use sluice_host_api::{ApiError, DType, ErrorCode, Op, TensorMeta};
 
 use super::state::Allocation;
-use crate::scheduler::{DeviceQueue, MemoryAccount};
+use crate::scheduler::{DeviceQueue, InvocationId, MemoryAccount};
 
 type WeightKey = (String, String, Option<DType>);
 
@@ -140,7 +140,8 @@ impl ArtifactSet {
             _ => (meta, view.data().to_vec()),
         };
         let allocation = Arc::new(Allocation::reserve(queue, &self.account, &meta)?);
-        queue.upload(allocation.id(), meta.clone(), data);
+        // Shared weights are the runtime's own work: never cancelled with an invocation.
+        queue.upload(InvocationId::SYSTEM, allocation.id(), meta.clone(), data);
         self.loaded.fetch_add(1, Ordering::Relaxed);
         self.loaded_bytes.fetch_add(meta.byte_len() as u64, Ordering::Relaxed);
         weights.insert(key, (allocation.clone(), meta.clone()));

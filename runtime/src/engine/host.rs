@@ -30,10 +30,10 @@ impl InvocationState {
         };
         let id = allocation.id();
         match source {
-            Source::Bytes(bytes) => self.queue.upload(id, meta.clone(), bytes),
+            Source::Bytes(bytes) => self.queue.upload(self.invocation, id, meta.clone(), bytes),
             Source::Op(op, inputs) => {
                 self.launches += 1;
-                self.queue.launch(id, op, inputs, meta.clone());
+                self.queue.launch(self.invocation, id, op, inputs, meta.clone());
             }
         }
         Ok(Ok(self.table.push(TensorHandle::owned(allocation, meta))?))

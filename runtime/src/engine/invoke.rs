@@ -12,7 +12,7 @@ use super::bindings::{IoData, IoTensor, RunError};
 use super::component::{FunctionImage, FunctionLimits};
 use super::state::{InvocationState, Limiter};
 use super::Engine;
-use crate::scheduler::{DeviceQueue, MemoryAccount};
+use crate::scheduler::{DeviceQueue, MemoryAccount, SchedulingInfo};
 
 /// Where an invocation runs and whom it is charged to.
 #[derive(Clone)]
@@ -21,6 +21,8 @@ pub struct InvocationContext {
     pub queue: DeviceQueue,
     /// The account the invocation's tensors are charged to (its parent is the tenant's).
     pub account: Arc<MemoryAccount>,
+    /// Tenant, priority class and weight, for the scheduler.
+    pub scheduling: SchedulingInfo,
 }
 
 /// The outputs of a successful invocation and what it cost.
@@ -102,6 +104,9 @@ impl Engine {
         let started = Instant::now();
         let function = image.name.clone();
         let limits = &image.limits;
+        // Declared before the store, so dropped after it: the invocation's handles
+        // are freed first, then its stream ends and cancels whatever is still queued.
+        let stream = ctx.queue.begin(ctx.scheduling.clone());
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
         let wasi = WasiCtx::builder().stdout(stderr.clone()).stderr(stderr.clone()).build();
         let state = InvocationState {
@@ -109,6 +114,7 @@ impl Engine {
             wasi,
             limiter: Limiter { memory_bytes: limits.sandbox.memory_bytes, denied: None },
             queue: ctx.queue,
+            invocation: stream.id(),
             account: ctx.account.clone(),
             artifacts: image.artifacts.clone(),
             limits: limits.sandbox.clone(),

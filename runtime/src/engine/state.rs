@@ -13,7 +13,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::artifacts::ArtifactSet;
-use crate::scheduler::{DeviceQueue, MemoryAccount, TensorId};
+use crate::scheduler::{DeviceQueue, InvocationId, MemoryAccount, TensorId};
 
 /// A device tensor held by a guest: its id, metadata and the lease that frees it.
 pub struct TensorHandle {
@@ -111,6 +111,7 @@ pub struct InvocationState {
     pub(crate) wasi: WasiCtx,
     pub(crate) limiter: Limiter,
     pub(crate) queue: DeviceQueue,
+    pub(crate) invocation: InvocationId,
     pub(crate) account: Arc<MemoryAccount>,
     pub(crate) artifacts: Arc<ArtifactSet>,
     pub(crate) limits: SandboxLimits,
