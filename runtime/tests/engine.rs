@@ -156,10 +156,10 @@ async fn misbehave_bad_shape_gets_a_typed_error_not_a_trap() {
 
 #[tokio::test]
 async fn misbehave_leak_frees_never_read_tensors() {
-    let before = host().queue.fence().await.resident_tensors;
+    let before = host().queue.status().await.resident_tensors;
     let out = misbehave("leak", FunctionLimits::default()).await.unwrap();
     assert_eq!(out[1].data, IoData::I64(vec![2000]));
-    let after = host().queue.fence().await;
+    let after = host().queue.status().await;
     // Other tests may run concurrently on the shared device, but none keeps 2000 tensors.
     assert!(after.resident_tensors < before + 100, "{} tensors left resident", after.resident_tensors);
 }
@@ -199,4 +199,41 @@ async fn precompiled_components_load_without_compiling() {
     let input = tensor("x", &[1], IoData::I32(vec![5]));
     let out = engine.invoke(&image, ctx, std::slice::from_ref(&input)).await.unwrap();
     assert_eq!(out.outputs, vec![input]);
+}
+
+#[tokio::test]
+async fn a_tenant_over_its_memory_quota_fails_alone() {
+    use sluice_runtime::engine::InvocationContext;
+    use sluice_runtime::scheduler::MemoryAccount;
+    let image = prepare("mlp", FunctionLimits::default());
+    let input = [tensor("input", &[4, 16], IoData::F32(vec![0.5; 64]))];
+    // Tenant A may hold 8 KiB of device memory: less than the mlp's 16 KiB layer.
+    let tenant_a = MemoryAccount::new("tenant \"a\"", Some(8 << 10), None);
+    let tenant_b = MemoryAccount::new("tenant \"b\"", None, None);
+    let ctx = |tenant: &std::sync::Arc<MemoryAccount>| InvocationContext {
+        queue: host().queue.clone(),
+        account: MemoryAccount::new("invocation", None, Some(tenant.clone())),
+        scheduling: common::scheduling(),
+    };
+    let (a, b) = tokio::join!(host().engine.invoke(&image, ctx(&tenant_a), &input), host().engine.invoke(&image, ctx(&tenant_b), &input));
+    let err = a.unwrap_err();
+    let InvokeError::Failed { message, .. } = &err else { panic!("{err}") };
+    assert!(message.contains("quota-exceeded") && message.contains("tenant \"a\""), "{message}");
+    assert_eq!(b.expect("tenant b is unaffected").outputs[0].shape, vec![4, 10]);
+    assert_eq!((tenant_a.used(), tenant_b.used()), (0, 0), "everything returned");
+}
+
+#[tokio::test]
+async fn gemm_burn_keeps_the_device_busy_for_the_requested_time() {
+    let image = prepare("gemm_burn", FunctionLimits::default());
+    let (ctx, _) = context();
+    let inputs = [
+        tensor("duration_ms", &[1], IoData::I64(vec![60])),
+        tensor("size", &[1], IoData::I64(vec![64])),
+    ];
+    let out = host().engine.invoke(&image, ctx, &inputs).await.unwrap();
+    let IoData::I64(gemms) = &out.outputs[0].data else { panic!("{:?}", out.outputs) };
+    let IoData::F32(ms) = &out.outputs[1].data else { panic!("{:?}", out.outputs) };
+    assert!(gemms[0] >= 4 && gemms[0] % 4 == 0, "{gemms:?}");
+    assert!(ms[0] >= 60.0 && ms[0] < 5000.0, "{ms:?}");
 }

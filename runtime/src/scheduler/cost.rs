@@ -30,12 +30,34 @@ impl KernelKey {
     /// Describes `op` on inputs `inputs` producing `out`.
     pub fn new(op: &Op, inputs: &[TensorMeta], out: &TensorMeta) -> KernelKey {
         let mut h = DefaultHasher::new();
-        format!("{op:?}").hash(&mut h);
+        hash_op(op, &mut h);
         for m in inputs {
             m.hash(&mut h);
         }
         out.hash(&mut h);
         KernelKey { exact: h.finish(), family: op.name(), work: work_units(op, inputs, out) }
+    }
+}
+
+/// Hashes an op's kind and parameters (floats by their bits) without formatting:
+/// this runs once per kernel on the device thread.
+fn hash_op(op: &Op, h: &mut DefaultHasher) {
+    std::mem::discriminant(op).hash(h);
+    match op {
+        Op::Matmul(a) => (a.transpose_a, a.transpose_b).hash(h),
+        Op::Binary(b) => b.hash(h),
+        Op::Unary(u) => u.hash(h),
+        Op::Affine { scale, bias } => (scale.to_bits(), bias.to_bits()).hash(h),
+        Op::Softmax { scale } => scale.to_bits().hash(h),
+        Op::LayerNorm { eps } => eps.to_bits().hash(h),
+        Op::Embedding => {}
+        Op::Reduce(r) => r.hash(h),
+        Op::Reshape(s) | Op::Permute(s) => s.hash(h),
+        Op::Slice(s) => s.hash(h),
+        Op::Concat { axis } => axis.hash(h),
+        Op::Cast(d) => d.hash(h),
+        Op::Conv2d(c) => c.hash(h),
+        Op::Pool2d(p) => p.hash(h),
     }
 }
 
