@@ -43,7 +43,6 @@ fn physical_memory_bytes() -> u64 {
 fn cpu(buffer: &Buffer) -> Result<&CpuBuffer, DeviceError> {
     match buffer {
         Buffer::Cpu(b) => Ok(b),
-        #[allow(unreachable_patterns)]
         _ => Err(DeviceError::Failure("buffer of another device passed to the CPU".into())),
     }
 }

@@ -10,6 +10,8 @@
 //! engine hold one concrete type and every backend matches only its own variant.
 
 mod cpu;
+pub mod cuda;
+mod select;
 
 use std::fmt;
 
@@ -18,6 +20,7 @@ use std::ops::Range;
 use sluice_host_api::{ApiError, ErrorCode, MatmulArgs, Op, TensorMeta};
 
 pub use cpu::CpuDevice;
+pub use select::{CudaRequired, CudaSettings, DeviceChoice, OpenedDevice, open_device};
 pub use sluice_backend_cpu::CpuBuffer;
 
 /// Device memory holding one tensor's elements. Immutable once produced: ops always
@@ -25,6 +28,7 @@ pub use sluice_backend_cpu::CpuBuffer;
 #[derive(Clone)]
 pub enum Buffer {
     Cpu(CpuBuffer),
+    Cuda(sluice_backend_cuda::CudaBuffer),
 }
 
 impl Buffer {
@@ -32,6 +36,7 @@ impl Buffer {
     pub fn byte_len(&self) -> usize {
         match self {
             Buffer::Cpu(b) => b.byte_len(),
+            Buffer::Cuda(b) => b.byte_len(),
         }
     }
 }
@@ -40,6 +45,7 @@ impl fmt::Debug for Buffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Buffer::Cpu(b) => write!(f, "Buffer::Cpu({} bytes)", b.byte_len()),
+            Buffer::Cuda(b) => write!(f, "Buffer::Cuda({} bytes)", b.byte_len()),
         }
     }
 }

@@ -1,0 +1,75 @@
+//! The CUDA device: `sluice-backend-cuda` (cudarc, loaded at run time) behind [`Device`].
+//!
+//! Built into every binary; where no driver is installed, [`CudaDevice::open`]
+//! fails with a reason ("no CUDA driver found ...") and the CPU serves instead.
+//! Supported drivers: the bindings target the CUDA 13.0 driver API (cudarc's
+//! `cuda-13000`), so the driver must support CUDA 13.0 (R580 or newer).
+
+use sluice_backend_cuda::{CudaBuffer, CudaError, CudaOptions};
+use sluice_host_api::{Op, TensorMeta};
+
+use super::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind};
+
+pub use sluice_backend_cuda::CudaUnavailable;
+
+/// One NVIDIA GPU.
+pub struct CudaDevice {
+    inner: sluice_backend_cuda::CudaDevice,
+}
+
+impl CudaDevice {
+    /// Opens GPU `options.ordinal`, or says why it cannot.
+    pub fn open(options: CudaOptions) -> Result<CudaDevice, CudaUnavailable> {
+        Ok(CudaDevice { inner: sluice_backend_cuda::CudaDevice::open(options)? })
+    }
+}
+
+fn gpu(buffer: &Buffer) -> Result<&CudaBuffer, DeviceError> {
+    match buffer {
+        Buffer::Cuda(b) => Ok(b),
+        _ => Err(DeviceError::Failure("buffer of another device passed to the GPU".into())),
+    }
+}
+
+fn error(e: CudaError) -> DeviceError {
+    match e {
+        CudaError::OutOfMemory(m) => DeviceError::OutOfMemory(m),
+        CudaError::Failure(m) => DeviceError::Failure(m),
+    }
+}
+
+impl Device for CudaDevice {
+    fn info(&self) -> DeviceInfo {
+        let (major, minor) = self.inner.compute_capability();
+        DeviceInfo {
+            kind: DeviceKind::Cuda,
+            name: format!("{} (sm_{major}{minor}, driver {})", self.inner.name(), self.inner.driver_version()),
+            memory_bytes: self.inner.total_memory(),
+            compute_units: self.inner.sm_count(),
+        }
+    }
+
+    fn upload(&self, meta: &TensorMeta, bytes: &[u8]) -> Result<Buffer, DeviceError> {
+        self.inner.upload(meta, bytes).map(Buffer::Cuda).map_err(error)
+    }
+
+    fn launch(&self, op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> Result<Buffer, DeviceError> {
+        let mut args = Vec::with_capacity(inputs.len());
+        for (b, m) in inputs {
+            args.push((gpu(b)?, *m));
+        }
+        self.inner.launch(op, &args, out).map(Buffer::Cuda).map_err(error)
+    }
+
+    fn download(&self, buffer: &Buffer, meta: &TensorMeta) -> Result<Vec<u8>, DeviceError> {
+        self.inner.download(gpu(buffer)?, meta).map_err(error)
+    }
+
+    fn synchronize(&self) -> Result<(), DeviceError> {
+        self.inner.synchronize().map_err(error)
+    }
+
+    fn partition(&self) -> String {
+        "none: green-context partitions are not enabled yet (priorities and preemption only)".into()
+    }
+}

@@ -1,0 +1,90 @@
+//! Choosing the device at start: the best available, or the one the operator forced.
+
+use std::path::PathBuf;
+
+use super::cuda::CudaDevice;
+use super::{CpuDevice, Device};
+
+/// Which backend to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceChoice {
+    /// The GPU if one is usable, else the CPU.
+    #[default]
+    Auto,
+    /// The CPU reference backend.
+    Cpu,
+    /// The GPU; fail if there is none.
+    Cuda,
+}
+
+/// Settings of the CUDA backend.
+#[derive(Clone, Debug, Default)]
+pub struct CudaSettings {
+    pub ordinal: usize,
+    /// Where compiled kernels are cached across restarts.
+    pub kernel_cache_dir: Option<PathBuf>,
+    /// Let f32 GEMMs use TF32 tensor cores.
+    pub allow_tf32: bool,
+}
+
+/// The chosen device and why it was chosen, for the start-up log.
+pub struct OpenedDevice {
+    pub device: Box<dyn Device>,
+    pub reason: String,
+}
+
+/// `--device cuda` where no GPU can be used.
+#[derive(Debug, thiserror::Error)]
+#[error("the CUDA backend was requested (--device cuda) but is unavailable: {0}")]
+pub struct CudaRequired(pub String);
+
+/// Opens the device `choice` asks for.
+pub fn open_device(choice: DeviceChoice, cuda: &CudaSettings) -> Result<OpenedDevice, CudaRequired> {
+    if choice == DeviceChoice::Cpu {
+        return Ok(OpenedDevice { device: Box::new(CpuDevice::new()), reason: "the CPU backend was requested".into() });
+    }
+    let options = sluice_backend_cuda::CudaOptions {
+        ordinal: cuda.ordinal,
+        kernel_cache_dir: cuda.kernel_cache_dir.clone(),
+        allow_tf32: cuda.allow_tf32,
+    };
+    match CudaDevice::open(options) {
+        Ok(gpu) => {
+            let info = gpu.info();
+            let reason = format!(
+                "using {} with {} GiB and {} SMs",
+                info.name,
+                info.memory_bytes >> 30,
+                info.compute_units
+            );
+            Ok(OpenedDevice { device: Box::new(gpu), reason })
+        }
+        Err(why) if choice == DeviceChoice::Auto => {
+            Ok(OpenedDevice { device: Box::new(CpuDevice::new()), reason: format!("{why}: using the CPU backend") })
+        }
+        Err(why) => Err(CudaRequired(why.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_is_always_available_and_forcing_cuda_without_a_gpu_is_a_clear_error() {
+        let cpu = open_device(DeviceChoice::Cpu, &CudaSettings::default()).unwrap();
+        assert_eq!(cpu.device.info().kind, crate::backend::DeviceKind::Cpu);
+        match open_device(DeviceChoice::Cuda, &CudaSettings::default()) {
+            // On a machine with a GPU the forced choice opens it.
+            Ok(gpu) => assert_eq!(gpu.device.info().kind, crate::backend::DeviceKind::Cuda),
+            Err(e) => {
+                let text = e.to_string();
+                assert!(text.contains("--device cuda") && text.contains("CUDA"), "{text}");
+                let auto = open_device(DeviceChoice::Auto, &CudaSettings::default()).unwrap();
+                assert_eq!(auto.device.info().kind, crate::backend::DeviceKind::Cpu);
+                assert!(auto.reason.ends_with("using the CPU backend"), "{}", auto.reason);
+            }
+        }
+    }
+}
