@@ -7,19 +7,28 @@ use sluice_host_api::{MatmulArgs, Op, TensorMeta};
 
 use super::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind};
 
-/// The host CPU as a device. Kernels run on the scheduler's thread and use the
-/// rayon pool for large ops.
+/// The host CPU as a device. Kernels run in the device's own thread pool, so the
+/// number of cores they may take is a setting, and the rest stay free for the host
+/// (HTTP, guests' own code).
 pub struct CpuDevice {
-    threads: u32,
+    pool: rayon::ThreadPool,
     memory_bytes: u64,
 }
 
 impl CpuDevice {
+    /// A device using every core.
     pub fn new() -> Self {
-        CpuDevice {
-            threads: rayon::current_num_threads() as u32,
-            memory_bytes: physical_memory_bytes(),
-        }
+        Self::with_threads(std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    /// A device whose kernels use `threads` cores (at least one).
+    pub fn with_threads(threads: usize) -> Self {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads.max(1))
+            .thread_name(|i| format!("sluice-cpu-{i}"))
+            .build()
+            .expect("creating the CPU device's thread pool");
+        CpuDevice { pool, memory_bytes: physical_memory_bytes() }
     }
 }
 
@@ -51,9 +60,9 @@ impl Device for CpuDevice {
     fn info(&self) -> DeviceInfo {
         DeviceInfo {
             kind: DeviceKind::Cpu,
-            name: format!("CPU ({} threads)", self.threads),
+            name: format!("CPU ({} threads)", self.pool.current_num_threads()),
             memory_bytes: self.memory_bytes,
-            compute_units: self.threads,
+            compute_units: self.pool.current_num_threads() as u32,
         }
     }
 
@@ -72,7 +81,8 @@ impl Device for CpuDevice {
         for (b, m) in inputs {
             cpu_inputs.push((cpu(b)?, *m));
         }
-        sluice_backend_cpu::launch(op, &cpu_inputs, out)
+        self.pool
+            .install(|| sluice_backend_cpu::launch(op, &cpu_inputs, out))
             .map(Buffer::Cpu)
             .map_err(|e| DeviceError::Failure(e.to_string()))
     }
@@ -95,7 +105,8 @@ impl Device for CpuDevice {
     ) -> Option<Result<Buffer, DeviceError>> {
         let run = || {
             let (ca, cb) = (cpu(a.0)?, cpu(b.0)?);
-            sluice_backend_cpu::matmul_rows(args, (ca, a.1), (cb, b.1), out, rows)
+            self.pool
+                .install(|| sluice_backend_cpu::matmul_rows(args, (ca, a.1), (cb, b.1), out, rows))
                 .map(Buffer::Cpu)
                 .map_err(|e| DeviceError::Failure(e.to_string()))
         };
