@@ -228,3 +228,57 @@ fn ended_invocations_lose_their_queued_work_and_free_their_tensors() {
     assert!(status.queued == 0 && status.active_invocations == 0, "{status:?}");
     assert!(log.lock().unwrap().len() < 50, "cancelled kernels did not all run");
 }
+
+/// A CPU device that reports `memory` bytes of device memory.
+struct SizedDevice {
+    cpu: CpuDevice,
+    memory: u64,
+}
+
+impl Device for SizedDevice {
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo { memory_bytes: self.memory, ..self.cpu.info() }
+    }
+    fn upload(&self, meta: &TensorMeta, bytes: &[u8]) -> Result<Buffer, DeviceError> {
+        self.cpu.upload(meta, bytes)
+    }
+    fn launch(&self, op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> Result<Buffer, DeviceError> {
+        spin(Duration::from_millis(5));
+        self.cpu.launch(op, inputs, out)
+    }
+    fn download(&self, buffer: &Buffer, meta: &TensorMeta) -> Result<Vec<u8>, DeviceError> {
+        self.cpu.download(buffer, meta)
+    }
+    fn synchronize(&self) -> Result<(), DeviceError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn functions_are_placed_on_the_least_loaded_device_that_holds_their_weights() {
+    use sluice_runtime::scheduler::DevicePool;
+    let sized = |memory| DeviceQueue::start(Box::new(SizedDevice { cpu: CpuDevice::with_threads(1), memory }));
+    let pool = DevicePool::new(vec![sized(1 << 30), sized(1 << 30)]);
+    // Placed bytes break ties: two functions spread over both devices.
+    let first = pool.place(100 << 20).unwrap();
+    let second = pool.place(100 << 20).unwrap();
+    assert_ne!(first.index(), second.index());
+    drop((first, second));
+
+    // Device 0 is busy: a new function goes to device 1.
+    let busy = &pool.queues()[0];
+    let inv = stream(busy, "busy", PriorityClass::Batch, 1);
+    let x = upload(busy, &inv, &[1], &[1.0]);
+    for _ in 0..40 {
+        unary(busy, &inv, UnaryOp::Neg, &x);
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(pool.place(1 << 20).unwrap().index(), 1, "the idle device is chosen");
+
+    // Weights go where they fit, and weights that fit nowhere are refused with the sizes.
+    let small_and_big = DevicePool::new(vec![sized(64 << 20), sized(512 << 20)]);
+    assert_eq!(small_and_big.place(256 << 20).unwrap().index(), 1);
+    let err = small_and_big.place(1 << 30).err().expect("too big for both");
+    assert!(err.to_string().contains("no device can hold 1073741824 bytes"), "{err}");
+    drop(inv);
+}

@@ -15,6 +15,7 @@
 
 mod cost;
 mod memory;
+mod pool;
 mod queues;
 mod status;
 mod worker;
@@ -31,6 +32,7 @@ use crate::backend::{Buffer, Device, DeviceInfo};
 
 pub use cost::{CostModel, KernelKey};
 pub use memory::MemoryAccount;
+pub use pool::{DevicePool, Placement, PlacementError};
 pub use status::{DeviceStatus, LatencySummary, TenantStatus};
 
 /// Names one tensor on one device. Never reused within a process.
@@ -111,8 +113,18 @@ pub(crate) enum Command {
     Status { reply: oneshot::Sender<DeviceStatus> },
 }
 
+/// What the device thread publishes for placement decisions.
+#[derive(Default)]
+pub(crate) struct Published {
+    /// Queued work items plus open invocations.
+    pub load: AtomicU64,
+    /// Bytes of resident tensors.
+    pub resident_bytes: AtomicU64,
+}
+
 struct Shared {
     tx: Sender<Command>,
+    published: Arc<Published>,
     info: DeviceInfo,
     config: SchedulerConfig,
     next_tensor: AtomicU64,
@@ -137,13 +149,16 @@ impl DeviceQueue {
         let (tx, rx) = crossbeam_channel::unbounded();
         let name = format!("sluice-{:?}", info.kind).to_lowercase();
         let worker_config = config.clone();
+        let published = Arc::new(Published::default());
+        let worker_published = published.clone();
         std::thread::Builder::new()
             .name(name)
-            .spawn(move || worker::run(device, worker_config, rx))
+            .spawn(move || worker::run(device, worker_config, rx, worker_published))
             .expect("spawning the device thread");
         DeviceQueue {
             shared: Arc::new(Shared {
                 tx,
+                published,
                 info,
                 config,
                 next_tensor: AtomicU64::new(1),

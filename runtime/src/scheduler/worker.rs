@@ -8,6 +8,8 @@
 //! When an invocation ends, its queued work is cancelled.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
@@ -17,7 +19,7 @@ use tokio::sync::oneshot;
 use super::cost::{CostModel, KernelKey};
 use super::queues::{Pick, Queued, Queues};
 use super::status::{DeviceStatus, LatencySummary, TenantStatus};
-use super::{Command, InvocationId, Policy, PriorityClass, SchedulerConfig, TensorId, Work};
+use super::{Command, InvocationId, Policy, PriorityClass, Published, SchedulerConfig, TensorId, Work};
 use crate::backend::{Buffer, Device};
 
 type Reply = oneshot::Sender<Result<Vec<u8>, ApiError>>;
@@ -62,7 +64,7 @@ struct Actor {
     latency_ns: VecDeque<u64>,
 }
 
-pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver<Command>) {
+pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver<Command>, published: Arc<Published>) {
     let mut actor = Actor {
         device,
         config,
@@ -89,6 +91,9 @@ pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver
             actor.accept(c);
         }
         actor.step();
+        let load = actor.queues.queued() + actor.queues.invocations.len();
+        published.load.store(load as u64, Ordering::Relaxed);
+        published.resident_bytes.store(actor.resident_bytes, Ordering::Relaxed);
     }
 }
 
