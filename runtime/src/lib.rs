@@ -3,10 +3,14 @@
 //! - [`backend`]: the [`backend::Device`] trait and its CPU (and CUDA) implementations;
 //! - [`scheduler`]: one actor per device, the single dispatch point of every kernel;
 //! - [`engine`]: wasmtime, the host side of the WIT API, and invocations;
-//! - [`oip`]: the Open Inference Protocol's JSON tensor format.
+//! - [`oip`]: the Open Inference Protocol's JSON tensor format;
+//! - [`platform`]: the service layer (registry, engine, loaded functions, admission);
+//! - [`server`]: the HTTP API over the platform.
 
 pub mod backend;
 pub mod cli;
 pub mod engine;
 pub mod oip;
+pub mod platform;
 pub mod scheduler;
+pub mod server;

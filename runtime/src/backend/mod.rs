@@ -20,7 +20,7 @@ use std::ops::Range;
 use sluice_host_api::{ApiError, ErrorCode, MatmulArgs, Op, TensorMeta};
 
 pub use cpu::CpuDevice;
-pub use select::{CudaRequired, CudaSettings, DeviceChoice, OpenedDevice, open_device};
+pub use select::{CudaRequired, DeviceChoice, DeviceSettings, OpenedDevice, open_device};
 pub use sluice_backend_cpu::CpuBuffer;
 
 /// Device memory holding one tensor's elements. Immutable once produced: ops always

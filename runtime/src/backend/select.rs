@@ -18,10 +18,13 @@ pub enum DeviceChoice {
     Cuda,
 }
 
-/// Settings of the CUDA backend.
+/// Settings of the backends.
 #[derive(Clone, Debug, Default)]
-pub struct CudaSettings {
-    pub ordinal: usize,
+pub struct DeviceSettings {
+    /// Cores the CPU device's kernels may use (`None`: all).
+    pub cpu_threads: Option<usize>,
+    /// CUDA device ordinal.
+    pub cuda_ordinal: usize,
     /// Where compiled kernels are cached across restarts.
     pub kernel_cache_dir: Option<PathBuf>,
     /// Let f32 GEMMs use TF32 tensor cores.
@@ -40,12 +43,17 @@ pub struct OpenedDevice {
 pub struct CudaRequired(pub String);
 
 /// Opens the device `choice` asks for.
-pub fn open_device(choice: DeviceChoice, cuda: &CudaSettings) -> Result<OpenedDevice, CudaRequired> {
+pub fn open_device(choice: DeviceChoice, settings: &DeviceSettings) -> Result<OpenedDevice, CudaRequired> {
+    let cpu = || match settings.cpu_threads {
+        Some(n) => CpuDevice::with_threads(n),
+        None => CpuDevice::new(),
+    };
     if choice == DeviceChoice::Cpu {
-        return Ok(OpenedDevice { device: Box::new(CpuDevice::new()), reason: "the CPU backend was requested".into() });
+        return Ok(OpenedDevice { device: Box::new(cpu()), reason: "the CPU backend was requested".into() });
     }
+    let cuda = settings;
     let options = sluice_backend_cuda::CudaOptions {
-        ordinal: cuda.ordinal,
+        ordinal: cuda.cuda_ordinal,
         kernel_cache_dir: cuda.kernel_cache_dir.clone(),
         allow_tf32: cuda.allow_tf32,
     };
@@ -61,7 +69,7 @@ pub fn open_device(choice: DeviceChoice, cuda: &CudaSettings) -> Result<OpenedDe
             Ok(OpenedDevice { device: Box::new(gpu), reason })
         }
         Err(why) if choice == DeviceChoice::Auto => {
-            Ok(OpenedDevice { device: Box::new(CpuDevice::new()), reason: format!("{why}: using the CPU backend") })
+            Ok(OpenedDevice { device: Box::new(cpu()), reason: format!("{why}: using the CPU backend") })
         }
         Err(why) => Err(CudaRequired(why.to_string())),
     }
@@ -73,15 +81,15 @@ mod tests {
 
     #[test]
     fn cpu_is_always_available_and_forcing_cuda_without_a_gpu_is_a_clear_error() {
-        let cpu = open_device(DeviceChoice::Cpu, &CudaSettings::default()).unwrap();
+        let cpu = open_device(DeviceChoice::Cpu, &DeviceSettings::default()).unwrap();
         assert_eq!(cpu.device.info().kind, crate::backend::DeviceKind::Cpu);
-        match open_device(DeviceChoice::Cuda, &CudaSettings::default()) {
+        match open_device(DeviceChoice::Cuda, &DeviceSettings::default()) {
             // On a machine with a GPU the forced choice opens it.
             Ok(gpu) => assert_eq!(gpu.device.info().kind, crate::backend::DeviceKind::Cuda),
             Err(e) => {
                 let text = e.to_string();
                 assert!(text.contains("--device cuda") && text.contains("CUDA"), "{text}");
-                let auto = open_device(DeviceChoice::Auto, &CudaSettings::default()).unwrap();
+                let auto = open_device(DeviceChoice::Auto, &DeviceSettings::default()).unwrap();
                 assert_eq!(auto.device.info().kind, crate::backend::DeviceKind::Cpu);
                 assert!(auto.reason.ends_with("using the CPU backend"), "{}", auto.reason);
             }

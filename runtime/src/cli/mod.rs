@@ -1,6 +1,9 @@
 //! Command-line interface: argument parsing and one module per subcommand.
 
+pub mod client;
+mod remote;
 mod run;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -18,6 +21,16 @@ pub struct Cli {
 enum Command {
     /// Run a function component once on an Open Inference Protocol request and print the response.
     Run(run::RunArgs),
+    /// Serve the HTTP API (functions, tenants, Open Inference Protocol).
+    Serve(serve::ServeArgs),
+    /// Deploy a component (a new version) to a server, optionally with artifacts.
+    Deploy(remote::DeployArgs),
+    /// Invoke a function on a server with an Open Inference Protocol request.
+    Invoke(remote::InvokeArgs),
+    /// List, show or delete the tenant's functions on a server.
+    Functions(remote::FunctionsArgs),
+    /// Manage tenants and their API keys (admin key).
+    Tenants(remote::TenantsArgs),
 }
 
 /// Entry point of the binary.
@@ -26,6 +39,11 @@ pub fn main() -> ExitCode {
     init_tracing();
     let result = match cli.command {
         Command::Run(args) => run::run(args),
+        Command::Serve(args) => serve::serve(args),
+        Command::Deploy(args) => remote::deploy(args),
+        Command::Invoke(args) => remote::invoke(args),
+        Command::Functions(args) => remote::functions(args),
+        Command::Tenants(args) => remote::tenants(args),
     };
     match result {
         Ok(code) => code,

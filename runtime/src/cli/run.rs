@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use crate::backend::CpuDevice;
 use crate::engine::{ArtifactSet, Engine, EngineConfig, FunctionLimits, InvocationContext};
 use crate::oip;
-use crate::scheduler::{DeviceQueue, MemoryAccount};
+use crate::scheduler::{DeviceQueue, MemoryAccount, PriorityClass, SchedulingInfo};
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
@@ -55,13 +55,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let queue = DeviceQueue::start(Box::new(CpuDevice::new()));
     let component = engine.compile(&wasm)?;
     let account = MemoryAccount::new("local", None, None);
-    let mut limits = FunctionLimits::default();
-    limits.timeout = Duration::from_millis(args.timeout_ms);
+    let mut limits = FunctionLimits { timeout: Duration::from_millis(args.timeout_ms), ..FunctionLimits::default() };
     limits.sandbox.memory_bytes = args.memory_mib << 20;
     let image = engine.prepare(&name, &component, ArtifactSet::new(files, account.clone()), limits)?;
 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let ctx = InvocationContext { queue, account: MemoryAccount::new("invocation", None, Some(account)) };
+    let scheduling = SchedulingInfo { tenant: "local".into(), class: PriorityClass::Latency, weight: 1 };
+    let ctx = InvocationContext { queue, account: MemoryAccount::new("invocation", None, Some(account)), scheduling };
     let output = rt.block_on(engine.invoke(&image, ctx, &request.inputs))?;
     let response = oip::response_json(&name, None, request.id.as_deref(), &output.outputs);
     let text = if args.compact { serde_json::to_string(&response)? } else { serde_json::to_string_pretty(&response)? };

@@ -43,6 +43,9 @@ pub enum PlatformError {
     /// The server is shutting down and takes no new work.
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// No device has room for the function's weights.
+    #[error("{0}")]
+    NoDeviceCapacity(String),
     /// A bug or an environment failure; the message is for the operator's log.
     #[error("internal error: {0}")]
     Internal(String),
@@ -59,6 +62,7 @@ impl PlatformError {
             PlatformError::Overloaded { scope: LimitScope::Tenant, .. } => "tenant_concurrency_limit",
             PlatformError::Overloaded { scope: LimitScope::Global, .. } => "concurrency_limit",
             PlatformError::ShuttingDown => "shutting_down",
+            PlatformError::NoDeviceCapacity(_) => "insufficient_device_memory",
             PlatformError::Internal(_) => "internal",
         }
     }

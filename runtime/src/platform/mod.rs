@@ -32,12 +32,14 @@ use sluice_registry::{Principal, Registry};
 use tokio::sync::Semaphore;
 
 use crate::backend::{Device, DeviceInfo};
+use crate::scheduler::{DevicePool, DeviceStatus, SchedulerConfig};
 use crate::engine::{Engine, EngineConfig};
 use crate::scheduler::{DeviceQueue, MemoryAccount};
 
 pub use error::{LimitScope, PlatformError, Result};
 pub use functions::{FunctionInfo, LoadedFunction, WarmReport};
 pub use invoke::Invocation;
+pub use tenants::IssuedKey;
 
 /// Settings of a platform instance.
 #[derive(Clone, Debug)]
@@ -50,6 +52,8 @@ pub struct PlatformConfig {
     pub tenant_max_concurrency: u32,
     /// Ceiling of any function's linear memory.
     pub max_memory_bytes: usize,
+    /// How each device's scheduler orders work.
+    pub scheduler: SchedulerConfig,
 }
 
 impl Default for PlatformConfig {
@@ -59,6 +63,7 @@ impl Default for PlatformConfig {
             max_concurrency: 64,
             tenant_max_concurrency: 16,
             max_memory_bytes: 1 << 30,
+            scheduler: SchedulerConfig::default(),
         }
     }
 }
@@ -68,6 +73,8 @@ pub(crate) struct TenantRuntime {
     pub(crate) account: Arc<MemoryAccount>,
     pub(crate) permits: Arc<Semaphore>,
     pub(crate) limit: u32,
+    /// The tenant's weight in the device schedulers' fair share.
+    pub(crate) weight: u32,
 }
 
 /// Counters for `/v1/status` and for tests ("restarted without recompiling").
@@ -102,6 +109,20 @@ pub struct Status {
     pub max_concurrency: u32,
     pub tenant_max_concurrency: u32,
     pub uptime_ms: u64,
+    /// Each device's scheduler: queues, device time per tenant, preemptions, partition.
+    pub devices: Vec<DeviceStatus>,
+    /// Device memory per tenant (the caller's own, or every tenant's for the admin).
+    pub tenants: Vec<TenantUsage>,
+}
+
+/// One tenant's device memory and concurrency.
+#[derive(Clone, Debug, Serialize)]
+pub struct TenantUsage {
+    pub tenant: String,
+    pub memory_used_bytes: u64,
+    pub memory_quota_bytes: Option<u64>,
+    pub concurrency_limit: u32,
+    pub weight: u32,
 }
 
 /// The service. Share it as `Arc<Platform>`.
@@ -109,7 +130,7 @@ pub struct Platform {
     registry: Registry,
     engine: Engine,
     fingerprint: String,
-    queue: DeviceQueue,
+    devices: Arc<DevicePool>,
     config: PlatformConfig,
     /// tenant → function name → newest loaded version.
     functions: RwLock<HashMap<String, HashMap<String, Arc<LoadedFunction>>>>,
@@ -122,9 +143,12 @@ pub struct Platform {
 }
 
 impl Platform {
-    /// Opens the registry in `config.data_dir`, creates the engine and starts the
-    /// device's scheduler. Call [`Platform::warm_up`] before serving.
-    pub fn open(config: PlatformConfig, device: Box<dyn Device>) -> Result<Arc<Platform>> {
+    /// Opens the registry in `config.data_dir`, creates the engine and starts a
+    /// scheduler per device. Call [`Platform::warm_up`] before serving.
+    pub fn open(config: PlatformConfig, devices: Vec<Box<dyn Device>>) -> Result<Arc<Platform>> {
+        if devices.is_empty() {
+            return Err(PlatformError::InvalidRequest("at least one device is needed".into()));
+        }
         if config.max_concurrency == 0 || config.tenant_max_concurrency == 0 {
             return Err(PlatformError::InvalidRequest("concurrency limits must be at least 1".into()));
         }
@@ -136,12 +160,13 @@ impl Platform {
         })
         .map_err(|e| PlatformError::internal("creating the engine", format!("{e:#}")))?;
         let fingerprint = engine.fingerprint();
-        let queue = DeviceQueue::start(device);
+        let queues = devices.into_iter().map(|d| DeviceQueue::start_with(d, config.scheduler.clone())).collect();
+        let devices = DevicePool::new(queues);
         Ok(Arc::new(Platform {
             registry,
             engine,
             fingerprint,
-            queue,
+            devices,
             global: Arc::new(Semaphore::new(config.max_concurrency as usize)),
             config,
             functions: RwLock::new(HashMap::new()),
@@ -163,9 +188,14 @@ impl Platform {
         &self.config
     }
 
-    /// The device it runs on.
+    /// The (first) device it runs on.
     pub fn device(&self) -> &DeviceInfo {
-        self.queue.info()
+        self.devices.queues()[0].info()
+    }
+
+    /// Its devices and their schedulers.
+    pub fn devices(&self) -> &Arc<DevicePool> {
+        &self.devices
     }
 
     /// Who `key` authenticates as (`None`: unknown or revoked).
@@ -188,8 +218,29 @@ impl Platform {
         self.counters.in_flight.load(Ordering::Relaxed)
     }
 
-    /// State and counters.
-    pub fn status(&self) -> Status {
+    /// State and counters; tenant usage is the caller's own, or everyone's for the admin.
+    pub async fn status(&self, caller: &Principal) -> Status {
+        let mut devices = Vec::new();
+        for q in self.devices.queues() {
+            let mut d = q.status().await;
+            if let Principal::Tenant(me) = caller {
+                d.tenants.retain(|t| &t.tenant == me);
+            }
+            devices.push(d);
+        }
+        let tenants = self
+            .tenants
+            .lock()
+            .iter()
+            .filter(|(id, _)| matches!(caller, Principal::Admin) || matches!(caller, Principal::Tenant(me) if me == *id))
+            .map(|(id, t)| TenantUsage {
+                tenant: id.clone(),
+                memory_used_bytes: t.account.used(),
+                memory_quota_bytes: t.account.limit(),
+                concurrency_limit: t.limit,
+                weight: t.weight,
+            })
+            .collect();
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Status {
@@ -208,6 +259,8 @@ impl Platform {
             max_concurrency: self.config.max_concurrency,
             tenant_max_concurrency: self.config.tenant_max_concurrency,
             uptime_ms: self.started.elapsed().as_millis() as u64,
+            devices,
+            tenants,
         }
     }
 
@@ -222,6 +275,7 @@ impl Platform {
             account: MemoryAccount::new(format!("tenant {tenant:?}"), settings.memory_quota_bytes, None),
             permits: Arc::new(Semaphore::new(limit as usize)),
             limit,
+            weight: settings.weight,
         });
         Ok(self.tenants.lock().entry(tenant.to_owned()).or_insert(runtime).clone())
     }

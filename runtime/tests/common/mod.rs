@@ -10,7 +10,7 @@ use sluice_runtime::backend::CpuDevice;
 use sluice_runtime::engine::{
     ArtifactSet, Engine, EngineConfig, FunctionImage, FunctionLimits, InvocationContext,
 };
-use sluice_runtime::scheduler::{DeviceQueue, MemoryAccount};
+use sluice_runtime::scheduler::{DeviceQueue, MemoryAccount, PriorityClass, SchedulingInfo};
 
 /// Where `cargo xtask build-functions` leaves the components.
 pub fn functions_dir() -> PathBuf {
@@ -52,5 +52,10 @@ pub fn prepare(name: &str, limits: FunctionLimits) -> FunctionImage {
 /// A context charging a fresh account (returned too, to check it drains to zero).
 pub fn context() -> (InvocationContext, Arc<MemoryAccount>) {
     let account = MemoryAccount::new("test invocation", None, None);
-    (InvocationContext { queue: host().queue.clone(), account: account.clone() }, account)
+    (InvocationContext { queue: host().queue.clone(), account: account.clone(), scheduling: scheduling() }, account)
+}
+
+/// Scheduling of a test invocation: one tenant, latency class.
+pub fn scheduling() -> SchedulingInfo {
+    SchedulingInfo { tenant: "test".into(), class: PriorityClass::Latency, weight: 1 }
 }

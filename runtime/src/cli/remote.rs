@@ -1,0 +1,214 @@
+//! The remote commands: `sluice deploy`, `invoke`, `functions` and `tenants`, which talk
+//! to a running server (`--url`/`SLUICE_URL`) with a key (`--key`/`SLUICE_KEY`).
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+use ureq::http::Method;
+
+use super::client::{Client, ClientArgs};
+
+#[derive(clap::Args, Debug)]
+pub struct DeployArgs {
+    #[command(flatten)]
+    client: ClientArgs,
+    /// Function name.
+    name: String,
+    /// The component (.wasm, built for wasm32-wasip2).
+    component: PathBuf,
+    /// Scheduling class: latency or batch.
+    #[arg(long)]
+    priority: Option<String>,
+    /// Fair-share weight within the tenant.
+    #[arg(long)]
+    weight: Option<u32>,
+    /// Per-invocation timeout in milliseconds.
+    #[arg(long)]
+    timeout_ms: Option<u64>,
+    /// Linear-memory limit of an instance, in bytes.
+    #[arg(long)]
+    memory_limit_bytes: Option<u64>,
+    /// An artifact to upload after the component, as NAME=PATH (repeatable).
+    #[arg(long = "artifact", value_name = "NAME=PATH")]
+    artifacts: Vec<String>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct InvokeArgs {
+    #[command(flatten)]
+    client: ClientArgs,
+    /// Function name.
+    name: String,
+    /// The request JSON (Open Inference Protocol) file, or `-` for standard input.
+    #[arg(long, short, default_value = "-")]
+    input: String,
+    /// Use `POST /v2/models/{name}/infer` instead of `/v1/functions/{name}/invoke`.
+    #[arg(long)]
+    v2: bool,
+    /// Print the response on one line.
+    #[arg(long)]
+    compact: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct FunctionsArgs {
+    #[command(flatten)]
+    client: ClientArgs,
+    #[command(subcommand)]
+    action: Option<FunctionsAction>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum FunctionsAction {
+    /// List the tenant's functions (the default).
+    List,
+    /// Show one function with all its versions.
+    Get { name: String },
+    /// Delete a function and all its versions.
+    Delete { name: String },
+}
+
+#[derive(clap::Args, Debug)]
+pub struct TenantsArgs {
+    #[command(flatten)]
+    client: ClientArgs,
+    #[command(subcommand)]
+    action: Option<TenantsAction>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum TenantsAction {
+    /// List tenants (the default).
+    List,
+    /// Create a tenant and print its first API key.
+    Create {
+        id: String,
+        #[arg(long)]
+        weight: Option<u32>,
+        #[arg(long)]
+        max_concurrency: Option<u32>,
+        #[arg(long)]
+        memory_quota_bytes: Option<u64>,
+    },
+    /// Show a tenant.
+    Get { id: String },
+    /// Delete a tenant with its keys and functions.
+    Delete { id: String },
+    /// Issue another API key for a tenant.
+    Key { id: String },
+}
+
+fn print(v: &Value, compact: bool) -> anyhow::Result<()> {
+    let text = if compact { serde_json::to_string(v)? } else { serde_json::to_string_pretty(v)? };
+    println!("{text}");
+    Ok(())
+}
+
+pub fn deploy(args: DeployArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::new(&args.client);
+    let wasm = std::fs::read(&args.component).with_context(|| format!("reading {}", args.component.display()))?;
+    let mut query = Vec::new();
+    if let Some(p) = &args.priority {
+        query.push(format!("priority={p}"));
+    }
+    if let Some(w) = args.weight {
+        query.push(format!("weight={w}"));
+    }
+    if let Some(t) = args.timeout_ms {
+        query.push(format!("timeout_ms={t}"));
+    }
+    if let Some(m) = args.memory_limit_bytes {
+        query.push(format!("memory_limit_bytes={m}"));
+    }
+    let q = if query.is_empty() { String::new() } else { format!("?{}", query.join("&")) };
+    let reply = client.send(Method::PUT, &format!("/v1/functions/{}{q}", args.name), Some(("application/wasm", wasm)))?.ok()?;
+    let mut last = reply.json()?;
+    for a in &args.artifacts {
+        let Some((name, path)) = a.split_once('=') else { bail!("--artifact takes NAME=PATH, got {a:?}") };
+        let bytes = std::fs::read(path).with_context(|| format!("reading {path}"))?;
+        let path = format!("/v1/functions/{}/artifacts/{name}", args.name);
+        last = client.send(Method::PUT, &path, Some(("application/octet-stream", bytes)))?.ok()?.json()?;
+    }
+    print(&last, false)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn invoke(args: InvokeArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::new(&args.client);
+    let body = if args.input == "-" {
+        let mut b = Vec::new();
+        std::io::stdin().read_to_end(&mut b).context("reading the request from standard input")?;
+        b
+    } else {
+        std::fs::read(&args.input).with_context(|| format!("reading {}", args.input))?
+    };
+    let path = if args.v2 { format!("/v2/models/{}/infer", args.name) } else { format!("/v1/functions/{}/invoke", args.name) };
+    let reply = client.send(Method::POST, &path, Some(("application/json", body)))?.ok()?;
+    let timing: Vec<String> = ["x-sluice-queue-us", "x-sluice-instantiate-us", "x-sluice-execute-us"]
+        .iter()
+        .filter_map(|h| Some(format!("{}={}µs", &h[9..h.len() - 3], reply.header(h)?)))
+        .collect();
+    print(&reply.json()?, args.compact)?;
+    eprintln!("timing: {}", timing.join(" "));
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn functions(args: FunctionsArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::new(&args.client);
+    match args.action.unwrap_or(FunctionsAction::List) {
+        FunctionsAction::List => {
+            let v = client.json(Method::GET, "/v1/functions", None)?;
+            for f in v["functions"].as_array().into_iter().flatten() {
+                println!(
+                    "{:<24} v{:<4} {} {}",
+                    f["name"].as_str().unwrap_or("?"),
+                    f["version"],
+                    &f["digest"].as_str().unwrap_or("")[..12.min(f["digest"].as_str().unwrap_or("").len())],
+                    f["options"]["priority"].as_str().unwrap_or("")
+                );
+            }
+        }
+        FunctionsAction::Get { name } => print(&client.json(Method::GET, &format!("/v1/functions/{name}"), None)?, false)?,
+        FunctionsAction::Delete { name } => {
+            client.json(Method::DELETE, &format!("/v1/functions/{name}"), None)?;
+            println!("deleted {name}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn tenants(args: TenantsArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::new(&args.client);
+    match args.action.unwrap_or(TenantsAction::List) {
+        TenantsAction::List => {
+            let v = client.json(Method::GET, "/v1/tenants", None)?;
+            for t in v["tenants"].as_array().into_iter().flatten() {
+                println!("{:<24} {}", t["id"].as_str().unwrap_or("?"), t["settings"]);
+            }
+        }
+        TenantsAction::Create { id, weight, max_concurrency, memory_quota_bytes } => {
+            let mut settings = json!({});
+            if let Some(w) = weight {
+                settings["weight"] = json!(w);
+            }
+            if let Some(c) = max_concurrency {
+                settings["max_concurrency"] = json!(c);
+            }
+            if let Some(m) = memory_quota_bytes {
+                settings["memory_quota_bytes"] = json!(m);
+            }
+            let body = json!({ "id": id, "settings": settings });
+            print(&client.json(Method::POST, "/v1/tenants", Some(&body))?, false)?;
+        }
+        TenantsAction::Get { id } => print(&client.json(Method::GET, &format!("/v1/tenants/{id}"), None)?, false)?,
+        TenantsAction::Delete { id } => {
+            client.json(Method::DELETE, &format!("/v1/tenants/{id}"), None)?;
+            println!("deleted tenant {id}");
+        }
+        TenantsAction::Key { id } => print(&client.json(Method::POST, &format!("/v1/tenants/{id}/keys"), None)?, false)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,115 @@
+//! `sluice serve`: the HTTP server over the embedded registry.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use crate::backend::{DeviceChoice, DeviceSettings, OpenedDevice, open_device};
+use crate::platform::{Platform, PlatformConfig};
+use crate::server::{self, BodyLimits};
+
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "SLUICE_ADDR", default_value = "127.0.0.1:8080")]
+    addr: String,
+    /// Directory of the registry (tenants, keys, functions, compiled components).
+    #[arg(long, env = "SLUICE_DATA_DIR", default_value = "./sluice-data")]
+    data_dir: PathBuf,
+    /// Device to run functions on: the GPU if one is usable (auto), or forced.
+    #[arg(long, env = "SLUICE_DEVICE", value_enum, default_value_t = DeviceChoice::Auto)]
+    device: DeviceChoice,
+    /// Cores the CPU device's kernels may use (default: all).
+    #[arg(long)]
+    cpu_threads: Option<usize>,
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    cuda_device: usize,
+    /// Let f32 GEMMs on the GPU use TF32 tensor cores (faster, ~1e-3 relative error).
+    #[arg(long)]
+    allow_tf32: bool,
+    /// Invocations in flight at once, server-wide (more get 429).
+    #[arg(long, default_value_t = 64)]
+    max_concurrency: u32,
+    /// Invocations in flight at once per tenant, unless the tenant's settings say otherwise.
+    #[arg(long, default_value_t = 16)]
+    tenant_max_concurrency: u32,
+    /// Seconds in-flight requests may take to finish after SIGINT/SIGTERM.
+    #[arg(long, default_value_t = 30.0)]
+    grace_period_s: f64,
+    /// Largest component upload, in MiB.
+    #[arg(long, default_value_t = 64)]
+    max_component_mib: usize,
+    /// Largest artifact upload, in MiB.
+    #[arg(long, default_value_t = 1024)]
+    max_artifact_mib: u64,
+    /// Largest invocation request body, in MiB.
+    #[arg(long, default_value_t = 16)]
+    max_request_mib: usize,
+}
+
+pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    if !(args.grace_period_s.is_finite() && args.grace_period_s >= 0.0) {
+        bail!("--grace-period-s must be a non-negative number");
+    }
+    let settings = DeviceSettings {
+        cpu_threads: args.cpu_threads,
+        cuda_ordinal: args.cuda_device,
+        kernel_cache_dir: Some(args.data_dir.join("kernels")),
+        allow_tf32: args.allow_tf32,
+    };
+    let OpenedDevice { device, reason } = open_device(args.device, &settings)?;
+    println!("device: {reason}");
+    let config = PlatformConfig {
+        data_dir: args.data_dir.clone(),
+        max_concurrency: args.max_concurrency,
+        tenant_max_concurrency: args.tenant_max_concurrency,
+        ..PlatformConfig::default()
+    };
+    let limits = BodyLimits {
+        component_bytes: args.max_component_mib << 20,
+        artifact_bytes: args.max_artifact_mib << 20,
+        invoke_bytes: args.max_request_mib << 20,
+        ..BodyLimits::default()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("sluice-http")
+        .max_blocking_threads((args.max_concurrency as usize).saturating_add(64))
+        .build()?;
+    let result = runtime.block_on(async move {
+        let started = Instant::now();
+        let platform = Platform::open(config, vec![device])
+            .with_context(|| format!("opening the data directory {}", args.data_dir.display()))?;
+        let admin_key = std::env::var("SLUICE_ADMIN_KEY").ok().filter(|k| !k.is_empty());
+        let generated = platform.registry().ensure_admin_key(admin_key).context("setting up the admin key")?;
+        let warm = {
+            let p = platform.clone();
+            tokio::task::spawn_blocking(move || p.warm_up()).await??
+        };
+        let listener = tokio::net::TcpListener::bind(&args.addr)
+            .await
+            .with_context(|| format!("listening on {}", args.addr))?;
+        let addr = listener.local_addr()?;
+        let device = platform.device();
+        println!("sluice {} listening on http://{addr}", env!("CARGO_PKG_VERSION"));
+        println!("data dir: {}", platform.registry().data_dir().display());
+        println!("device: {} ({:?})", device.name, device.kind);
+        println!(
+            "functions: {} loaded from compiled cache, {} compiled, {} failed",
+            warm.from_cache, warm.compiled, warm.failed
+        );
+        if let Some(key) = generated {
+            println!("admin key (shown once, store it now): {key}");
+        }
+        tracing::info!(%addr, startup_ms = started.elapsed().as_millis() as u64, "ready");
+        let grace = Duration::from_secs_f64(args.grace_period_s);
+        server::serve(listener, platform, limits, grace).await?;
+        anyhow::Ok(())
+    });
+    // Abandoned invocations (after the grace period) must not keep the process alive.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    result.map(|()| ExitCode::SUCCESS)
+}

@@ -1,0 +1,251 @@
+//! Functions: deploy, artifacts, list/get/delete, and the cache of loaded versions.
+//!
+//! A deploy validates the component against the world and precompiles it *before*
+//! anything is stored, so a bad upload changes nothing; then the registry stores the
+//! component (a new immutable version) and the compiled form for this engine's
+//! fingerprint, both flushed to disk before the call returns. At start-up
+//! [`Platform::warm_up`] loads every function's newest version from its stored compiled
+//! form, compiling (and storing) only where none exists for this engine; the two paths
+//! are counted separately in [`super::Status`].
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde::Serialize;
+use sluice_registry::{FunctionOptions, FunctionRecord, FunctionSummary, FunctionVersion, validate_function_name};
+use wasmtime::component::Component;
+
+use super::{Platform, PlatformError, Result};
+use crate::engine::{ArtifactSet, ArtifactStats, FunctionImage, FunctionLimits};
+use crate::scheduler::Placement;
+
+/// The newest version of a function, ready to run.
+pub struct LoadedFunction {
+    /// Its stored metadata.
+    pub version: FunctionVersion,
+    pub(crate) component: Component,
+    pub(crate) image: FunctionImage,
+    /// The device it runs on, holding room for its weights there.
+    pub(crate) placement: Placement,
+}
+
+impl LoadedFunction {
+    /// Counters of its shared weights.
+    pub fn stats(&self) -> ArtifactStats {
+        self.image.artifacts().stats()
+    }
+}
+
+/// A function's record plus what is loaded of it.
+#[derive(Debug, Serialize)]
+pub struct FunctionInfo {
+    #[serde(flatten)]
+    pub record: FunctionRecord,
+    /// The loaded (serving) version and its weight counters, if loaded.
+    pub loaded: Option<LoadedInfo>,
+}
+
+/// The serving version's load state.
+#[derive(Debug, Serialize)]
+pub struct LoadedInfo {
+    pub version: u32,
+    #[serde(flatten)]
+    pub stats: ArtifactStats,
+}
+
+/// What start-up loading did.
+#[derive(Debug, Default, Serialize)]
+pub struct WarmReport {
+    /// Functions loaded from their stored compiled form.
+    pub from_cache: usize,
+    /// Functions that had to be compiled.
+    pub compiled: usize,
+    /// Functions that could not be loaded (logged).
+    pub failed: usize,
+}
+
+impl Platform {
+    /// Loads every function's newest version; marks the platform ready.
+    pub fn warm_up(&self) -> Result<WarmReport> {
+        let mut report = WarmReport::default();
+        for summary in self.registry.all_functions()? {
+            let v = &summary.latest;
+            match self.component_for(v).and_then(|(c, compiled)| Ok((self.load(v, c)?, compiled))) {
+                Ok((loaded, compiled)) => {
+                    if compiled {
+                        report.compiled += 1;
+                    } else {
+                        report.from_cache += 1;
+                    }
+                    self.install(loaded);
+                }
+                Err(e) => {
+                    report.failed += 1;
+                    tracing::error!(tenant = %v.tenant, function = %v.function, version = v.version, error = %e, "could not load function");
+                }
+            }
+        }
+        self.ready.store(true, Ordering::Release);
+        tracing::info!(?report, "functions loaded");
+        Ok(report)
+    }
+
+    /// Validates, precompiles and durably stores `wasm` as the next version of
+    /// `tenant/name`, and makes it the serving version.
+    #[tracing::instrument(name = "sluice_platform.deploy", skip(self, wasm, options), fields(bytes = wasm.len()), err(Display))]
+    pub fn deploy(&self, tenant: &str, name: &str, wasm: &[u8], options: FunctionOptions) -> Result<Arc<LoadedFunction>> {
+        validate_function_name(name)?;
+        options.validate()?;
+        if options.memory_limit_bytes > self.config.max_memory_bytes as u64 {
+            return Err(PlatformError::InvalidRequest(format!(
+                "memory_limit_bytes {} is above this server's ceiling of {} bytes",
+                options.memory_limit_bytes, self.config.max_memory_bytes
+            )));
+        }
+        self.registry.get_tenant(tenant)?;
+        let compiled = self.engine.precompile(wasm)?;
+        self.count(|c| &c.compilations);
+        let v = self.registry.deploy(tenant, name, wasm, options)?;
+        self.registry.store_compiled(tenant, name, v.version, &self.fingerprint, &compiled)?;
+        let component = self.deserialize(&compiled)?;
+        let loaded = self.load(&v, component)?;
+        self.install(loaded.clone());
+        Ok(loaded)
+    }
+
+    /// Streams an artifact into the registry (a new version that sees it) and serves that version.
+    #[tracing::instrument(name = "sluice_platform.put_artifact", skip(self, reader), err(Display))]
+    pub fn put_artifact(&self, tenant: &str, name: &str, artifact: &str, reader: impl Read) -> Result<Arc<LoadedFunction>> {
+        let v = self.registry.put_artifact_reader(tenant, name, artifact, reader)?;
+        let cached = self.cached(tenant, name).filter(|l| l.version.component.digest == v.component.digest);
+        let component = match cached {
+            Some(l) => {
+                // Same component: store its compiled form for the new version too, so a
+                // restart loads it without compiling.
+                let bytes = l.component.serialize().map_err(|e| PlatformError::internal("serialising", e))?;
+                self.registry.store_compiled(tenant, name, v.version, &self.fingerprint, &bytes)?;
+                l.component.clone()
+            }
+            None => self.component_for(&v)?.0,
+        };
+        let loaded = self.load(&v, component)?;
+        self.install(loaded.clone());
+        Ok(loaded)
+    }
+
+    /// A tenant's functions, each with its newest version.
+    pub fn list_functions(&self, tenant: &str) -> Result<Vec<FunctionSummary>> {
+        Ok(self.registry.list_functions(tenant)?)
+    }
+
+    /// One function with all its versions and its load state.
+    pub fn function_info(&self, tenant: &str, name: &str) -> Result<FunctionInfo> {
+        let record = self.registry.get_function(tenant, name)?;
+        let loaded = self
+            .cached(tenant, name)
+            .map(|l| LoadedInfo { version: l.version.version, stats: l.stats() });
+        Ok(FunctionInfo { record, loaded })
+    }
+
+    /// Deletes a function with all its versions; in-flight invocations finish.
+    #[tracing::instrument(name = "sluice_platform.delete_function", skip(self), err(Display))]
+    pub fn delete_function(&self, tenant: &str, name: &str) -> Result<()> {
+        self.registry.delete_function(tenant, name)?;
+        if let Some(fns) = self.functions.write().get_mut(tenant) {
+            fns.remove(name);
+        }
+        self.collect_garbage();
+        Ok(())
+    }
+
+    /// The serving version of `tenant/name`, loading it if it is not cached.
+    pub(crate) fn loaded(&self, tenant: &str, name: &str) -> Result<Arc<LoadedFunction>> {
+        if let Some(l) = self.cached(tenant, name) {
+            return Ok(l);
+        }
+        let v = self.registry.latest_version(tenant, name)?;
+        let (component, _) = self.component_for(&v)?;
+        let loaded = self.load(&v, component)?;
+        self.install(loaded.clone());
+        Ok(loaded)
+    }
+
+    pub(crate) fn cached(&self, tenant: &str, name: &str) -> Option<Arc<LoadedFunction>> {
+        self.functions.read().get(tenant)?.get(name).cloned()
+    }
+
+    /// Makes `loaded` the serving version unless a newer one is already installed.
+    fn install(&self, loaded: Arc<LoadedFunction>) {
+        let mut fns = self.functions.write();
+        let slot = fns.entry(loaded.version.tenant.clone()).or_default();
+        match slot.get(&loaded.version.function) {
+            Some(current) if current.version.version > loaded.version.version => {}
+            _ => {
+                slot.insert(loaded.version.function.clone(), loaded);
+            }
+        }
+    }
+
+    pub(crate) fn forget_tenant(&self, tenant: &str) {
+        self.functions.write().remove(tenant);
+        self.tenants.lock().remove(tenant);
+    }
+
+    /// The compiled component of `v`: from the registry's compiled form for this
+    /// engine if there is one, else compiled now (and stored). The flag says it compiled.
+    fn component_for(&self, v: &FunctionVersion) -> Result<(Component, bool)> {
+        let (tenant, name, version) = (&v.tenant, &v.function, v.version);
+        if let Some(path) = self.registry.compiled_blob(tenant, name, version, &self.fingerprint)? {
+            let bytes = std::fs::read(&path).map_err(|e| PlatformError::internal("reading a compiled component", e))?;
+            match self.deserialize(&bytes) {
+                Ok(c) => {
+                    self.count(|c| &c.compiled_loads);
+                    tracing::info!(tenant, function = name, version, "loaded precompiled component (no compilation)");
+                    return Ok((c, false));
+                }
+                Err(e) => tracing::warn!(tenant, function = name, version, error = %e, "stored compiled form unusable; recompiling"),
+            }
+        }
+        let wasm = self.registry.read_blob(&v.component.digest)?;
+        let compiled = self.engine.precompile(&wasm)?;
+        self.count(|c| &c.compilations);
+        self.registry.store_compiled(tenant, name, version, &self.fingerprint, &compiled)?;
+        tracing::info!(tenant, function = name, version, "compiled component (no compiled form stored for this engine)");
+        Ok((self.deserialize(&compiled)?, true))
+    }
+
+    fn deserialize(&self, compiled: &[u8]) -> Result<Component> {
+        self.engine
+            .deserialize(compiled)
+            .map_err(|e| PlatformError::internal("loading a compiled component", e))
+    }
+
+    /// Pre-instantiates `component` as version `v`, with one artifact set (shared weights)
+    /// charged to the tenant.
+    fn load(&self, v: &FunctionVersion, component: Component) -> Result<Arc<LoadedFunction>> {
+        let tenant = self.tenant_runtime(&v.tenant)?;
+        let files: HashMap<_, _> = v
+            .artifacts
+            .iter()
+            .map(|(name, blob)| (name.clone(), self.registry.blob_path(&blob.digest)))
+            .collect();
+        // Weights count once, against the tenant's quota, on the device chosen here.
+        let weight_bytes = v.artifacts.values().map(|b| b.size).sum();
+        let placement = self.devices.place(weight_bytes).map_err(|e| PlatformError::NoDeviceCapacity(e.to_string()))?;
+        let artifacts = ArtifactSet::new(files, tenant.account.clone());
+        let mut limits = FunctionLimits { timeout: Duration::from_millis(v.options.timeout_ms), ..FunctionLimits::default() };
+        limits.sandbox.memory_bytes = usize::try_from(v.options.memory_limit_bytes).unwrap_or(usize::MAX);
+        let image = self.engine.prepare(v.function.clone(), &component, artifacts, limits)?;
+        Ok(Arc::new(LoadedFunction { version: v.clone(), component, image, placement }))
+    }
+
+    /// Reclaims unreferenced blobs; failures are only logged.
+    pub(crate) fn collect_garbage(&self) {
+        if let Err(e) = self.registry.gc() {
+            tracing::warn!(error = %e, "registry gc failed");
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! Invocations: admission control, then one run in a fresh instance.
+//!
+//! Admission takes a permit from the tenant's semaphore and then from the server-wide
+//! one with `try_acquire`, so a full server answers "retry later" (429) at once rather
+//! than building an unbounded queue. The guest runs on a blocking thread (one per
+//! in-flight invocation, bounded by the global limit), so a guest that spins until its
+//! deadline never stalls the HTTP workers.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::{LimitScope, LoadedFunction, Platform, PlatformError, Result};
+use crate::engine::{InvocationContext, InvocationOutput, IoTensor};
+use crate::scheduler::{MemoryAccount, PriorityClass, SchedulingInfo};
+
+/// A finished invocation.
+pub struct Invocation {
+    /// The version that ran.
+    pub function: Arc<LoadedFunction>,
+    /// Its outputs and timings.
+    pub output: InvocationOutput,
+    /// From admission to the start of instantiation (thread hand-off, waits).
+    pub queue: Duration,
+}
+
+/// Counts an invocation as in flight while alive.
+struct InFlight<'a>(&'a Platform);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.counters.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Platform {
+    /// Runs the serving version of `tenant/name` once on `inputs`.
+    pub async fn invoke(self: &Arc<Self>, tenant: &str, name: &str, inputs: Vec<IoTensor>) -> Result<Invocation> {
+        let result = self.invoke_inner(tenant, name, inputs).await;
+        match &result {
+            Ok(_) => self.count(|c| &c.invocations),
+            Err(PlatformError::Overloaded { .. }) => self.count(|c| &c.rejected),
+            Err(_) => self.count(|c| &c.invocation_errors),
+        }
+        result
+    }
+
+    async fn invoke_inner(self: &Arc<Self>, tenant: &str, name: &str, inputs: Vec<IoTensor>) -> Result<Invocation> {
+        let received = Instant::now();
+        if self.shutting_down.load(Ordering::Acquire) {
+            return Err(PlatformError::ShuttingDown);
+        }
+        let function = match self.cached(tenant, name) {
+            Some(f) => f,
+            None => {
+                let (platform, t, n) = (self.clone(), tenant.to_owned(), name.to_owned());
+                tokio::task::spawn_blocking(move || platform.loaded(&t, &n))
+                    .await
+                    .map_err(|e| PlatformError::internal("loading a function", e))??
+            }
+        };
+        let tenant_rt = self.tenant_runtime(tenant)?;
+        let _tenant_permit = tenant_rt
+            .permits
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| PlatformError::Overloaded { scope: LimitScope::Tenant, limit: tenant_rt.limit })?;
+        let _global_permit = self
+            .global
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| PlatformError::Overloaded { scope: LimitScope::Global, limit: self.config.max_concurrency })?;
+        self.counters.in_flight.fetch_add(1, Ordering::Relaxed);
+        let _in_flight = InFlight(self);
+
+        let ctx = InvocationContext {
+            queue: function.placement.queue().clone(),
+            account: MemoryAccount::new("invocation", None, Some(tenant_rt.account.clone())),
+            scheduling: SchedulingInfo {
+                tenant: tenant.into(),
+                class: scheduling_class(function.version.options.priority),
+                weight: function.version.options.weight.unwrap_or(tenant_rt.weight),
+            },
+        };
+        let (platform, f, handle) = (self.clone(), function.clone(), tokio::runtime::Handle::current());
+        let (started, result) = tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            (started, handle.block_on(platform.engine.invoke(&f.image, ctx, &inputs)))
+        })
+        .await
+        .map_err(|e| PlatformError::internal("running an invocation", e))?;
+        let output = result?;
+        Ok(Invocation { function, output, queue: started - received })
+    }
+}
+
+/// The registry's priority class as the scheduler's.
+fn scheduling_class(class: sluice_registry::PriorityClass) -> PriorityClass {
+    match class {
+        sluice_registry::PriorityClass::Latency => PriorityClass::Latency,
+        sluice_registry::PriorityClass::Batch => PriorityClass::Batch,
+    }
+}

@@ -1,0 +1,70 @@
+//! Bearer-key authentication as axum extractors.
+//!
+//! [`Caller`] accepts any valid key, [`TenantCaller`] only a tenant's key (the admin key
+//! gets 403: it manages tenants and owns no functions), [`AdminCaller`] only the admin
+//! key (a tenant key gets 403). A missing or unknown key is 401. Keys are looked up by
+//! their sha256 in the registry; plaintext keys are never stored.
+
+use std::sync::Arc;
+
+use axum::extract::FromRequestParts;
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use sluice_registry::Principal;
+
+use super::error::ApiError;
+use crate::platform::Platform;
+
+/// Any authenticated caller.
+pub struct Caller(pub Principal);
+
+/// A tenant, by id.
+pub struct TenantCaller(pub String);
+
+/// The operator.
+pub struct AdminCaller;
+
+impl FromRequestParts<Arc<Platform>> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, platform: &Arc<Platform>) -> Result<Self, ApiError> {
+        let Some(value) = parts.headers.get(AUTHORIZATION) else {
+            return Err(ApiError::unauthorized("missing API key: send `Authorization: Bearer <key>`"));
+        };
+        let key = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .ok_or_else(|| ApiError::unauthorized("malformed Authorization header: expected `Bearer <key>`"))?;
+        match platform.authenticate(key)? {
+            Some(principal) => Ok(Caller(principal)),
+            None => Err(ApiError::unauthorized("unknown or revoked API key")),
+        }
+    }
+}
+
+impl FromRequestParts<Arc<Platform>> for TenantCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, platform: &Arc<Platform>) -> Result<Self, ApiError> {
+        match Caller::from_request_parts(parts, platform).await?.0 {
+            Principal::Tenant(id) => Ok(TenantCaller(id)),
+            Principal::Admin => Err(ApiError::forbidden(
+                "the admin key manages tenants and has no functions; use a tenant's API key",
+            )),
+        }
+    }
+}
+
+impl FromRequestParts<Arc<Platform>> for AdminCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, platform: &Arc<Platform>) -> Result<Self, ApiError> {
+        match Caller::from_request_parts(parts, platform).await?.0 {
+            Principal::Admin => Ok(AdminCaller),
+            Principal::Tenant(_) => Err(ApiError::forbidden("this endpoint needs the admin key")),
+        }
+    }
+}

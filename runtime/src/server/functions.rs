@@ -1,0 +1,230 @@
+//! `/v1/functions`: deploy, artifacts, list, get, delete and invoke, for the calling tenant.
+//!
+//! Every path is scoped to the tenant of the key, so a tenant can neither see nor name
+//! another tenant's functions (they answer 404). Deploys and artifact uploads are durable
+//! (fsync + sled flush) before the 201 is sent.
+
+use std::io::Read;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Extension;
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use http_body_util::BodyExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sluice_registry::{FunctionOptions, FunctionVersion, PriorityClass};
+
+use super::BodyLimits;
+use super::auth::TenantCaller;
+use super::error::ApiError;
+use crate::oip;
+use crate::platform::{Invocation, Platform, PlatformError};
+
+/// Deploy options, as query parameters. The body is the component (`application/wasm`;
+/// the content type is not enforced, the bytes are checked).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeployQuery {
+    priority: Option<PriorityClass>,
+    weight: Option<u32>,
+    timeout_ms: Option<u64>,
+    memory_limit_bytes: Option<u64>,
+}
+
+/// The JSON view of one version.
+pub fn version_json(v: &FunctionVersion) -> Value {
+    json!({
+        "name": v.function,
+        "version": v.version,
+        "digest": v.component.digest,
+        "size_bytes": v.component.size,
+        "options": v.options,
+        "artifacts": v.artifacts,
+        "origin": v.origin,
+        "created_ms": v.created_ms,
+    })
+}
+
+/// Runs blocking platform work off the async workers.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, PlatformError> + Send + 'static) -> Result<T, ApiError> {
+    Ok(tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| PlatformError::internal("a blocking task failed", e))??)
+}
+
+fn created(v: &FunctionVersion) -> Response {
+    let mut r = (StatusCode::CREATED, Json(version_json(v))).into_response();
+    if let Ok(loc) = HeaderValue::from_str(&format!("/v1/functions/{}", v.function)) {
+        r.headers_mut().insert(header::LOCATION, loc);
+    }
+    r
+}
+
+pub async fn deploy(
+    State(platform): State<Arc<Platform>>,
+    TenantCaller(tenant): TenantCaller,
+    Path(name): Path<String>,
+    query: Result<Query<DeployQuery>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query?;
+    let wasm = body?;
+    let defaults = FunctionOptions::default();
+    let options = FunctionOptions {
+        priority: q.priority.unwrap_or(defaults.priority),
+        weight: q.weight,
+        timeout_ms: q.timeout_ms.unwrap_or(defaults.timeout_ms),
+        memory_limit_bytes: q.memory_limit_bytes.unwrap_or(defaults.memory_limit_bytes),
+        ..defaults
+    };
+    let loaded = blocking(move || platform.deploy(&tenant, &name, &wasm, options)).await?;
+    Ok(created(&loaded.version))
+}
+
+pub async fn list(State(platform): State<Arc<Platform>>, TenantCaller(tenant): TenantCaller) -> Result<Json<Value>, ApiError> {
+    let functions = blocking(move || platform.list_functions(&tenant)).await?;
+    let items: Vec<Value> = functions
+        .iter()
+        .map(|f| {
+            let mut v = version_json(&f.latest);
+            v["created_ms"] = json!(f.created_ms);
+            v["updated_ms"] = json!(f.latest.created_ms);
+            v
+        })
+        .collect();
+    Ok(Json(json!({ "functions": items })))
+}
+
+pub async fn get(
+    State(platform): State<Arc<Platform>>,
+    TenantCaller(tenant): TenantCaller,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let info = blocking(move || platform.function_info(&tenant, &name)).await?;
+    let latest = info.record.latest();
+    Ok(Json(json!({
+        "name": info.record.name,
+        "created_ms": info.record.created_ms,
+        "latest_version": latest.version,
+        "digest": latest.component.digest,
+        "options": latest.options,
+        "artifacts": latest.artifacts,
+        "versions": info.record.versions.iter().map(version_json).collect::<Vec<_>>(),
+        "loaded": info.loaded,
+    })))
+}
+
+pub async fn delete(
+    State(platform): State<Arc<Platform>>,
+    TenantCaller(tenant): TenantCaller,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    blocking(move || platform.delete_function(&tenant, &name)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A `Read` over body chunks sent from the async side.
+struct ChannelReader {
+    rx: tokio::sync::mpsc::Receiver<std::io::Result<Bytes>>,
+    buf: Bytes,
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while self.buf.is_empty() {
+            match self.rx.blocking_recv() {
+                None => return Ok(0),
+                Some(chunk) => self.buf = chunk?,
+            }
+        }
+        let n = out.len().min(self.buf.len());
+        out[..n].copy_from_slice(&self.buf[..n]);
+        self.buf = self.buf.slice(n..);
+        Ok(n)
+    }
+}
+
+pub async fn put_artifact(
+    State(platform): State<Arc<Platform>>,
+    Extension(limits): Extension<BodyLimits>,
+    TenantCaller(tenant): TenantCaller,
+    Path((name, artifact)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let limit = limits.artifact_bytes;
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ApiError::too_large(limit as usize));
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    let job = tokio::task::spawn_blocking(move || {
+        platform.put_artifact(&tenant, &name, &artifact, ChannelReader { rx, buf: Bytes::new() })
+    });
+    let (too_large, broken) = (AtomicBool::new(false), AtomicBool::new(false));
+    let mut body = body;
+    let mut total = 0u64;
+    while let Some(frame) = body.frame().await {
+        let chunk = match frame {
+            Ok(frame) => match frame.into_data() {
+                Ok(data) => data,
+                Err(_) => continue,
+            },
+            Err(e) => {
+                broken.store(true, Ordering::Relaxed);
+                let _ = tx.send(Err(std::io::Error::other(format!("reading the request body: {e}")))).await;
+                break;
+            }
+        };
+        total += chunk.len() as u64;
+        if total > limit {
+            too_large.store(true, Ordering::Relaxed);
+            let _ = tx.send(Err(std::io::Error::other("artifact too large"))).await;
+            break;
+        }
+        if tx.send(Ok(chunk)).await.is_err() {
+            break; // the registry refused before reading (e.g. unknown function)
+        }
+    }
+    drop(tx);
+    let result = job.await.map_err(|e| PlatformError::internal("storing an artifact", e))?;
+    if too_large.load(Ordering::Relaxed) {
+        return Err(ApiError::too_large(limit as usize));
+    }
+    if broken.load(Ordering::Relaxed) && result.is_err() {
+        return Err(ApiError::bad_request("the request body could not be read"));
+    }
+    Ok(created(&result?.version))
+}
+
+pub async fn invoke(
+    State(platform): State<Arc<Platform>>,
+    TenantCaller(tenant): TenantCaller,
+    Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    run(&platform, &tenant, &name, &body?).await
+}
+
+/// Parses an Open Inference Protocol request, runs it, and renders the response with
+/// timing headers. Shared by `/v1/functions/{name}/invoke` and `/v2/models/{name}/infer`.
+pub async fn run(platform: &Arc<Platform>, tenant: &str, name: &str, body: &[u8]) -> Result<Response, ApiError> {
+    let request = oip::parse_request(body).map_err(|e| ApiError::bad_request(e.0))?;
+    let Invocation { function, output, queue } = platform.invoke(tenant, name, request.inputs).await?;
+    let version = function.version.version.to_string();
+    let json = oip::response_json(name, Some(&version), request.id.as_deref(), &output.outputs);
+    let mut response = Json(json).into_response();
+    let h = response.headers_mut();
+    let us = |d: std::time::Duration| HeaderValue::from(d.as_micros() as u64);
+    h.insert("x-sluice-queue-us", us(queue));
+    h.insert("x-sluice-instantiate-us", us(output.instantiate));
+    h.insert("x-sluice-execute-us", us(output.execute));
+    h.insert("x-sluice-function-version", HeaderValue::from(function.version.version));
+    Ok(response)
+}

@@ -1,0 +1,93 @@
+//! `/v1/tenants`: the admin key creates, lists and deletes tenants and issues their keys.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sluice_registry::TenantSettings;
+
+use super::auth::AdminCaller;
+use super::error::ApiError;
+use crate::platform::{Platform, PlatformError};
+
+/// Body of `POST /v1/tenants`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTenant {
+    id: String,
+    #[serde(default)]
+    settings: TenantSettings,
+    /// Also issue a first API key (default true).
+    #[serde(default = "yes")]
+    issue_key: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, PlatformError> + Send + 'static) -> Result<T, ApiError> {
+    Ok(tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| PlatformError::internal("a blocking task failed", e))??)
+}
+
+pub async fn create(
+    State(platform): State<Arc<Platform>>,
+    _admin: AdminCaller,
+    body: Result<Json<CreateTenant>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(req) = body?;
+    let out = blocking(move || {
+        let tenant = platform.create_tenant(&req.id, req.settings)?;
+        let key = if req.issue_key { Some(platform.issue_key(&req.id)?) } else { None };
+        Ok((tenant, key))
+    })
+    .await?;
+    let (tenant, key) = out;
+    let mut body = json!({ "tenant": tenant });
+    if let Some(k) = key {
+        body["key_id"] = json!(k.key_id);
+        body["key"] = json!(k.key);
+    }
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+pub async fn list(State(platform): State<Arc<Platform>>, _admin: AdminCaller) -> Result<Json<Value>, ApiError> {
+    let tenants = blocking(move || platform.list_tenants()).await?;
+    Ok(Json(json!({ "tenants": tenants })))
+}
+
+pub async fn get(State(platform): State<Arc<Platform>>, _admin: AdminCaller, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let tenant = blocking(move || platform.get_tenant(&id)).await?;
+    Ok(Json(json!(tenant)))
+}
+
+pub async fn delete(State(platform): State<Arc<Platform>>, _admin: AdminCaller, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+    blocking(move || platform.delete_tenant(&id)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn issue_key(State(platform): State<Arc<Platform>>, _admin: AdminCaller, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let key = blocking(move || platform.issue_key(&id)).await?;
+    Ok((StatusCode::CREATED, Json(json!(key))).into_response())
+}
+
+pub async fn list_keys(State(platform): State<Arc<Platform>>, _admin: AdminCaller, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let keys = blocking(move || platform.list_keys(&id)).await?;
+    Ok(Json(json!({ "keys": keys })))
+}
+
+pub async fn revoke_key(
+    State(platform): State<Arc<Platform>>,
+    _admin: AdminCaller,
+    Path((id, key_id)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    blocking(move || platform.revoke_key(&id, &key_id)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

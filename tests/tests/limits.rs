@@ -1,0 +1,49 @@
+//! Concurrency limits over real HTTP: a tenant over its limit and a server over its
+//! global limit answer 429 with `Retry-After` at once; other tenants are unaffected.
+
+use std::time::{Duration, Instant};
+
+use sluice_tests::{Server, ServerOptions, misbehave_request};
+
+#[test]
+fn concurrency_limits_answer_429_with_retry_after() {
+    let server = Server::start_with(ServerOptions {
+        args: ["--tenant-max-concurrency", "1", "--max-concurrency", "2"].map(String::from).to_vec(),
+        ..ServerOptions::default()
+    });
+    let keys: Vec<String> = ["a", "b", "c"].iter().map(|t| server.create_tenant(t)).collect();
+    for key in &keys {
+        server.deploy(key, "slow", "misbehave", "timeout_ms=1500");
+    }
+    let body = |mode: &str| Some(("application/json", serde_json::to_vec(&misbehave_request(mode)).unwrap()));
+    let wait_in_flight = |n: u64| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while server.status(&keys[0])["in_flight"] != n {
+            assert!(Instant::now() < deadline, "in_flight never reached {n}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    std::thread::scope(|s| {
+        let a = s.spawn(|| server.call("POST", "/v1/functions/slow/invoke", Some(&keys[0]), body("loop")));
+        wait_in_flight(1);
+        // Tenant a is at its limit of 1.
+        let r = server.call("POST", "/v1/functions/slow/invoke", Some(&keys[0]), body("ok"));
+        r.expect_error(429, "tenant_concurrency_limit");
+        assert_eq!(r.headers.get("retry-after").map(String::as_str), Some("1"));
+
+        // Tenant b is not affected by a's limit; with it the server is full (2).
+        let b = s.spawn(|| server.call("POST", "/v1/functions/slow/invoke", Some(&keys[1]), body("loop")));
+        wait_in_flight(2);
+        let r = server.call("POST", "/v1/functions/slow/invoke", Some(&keys[2]), body("ok"));
+        r.expect_error(429, "concurrency_limit");
+        assert_eq!(r.headers.get("retry-after").map(String::as_str), Some("1"));
+
+        a.join().unwrap().expect_error(504, "timeout");
+        b.join().unwrap().expect_error(504, "timeout");
+    });
+    // Capacity is back.
+    for key in &keys {
+        server.call("POST", "/v1/functions/slow/invoke", Some(key), body("ok")).expect(200);
+    }
+    assert_eq!(server.status(&keys[0])["rejected"], 2);
+}

@@ -1,0 +1,24 @@
+//! `cargo xtask bench`: the CPU benchmarks, from a fresh machine.
+//!
+//! Set-up first (the guest components, the model), then
+//! `cargo bench -p sluice-runtime --bench engine --bench minilm` with `SLUICE_MODEL_DIR`
+//! set. `engine` measures the host-side cost of an op launch and the instantiation
+//! time; `minilm` runs all-MiniLM-L6-v2 through sluice on the CPU side by side with a
+//! NumPy reference (it creates `target/bench-venv` with numpy on first use). Extra
+//! arguments go to `cargo bench`. Results are recorded by hand in `bench/RESULTS.md`.
+
+use anyhow::Result;
+
+use crate::{build_functions, cmd, fetch_model};
+
+pub fn run(args: &[String]) -> Result<()> {
+    build_functions::run(&[])?;
+    let model_dir = fetch_model::fetch()?;
+    cmd::run(
+        cmd::cargo()
+            .current_dir(cmd::repo_root())
+            .args(["bench", "-p", "sluice-runtime", "--bench", "engine", "--bench", "minilm"])
+            .args(args)
+            .env("SLUICE_MODEL_DIR", &model_dir),
+    )
+}
