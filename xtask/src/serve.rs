@@ -1,0 +1,156 @@
+//! `cargo xtask serve`: the whole platform on this machine, with the example
+//! functions deployed: the README's run command.
+//!
+//! Builds the guests and a release `sluice`, fetches the model, starts `sluice serve`
+//! (sled in `./sluice-data`, the GPU if one is usable, else the CPU), creates the tenant
+//! `demo`, deploys `echo`, `mlp`, `minilm-embed` (with its weights, vocabulary and
+//! config) and `gemm-burn` (batch class) unless they are already there, prints a key
+//! and a few curl commands, and then runs until Ctrl-C.
+//!
+//! `--addr`, `--data-dir` and `--device` are passed to `sluice serve`.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::{build_functions, cmd, fetch_model};
+
+struct Options {
+    addr: String,
+    data_dir: PathBuf,
+    device: String,
+}
+
+fn parse(args: &[String]) -> Result<Options> {
+    let mut o = Options { addr: "127.0.0.1:8080".into(), data_dir: PathBuf::from("sluice-data"), device: "auto".into() };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--addr" => o.addr = value()?.clone(),
+            "--data-dir" => o.data_dir = PathBuf::from(value()?),
+            "--device" => o.device = value()?.clone(),
+            other => bail!("unknown option {other} (serve takes --addr, --data-dir, --device)"),
+        }
+    }
+    Ok(o)
+}
+
+/// A fresh admin key for this run (the server replaces any stored one with it).
+fn admin_key() -> Result<String> {
+    if let Ok(k) = std::env::var("SLUICE_ADMIN_KEY")
+        && !k.is_empty()
+    {
+        return Ok(k);
+    }
+    let mut bytes = [0u8; 20];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(format!("sluice_admin_{}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()))
+}
+
+fn ready(addr: &str) -> bool {
+    let Ok(mut s) = TcpStream::connect(addr) else { return false };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let req = format!("GET /v2/health/ready HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let mut reply = String::new();
+    s.write_all(req.as_bytes()).is_ok() && s.read_to_string(&mut reply).is_ok() && reply.starts_with("HTTP/1.1 200")
+}
+
+/// Runs the `sluice` client with `key`; returns stdout, or None if it failed.
+fn client(sluice: &Path, url: &str, key: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new(sluice).args(args).env("SLUICE_URL", url).env("SLUICE_KEY", key).stderr(Stdio::piped()).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The value of `"key": "…"` in the client's JSON output.
+fn key_from(json: &str) -> Option<String> {
+    let rest = &json[json.find("\"key\"")? + 5..];
+    let start = rest.find('"')? + 1;
+    let end = start + rest[start..].find('"')?;
+    Some(rest[start..end].to_owned())
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let o = parse(args)?;
+    let root = cmd::repo_root();
+    build_functions::run(&[])?;
+    let wasm_dir = root.join("functions/target/wasm32-wasip2/release");
+    let model = fetch_model::fetch()?;
+    cmd::run(cmd::cargo().current_dir(&root).args(["build", "--release", "-p", "sluice-runtime", "--bin", "sluice"]))?;
+    let sluice = root.join("target/release/sluice");
+    let admin = admin_key()?;
+    let url = format!("http://{}", o.addr);
+
+    let mut server = Command::new(&sluice)
+        .args(["serve", "--addr", &o.addr, "--device", &o.device, "--data-dir"])
+        .arg(&o.data_dir)
+        .env("SLUICE_ADMIN_KEY", &admin)
+        .spawn()
+        .context("starting sluice serve")?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !ready(&o.addr) {
+        if let Some(status) = server.try_wait()? {
+            bail!("sluice serve exited with {status} before it was ready");
+        }
+        if Instant::now() > deadline {
+            let _ = server.kill();
+            bail!("sluice serve was not ready after 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let created = client(&sluice, &url, &admin, &["tenants", "create", "demo"])
+        .or_else(|| client(&sluice, &url, &admin, &["tenants", "key", "demo"]))
+        .context("creating the tenant `demo` (or a key for it)")?;
+    let key = key_from(&created).context("the server's answer holds no key")?;
+
+    let wasm = |name: &str| wasm_dir.join(format!("{name}.wasm")).display().to_string();
+    let artifact = |name: &str, file: &str| format!("{name}={}", model.join(file).display());
+    let examples: Vec<(&str, Vec<String>)> = vec![
+        ("echo", vec![wasm("echo")]),
+        ("mlp", vec![wasm("mlp")]),
+        (
+            "minilm-embed",
+            vec![
+                wasm("minilm_embed"),
+                "--artifact".into(),
+                artifact("model", "model.safetensors"),
+                "--artifact".into(),
+                artifact("vocab", "vocab.txt"),
+                "--artifact".into(),
+                artifact("config", "config.json"),
+            ],
+        ),
+        ("gemm-burn", vec![wasm("gemm_burn"), "--priority".into(), "batch".into()]),
+    ];
+    for (name, rest) in &examples {
+        if client(&sluice, &url, &key, &["functions", "get", name]).is_some() {
+            eprintln!("xtask: {name} is already deployed");
+            continue;
+        }
+        let mut a = vec!["deploy", name];
+        a.extend(rest.iter().map(String::as_str));
+        client(&sluice, &url, &key, &a).with_context(|| format!("deploying {name}"))?;
+        eprintln!("xtask: deployed {name}");
+    }
+
+    println!(
+        "\nsluice is serving on {url} with echo, mlp, minilm-embed and gemm-burn (tenant `demo`).\n\
+         admin key: {admin}\n\
+         demo key:  {key}\n\n\
+         try:\n  \
+         curl -s {url}/v2/models/minilm-embed/infer -H 'Authorization: Bearer {key}' \\\n    \
+         -d '{{\"inputs\":[{{\"name\":\"text\",\"shape\":[1],\"datatype\":\"BYTES\",\"data\":[\"Hello, world\"]}}]}}'\n  \
+         curl -s {url}/v1/status -H 'Authorization: Bearer {key}'\n\n\
+         Ctrl-C stops the server."
+    );
+    let status = server.wait()?;
+    if !status.success() {
+        bail!("sluice serve exited with {status}");
+    }
+    Ok(())
+}
