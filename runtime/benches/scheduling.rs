@@ -175,7 +175,7 @@ fn colocation(rt: &tokio::runtime::Runtime) {
     println!("{:<34} {:>9} {:>9} {:>10} {:>14} {:>9.1}/s", "best-effort alone", "—", "—", "—", "—", solo_be.gemms_per_s);
     row("co-located, FIFO (no policy)", &fifo, true, true);
     row("co-located, priority + preemption", &prio, true, true);
-    println!("{:<34} {}", "co-located, + SM partition", "n/a on the CPU device (no spatial partitions)");
+    println!("{:<34} n/a on the CPU device (no spatial partitions)", "co-located, + SM partition");
 }
 
 /// The kernel stream of the overhead benchmark: (op, which inputs) per kernel.
