@@ -5,9 +5,10 @@
 //!   several repetitions each); per launch = (median(t_n) − median(t_0)) / Δlaunches.
 //!   Three clocks are reported: the CPU time of the thread running the guest (guest
 //!   loop, guest→host call, shape inference, quota reservation, the send to the device
-//!   queue and the handle drop: the host-side cost the target is about), the wall clock
-//!   (which also waits for the device thread whenever it is the slower side), and the
-//!   CPU time of the device thread, which executes the ops concurrently on another core.
+//!   queue and the handle drop: the host-side cost the target is about), the wall clock,
+//!   and the CPU time of the device's actor thread (`sluice-cpu`, which dispatches each
+//!   op to the device's kernel pool). Launches are asynchronous, so the guest and the
+//!   device work concurrently and the wall clock per launch is set by the slower side.
 //! - Instantiation: `echo` on one FP32 element, ≥ 1000 times; `InvocationOutput::instantiate`
 //!   (store + instance from the `InstancePre`) and the whole invocation, median and p99.
 //!
@@ -20,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use sluice_runtime::backend::CpuDevice;
 use sluice_runtime::engine::{
-    ArtifactSet, Engine, EngineConfig, FunctionImage, FunctionLimits, InvocationContext,
-    InvocationOutput, IoData, IoTensor,
+    ArtifactSet, Engine, EngineConfig, FunctionImage, FunctionLimits, InvocationContext, InvocationOutput, IoData,
+    IoTensor,
 };
 use sluice_runtime::scheduler::{DeviceQueue, MemoryAccount, PriorityClass, SchedulingInfo};
 use tokio::runtime::Runtime;
@@ -64,15 +65,16 @@ fn main() {
     let rows = [
         Row::new("op launch, host CPU (guest thread)", launch.guest_cpu, Some(TARGET_LAUNCH_NS)),
         Row::new("op launch, wall clock", launch.wall, None),
-        Row::new("op launch, device-thread CPU", launch.device_cpu, None),
+        Row::new("op launch, device actor thread CPU", launch.device_cpu, None),
         Row::new("instantiation (InstancePre → instance)", echo.instantiate, Some(TARGET_INSTANTIATE_NS)),
         Row::new("echo invocation, whole", echo.whole, None),
     ];
     print_table(&rows);
     println!();
     println!(
-        "per-launch spread: min–max over the {LAUNCH_REPS} pairs of repetitions; instantiation spread: p99. \
-         The device thread runs the ops concurrently, so the wall clock per launch is about the slower of the two sides."
+        "per-launch spread: min–max over the {LAUNCH_REPS} pairs of repetitions; instantiation spread: p99.\n\
+         Launches are asynchronous: the device (actor thread + kernel pool) runs them concurrently with the guest, \
+         so the wall clock per launch is set by the slower side."
     );
 }
 
@@ -180,7 +182,8 @@ impl Bench {
                 whole.push(elapsed.as_nanos() as f64);
             }
         }
-        let stat = |v: &[f64]| Stat { median: percentile(v, 50.0), spread: format!("p99 {}", format_ns(percentile(v, 99.0))) };
+        let stat =
+            |v: &[f64]| Stat { median: percentile(v, 50.0), spread: format!("p99 {}", format_ns(percentile(v, 99.0))) };
         EchoCosts { instantiate: stat(&instantiate), whole: stat(&whole) }
     }
 }
@@ -268,8 +271,9 @@ fn component(name: &str) -> Vec<u8> {
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../functions/target/wasm32-wasip2/release")
     });
     let path = dir.join(format!("{name}.wasm"));
-    std::fs::read(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}; build the functions first with `cargo xtask build-functions`", path.display()))
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!("{}: {e}; build the functions first with `cargo xtask build-functions`", path.display())
+    })
 }
 
 /// CPU count and model, and the 1-minute load average (the machine may be shared).

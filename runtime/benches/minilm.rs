@@ -30,8 +30,8 @@ use serde_json::Value;
 use sluice_host_api::{MatmulArgs, Op, TensorMeta};
 use sluice_runtime::backend::{Buffer, CpuDevice, Device, DeviceError, DeviceInfo};
 use sluice_runtime::engine::{
-    ArtifactSet, Engine, EngineConfig, FunctionImage, FunctionLimits, InvocationContext,
-    InvocationOutput, IoData, IoTensor,
+    ArtifactSet, Engine, EngineConfig, FunctionImage, FunctionLimits, InvocationContext, InvocationOutput, IoData,
+    IoTensor,
 };
 use sluice_runtime::scheduler::{DeviceQueue, MemoryAccount, PriorityClass, SchedulingInfo};
 use tokio::runtime::Runtime;
@@ -48,8 +48,8 @@ const MIN_COSINE: f64 = 0.9999;
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let reference_path = root.join("tests/data/minilm_ref_visible.json");
-    let reference: Value = serde_json::from_slice(&std::fs::read(&reference_path).expect("reference data"))
-        .expect("reference JSON");
+    let reference: Value =
+        serde_json::from_slice(&std::fs::read(&reference_path).expect("reference data")).expect("reference JSON");
     let model_dir = model_dir();
 
     let kernels = KernelTimes::default();
@@ -174,7 +174,8 @@ impl Bench {
     fn cases(&self, image: &FunctionImage, reference: &Value) -> Vec<Case> {
         let records = reference["records"].as_array().expect("records");
         let ids = |v: &Value| -> Vec<i64> { v.as_array().expect("ids").iter().map(|x| x.as_i64().unwrap()).collect() };
-        let floats = |v: &Value| -> Vec<f64> { v.as_array().expect("floats").iter().map(|x| x.as_f64().unwrap()).collect() };
+        let floats =
+            |v: &Value| -> Vec<f64> { v.as_array().expect("floats").iter().map(|x| x.as_f64().unwrap()).collect() };
         let text = |r: &Value| r["text"].as_str().expect("text").to_owned();
 
         // seq128: the longest word prefix of a long record that fits in 128 tokens.
@@ -186,7 +187,9 @@ impl Bench {
         let full = text(long);
         let ends: Vec<usize> = full
             .char_indices()
-            .filter(|&(i, c)| !c.is_whitespace() && full[i + c.len_utf8()..].chars().next().is_none_or(char::is_whitespace))
+            .filter(|&(i, c)| {
+                !c.is_whitespace() && full[i + c.len_utf8()..].chars().next().is_none_or(char::is_whitespace)
+            })
             .map(|(i, c)| i + c.len_utf8())
             .collect();
         let (mut lo, mut hi) = (0, ends.len() - 1); // invariant: prefix `ends[lo]` fits
@@ -282,7 +285,13 @@ impl Bench {
         walls.sort();
         let per_invocation =
             kernels.take().into_iter().map(|(op, (n, t))| (op, (n as f64 / runs as f64, t / runs))).collect();
-        CaseResult { p50: walls[walls.len() / 2], mean, instantiate_mean: instantiate / runs, min_cosine, kernels: per_invocation }
+        CaseResult {
+            p50: walls[walls.len() / 2],
+            mean,
+            instantiate_mean: instantiate / runs,
+            min_cosine,
+            kernels: per_invocation,
+        }
     }
 }
 
@@ -401,8 +410,9 @@ fn run_numpy(python: &Path, root: &Path, model_dir: &Path, reference: &Path, cas
         .output()
         .unwrap_or_else(|e| panic!("could not start {}: {e}", python.display()));
     assert!(out.status.success(), "{} failed with {}", script.display(), out.status);
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{} printed no JSON ({e}): {}", script.display(), String::from_utf8_lossy(&out.stdout)))
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{} printed no JSON ({e}): {}", script.display(), String::from_utf8_lossy(&out.stdout))
+    })
 }
 
 /// A Python interpreter with NumPy: `$SLUICE_BENCH_PYTHON`, or the virtual environment
@@ -443,8 +453,10 @@ fn print_comparison(cases: &[Case], results: &[CaseResult], numpy: &Value) {
     for (case, r) in cases.iter().zip(results) {
         let np = &numpy["cases"][case.name];
         let np_ms = np["p50_ms"].as_f64().unwrap_or_else(|| panic!("NumPy printed no p50 for {}", case.name));
-        let np_tokens: Vec<usize> =
-            np["tokens"].as_array().map(|a| a.iter().filter_map(|t| t.as_u64()).map(|t| t as usize).collect()).unwrap_or_default();
+        let np_tokens: Vec<usize> = np["tokens"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|t| t.as_u64()).map(|t| t as usize).collect())
+            .unwrap_or_default();
         assert_eq!(np_tokens, case.tokens, "{}: NumPy ran other token counts than sluice", case.name);
         let batch = case.texts.len() as f64;
         let (ours, theirs) = if case.texts.len() == 1 {
@@ -476,7 +488,9 @@ fn print_breakdown(cases: &[Case], results: &[CaseResult]) {
         let t = |op: &String| results[key].kernels.get(op).map_or(Duration::ZERO, |k| k.1);
         t(b).cmp(&t(a))
     });
-    let cell = |t: Duration, total: Duration| format!("{:.2} ms {:>3.0}%", ms(t), 100.0 * t.as_secs_f64() / total.as_secs_f64());
+    let cell = |t: Duration, total: Duration| {
+        format!("{:.2} ms {:>3.0}%", ms(t), 100.0 * t.as_secs_f64() / total.as_secs_f64())
+    };
     let mut header = vec!["device time by op, mean per invocation (× launches)".to_owned()];
     header.extend(cases.iter().map(|c| c.name.to_owned()));
     let mut rows = vec![header];
@@ -546,12 +560,13 @@ fn model_dir() -> PathBuf {
 
 /// The bytes of function `name`, built by `cargo xtask build-functions`.
 fn component(name: &str) -> Vec<u8> {
-    let dir = std::env::var_os("SLUICE_FUNCTIONS_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../functions/target/wasm32-wasip2/release")
-    });
+    let dir = std::env::var_os("SLUICE_FUNCTIONS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../functions/target/wasm32-wasip2/release"));
     let path = dir.join(format!("{name}.wasm"));
-    std::fs::read(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}; build the functions first with `cargo xtask build-functions`", path.display()))
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!("{}: {e}; build the functions first with `cargo xtask build-functions`", path.display())
+    })
 }
 
 /// CPU count and model, and the 1-minute load average (the machine may be shared).

@@ -49,6 +49,22 @@ fn physical_memory_bytes() -> u64 {
         .unwrap_or(8 << 30)
 }
 
+/// Below this much work (elements touched, or multiply-adds), kernels of the CPU
+/// backend stay single-threaded.
+const SMALL_WORK: usize = 1 << 15;
+
+fn is_small(op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> bool {
+    let work = match op {
+        Op::Matmul(_) | Op::Conv2d(_) => {
+            // Multiply-adds: output elements times the reduced length.
+            let reduced: usize = inputs.get(1).map_or(1, |(_, m)| m.numel()) / out.shape.last().copied().unwrap_or(1).max(1) as usize;
+            out.numel().saturating_mul(reduced.max(1))
+        }
+        _ => inputs.iter().map(|(_, m)| m.numel()).sum::<usize>() + out.numel(),
+    };
+    work < SMALL_WORK
+}
+
 fn cpu(buffer: &Buffer) -> Result<&CpuBuffer, DeviceError> {
     match buffer {
         Buffer::Cpu(b) => Ok(b),
@@ -81,8 +97,11 @@ impl Device for CpuDevice {
         for (b, m) in inputs {
             cpu_inputs.push((cpu(b)?, *m));
         }
-        self.pool
-            .install(|| sluice_backend_cpu::launch(op, &cpu_inputs, out))
+        let run = || sluice_backend_cpu::launch(op, &cpu_inputs, out);
+        // Handing a kernel to the pool wakes one of its threads (microseconds); small
+        // kernels, which run single-threaded anyway, run right here instead.
+        let result = if is_small(op, inputs, out) { run() } else { self.pool.install(run) };
+        result
             .map(Buffer::Cpu)
             .map_err(|e| DeviceError::Failure(e.to_string()))
     }
