@@ -1,10 +1,12 @@
 //! `cargo xtask bench`: the CPU benchmarks, from a fresh machine.
 //!
 //! Set-up first (the guest components, the model), then
-//! `cargo bench -p sluice-runtime --bench engine --bench minilm` with `SLUICE_MODEL_DIR`
+//! `cargo bench -p sluice-runtime --bench engine --bench minilm --bench scheduling` with `SLUICE_MODEL_DIR`
 //! set. `engine` measures the host-side cost of an op launch and the instantiation
 //! time; `minilm` runs all-MiniLM-L6-v2 through sluice on the CPU side by side with a
-//! NumPy reference (it creates `target/bench-venv` with numpy on first use). Extra
+//! NumPy reference (it creates `target/bench-venv` with numpy on first use);
+//! `scheduling` co-locates a latency and a best-effort tenant under each policy and
+//! measures the scheduler's overhead. Extra
 //! arguments go to `cargo bench`. Results are recorded by hand in `bench/RESULTS.md`.
 
 use anyhow::Result;
@@ -17,7 +19,7 @@ pub fn run(args: &[String]) -> Result<()> {
     cmd::run(
         cmd::cargo()
             .current_dir(cmd::repo_root())
-            .args(["bench", "-p", "sluice-runtime", "--bench", "engine", "--bench", "minilm"])
+            .args(["bench", "-p", "sluice-runtime", "--bench", "engine", "--bench", "minilm", "--bench", "scheduling"])
             .args(args)
             .env("SLUICE_MODEL_DIR", &model_dir),
     )

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
+use crossbeam_channel::{Receiver, TryRecvError};
 use sluice_host_api::{ApiError, ErrorCode, MatmulArgs, Op, TensorMeta};
 use tokio::sync::oneshot;
 
@@ -81,9 +81,9 @@ pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver
     };
     loop {
         if actor.queues.is_idle() {
-            match rx.recv() {
-                Ok(c) => actor.accept(c),
-                Err(_) => return,
+            match wait(&rx) {
+                Some(c) => actor.accept(c),
+                None => return,
             }
         }
         // Take everything that arrived before choosing, so the choice sees it.
@@ -94,6 +94,25 @@ pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver
         let load = actor.queues.queued() + actor.queues.invocations.len();
         published.load.store(load as u64, Ordering::Relaxed);
         published.resident_bytes.store(actor.resident_bytes, Ordering::Relaxed);
+    }
+}
+
+/// How long an idle device thread polls for work before it parks. A parked thread
+/// costs every sender a wake-up system call; a guest launching ops back to back keeps
+/// it from parking at all.
+const IDLE_SPIN: Duration = Duration::from_micros(50);
+
+/// The next command, polling for [`IDLE_SPIN`] before blocking; `None` once every
+/// handle is gone.
+fn wait(rx: &Receiver<Command>) -> Option<Command> {
+    let until = Instant::now() + IDLE_SPIN;
+    loop {
+        match rx.try_recv() {
+            Ok(c) => return Some(c),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) if Instant::now() < until => std::thread::yield_now(),
+            Err(TryRecvError::Empty) => return rx.recv().ok(),
+        }
     }
 }
 
@@ -235,6 +254,7 @@ impl Actor {
             }
         };
         let mut head = queue.pop_front().expect("picked a non-empty queue");
+        let is_kernel = matches!(head.work, Work::Launch { .. });
         let (elapsed, done) = self.execute(&mut head, slice_now);
         if !done {
             // Put the partly sliced kernel back at the head of its queue.
@@ -244,7 +264,7 @@ impl Actor {
             }
         }
         self.busy += elapsed;
-        self.queues.charge(inv, elapsed, done);
+        self.queues.charge(inv, elapsed, done && is_kernel);
     }
 
     /// Executes `q` (or one slice of it); returns the device time and whether it is done.
@@ -264,8 +284,7 @@ impl Actor {
                 let args = match self.gather(inputs) {
                     Ok(a) => a,
                     Err(e) => {
-                        let work = std::mem::replace(&mut q.work, placeholder());
-                        self.release_inputs(&work);
+                        self.release_inputs(&q.work);
                         self.complete(id, Err(e));
                         return (Duration::ZERO, true);
                     }
@@ -289,8 +308,7 @@ impl Actor {
                 let total = q.slices.take().map(|p| p.elapsed + elapsed).unwrap_or(elapsed);
                 self.cost.record(&key, total);
                 self.kernels += 1;
-                let work = std::mem::replace(&mut q.work, placeholder());
-                self.release_inputs(&work);
+                self.release_inputs(&q.work);
                 self.complete(id, result.map(|b| (b, out_bytes)));
                 (elapsed, true)
             }
@@ -403,11 +421,6 @@ impl Actor {
             tenants,
         }
     }
-}
-
-/// Stands in for a work item moved out of its queue entry.
-fn placeholder() -> Work {
-    Work::Launch { id: TensorId(0), op: Op::Embedding, inputs: Vec::new(), out: TensorMeta { dtype: sluice_host_api::DType::U8, shape: vec![] } }
 }
 
 fn missing(id: TensorId) -> ApiError {
