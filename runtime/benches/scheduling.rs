@@ -30,7 +30,7 @@ use sluice_runtime::engine::{
 };
 use sluice_runtime::scheduler::{DeviceQueue, MemoryAccount, Policy, PriorityClass, SchedulerConfig, SchedulingInfo};
 
-const LATENCY_REQUESTS: usize = 60;
+const LATENCY_REQUESTS: usize = 200;
 const THINK_TIME: Duration = Duration::from_millis(15);
 const GEMM_SIZE: i64 = 384;
 
