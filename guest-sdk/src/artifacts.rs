@@ -14,9 +14,5 @@ pub fn read(artifact: &str) -> Result<Vec<u8>> {
 /// `as_dtype` at load time. The host loads it once per function version and device
 /// and shares it read-only between invocations, so this is cheap after the first call.
 pub fn load_tensor(artifact: &str, name: &str, as_dtype: Option<DType>) -> Result<Tensor> {
-    Ok(Tensor::from_raw(raw::load_tensor(
-        artifact,
-        name,
-        as_dtype.map(dtype_to_wit),
-    )?))
+    Ok(Tensor::from_raw(raw::load_tensor(artifact, name, as_dtype.map(dtype_to_wit))?))
 }

@@ -64,10 +64,7 @@ pub(crate) fn i64_le(v: &[i64]) -> Vec<u8> {
 
 /// Unpacks little-endian bytes into `N`-byte chunks mapped by `f`.
 pub(crate) fn from_le<const N: usize, T>(bytes: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
-    bytes
-        .chunks_exact(N)
-        .map(|c| f(c.try_into().expect("chunks_exact yields N bytes")))
-        .collect()
+    bytes.chunks_exact(N).map(|c| f(c.try_into().expect("chunks_exact yields N bytes"))).collect()
 }
 
 #[cfg(test)]

@@ -35,26 +35,17 @@ impl Error {
     /// An error with a host error code (also used by the SDK for checks it makes
     /// locally, e.g. reading an f32 tensor as integers is a `dtype-mismatch`).
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Error {
-            kind: ErrorKind::Host(code),
-            message: message.into(),
-        }
+        Error { kind: ErrorKind::Host(code), message: message.into() }
     }
 
     /// The caller's inputs are wrong (missing, wrong dtype or shape).
     pub fn invalid_input(message: impl Into<String>) -> Self {
-        Error {
-            kind: ErrorKind::InvalidInput,
-            message: message.into(),
-        }
+        Error { kind: ErrorKind::InvalidInput, message: message.into() }
     }
 
     /// The function failed for a reason other than its inputs.
     pub fn failed(message: impl Into<String>) -> Self {
-        Error {
-            kind: ErrorKind::Failed,
-            message: message.into(),
-        }
+        Error { kind: ErrorKind::Failed, message: message.into() }
     }
 
     /// The kind of failure.

@@ -60,11 +60,7 @@ macro_rules! accessor {
 impl IoTensor {
     /// A tensor with the given name, shape and elements.
     pub fn new(name: impl Into<String>, shape: &[u64], data: IoData) -> IoTensor {
-        IoTensor {
-            name: name.into(),
-            shape: shape.to_vec(),
-            data,
-        }
+        IoTensor { name: name.into(), shape: shape.to_vec(), data }
     }
 
     /// An FP32 tensor.
@@ -104,10 +100,7 @@ impl IoTensor {
 
     /// A 1-D BYTES tensor of UTF-8 strings.
     pub fn text<S: AsRef<str>>(name: impl Into<String>, strings: &[S]) -> IoTensor {
-        let data: Vec<Vec<u8>> = strings
-            .iter()
-            .map(|s| s.as_ref().as_bytes().to_vec())
-            .collect();
+        let data: Vec<Vec<u8>> = strings.iter().map(|s| s.as_ref().as_bytes().to_vec()).collect();
         IoTensor::bytes(name, &[data.len() as u64], data)
     }
 
@@ -118,9 +111,7 @@ impl IoTensor {
 
     /// The number of elements the shape says (`None` on overflow).
     pub fn numel(&self) -> Option<u64> {
-        self.shape
-            .iter()
-            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        self.shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
     }
 
     /// Fails with `invalid-input` unless the element count matches the shape.
@@ -140,19 +131,12 @@ impl IoTensor {
     /// Fails with `invalid-input` unless the shape matches `pattern`, where `None`
     /// accepts any size: `expect_shape(&[None, Some(16)])` accepts `[n, 16]`.
     pub fn expect_shape(&self, pattern: &[Option<u64>]) -> Result<()> {
-        let ok = self.shape.len() == pattern.len()
-            && self
-                .shape
-                .iter()
-                .zip(pattern)
-                .all(|(&d, p)| p.is_none_or(|p| p == d));
+        let ok =
+            self.shape.len() == pattern.len() && self.shape.iter().zip(pattern).all(|(&d, p)| p.is_none_or(|p| p == d));
         if ok {
             return Ok(());
         }
-        let want: Vec<String> = pattern
-            .iter()
-            .map(|p| p.map_or_else(|| "?".to_string(), |d| d.to_string()))
-            .collect();
+        let want: Vec<String> = pattern.iter().map(|p| p.map_or_else(|| "?".to_string(), |d| d.to_string())).collect();
         Err(Error::invalid_input(format!(
             "tensor `{}`: expected shape [{}], got {:?}",
             self.name,
@@ -187,9 +171,8 @@ impl IoTensor {
         self.as_bytes()?
             .iter()
             .map(|b| {
-                std::str::from_utf8(b).map_err(|e| {
-                    Error::invalid_input(format!("tensor `{}`: not UTF-8: {e}", self.name))
-                })
+                std::str::from_utf8(b)
+                    .map_err(|e| Error::invalid_input(format!("tensor `{}`: not UTF-8: {e}", self.name)))
             })
             .collect()
     }
@@ -204,9 +187,7 @@ impl IoTensor {
             .iter()
             .map(|&d| u32::try_from(d))
             .collect::<core::result::Result<Vec<u32>, _>>()
-            .map_err(|_| {
-                Error::invalid_input(format!("tensor `{}`: dimension over u32::MAX", self.name))
-            })?;
+            .map_err(|_| Error::invalid_input(format!("tensor `{}`: dimension over u32::MAX", self.name)))?;
         let uploaded = match &self.data {
             IoData::F32(v) => Tensor::from_f32(&shape, v),
             IoData::F16(v) => Tensor::from_f16_bits(&shape, v),
@@ -276,10 +257,7 @@ impl Inputs {
     /// The input named `name`; a missing one is `invalid-input` naming it and the
     /// inputs present.
     pub fn get(&self, name: &str) -> Result<&IoTensor> {
-        self.tensors
-            .iter()
-            .find(|t| t.name == name)
-            .ok_or_else(|| self.missing(name))
+        self.tensors.iter().find(|t| t.name == name).ok_or_else(|| self.missing(name))
     }
 
     /// Removes and returns the input named `name` (no copy); missing is `invalid-input`.
@@ -321,10 +299,7 @@ impl Inputs {
     }
 
     fn missing(&self, name: &str) -> Error {
-        Error::invalid_input(format!(
-            "missing input `{name}`; inputs present: {:?}",
-            self.names()
-        ))
+        Error::invalid_input(format!("missing input `{name}`; inputs present: {:?}", self.names()))
     }
 }
 

@@ -7,8 +7,8 @@
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
 use crate::bindings::sluice::gpu::ops::{
-    self as raw, AffineArgs, BinaryOp, Conv2dArgs, LayerNormArgs, MatmulArgs, Op, Pool2dArgs,
-    PoolKind, ReduceArgs, ReduceOp, SliceArgs, SoftmaxArgs, UnaryOp,
+    self as raw, AffineArgs, BinaryOp, Conv2dArgs, LayerNormArgs, MatmulArgs, Op, Pool2dArgs, PoolKind, ReduceArgs,
+    ReduceOp, SliceArgs, SoftmaxArgs, UnaryOp,
 };
 use crate::convert::dtype_to_wit;
 use crate::{DType, Error, ErrorCode, Result, Tensor};
@@ -35,12 +35,7 @@ pub struct Conv2d {
 
 impl Default for Conv2d {
     fn default() -> Self {
-        Conv2d {
-            stride: (1, 1),
-            padding: (0, 0),
-            dilation: (1, 1),
-            groups: 1,
-        }
+        Conv2d { stride: (1, 1), padding: (0, 0), dilation: (1, 1), groups: 1 }
     }
 }
 
@@ -58,11 +53,7 @@ pub struct Pool2d {
 impl Pool2d {
     /// A `k × k` window with stride `k` and no padding (non-overlapping pooling).
     pub fn square(k: u32) -> Self {
-        Pool2d {
-            kernel: (k, k),
-            stride: (k, k),
-            padding: (0, 0),
-        }
+        Pool2d { kernel: (k, k), stride: (k, k), padding: (0, 0) }
     }
 }
 
@@ -87,13 +78,7 @@ impl Tensor {
     /// Matrix product with optional transposes of either operand's last two axes
     /// (`matmul_t(&w, false, true)` is `x @ wᵀ`).
     pub fn matmul_t(&self, b: &Tensor, transpose_a: bool, transpose_b: bool) -> Result<Tensor> {
-        launch(
-            &Op::Matmul(MatmulArgs {
-                transpose_a,
-                transpose_b,
-            }),
-            &[self, b],
-        )
+        launch(&Op::Matmul(MatmulArgs { transpose_a, transpose_b }), &[self, b])
     }
 
     /// `self + b`, broadcasting.
@@ -280,12 +265,8 @@ impl Tensor {
     /// 2-D convolution (cross-correlation), NCHW: `self [n, c, h, w]`,
     /// `w [o, c / groups, kh, kw]`, optional `bias [o]`.
     pub fn conv2d(&self, w: &Tensor, bias: Option<&Tensor>, p: Conv2d) -> Result<Tensor> {
-        let op = Op::Conv2d(Conv2dArgs {
-            stride: p.stride,
-            padding: p.padding,
-            dilation: p.dilation,
-            groups: p.groups,
-        });
+        let op =
+            Op::Conv2d(Conv2dArgs { stride: p.stride, padding: p.padding, dilation: p.dilation, groups: p.groups });
         match bias {
             Some(b) => launch(&op, &[self, w, b]),
             None => launch(&op, &[self, w]),
@@ -303,12 +284,7 @@ impl Tensor {
     }
 
     fn pool2d(&self, kind: PoolKind, p: Pool2d) -> Result<Tensor> {
-        let args = Pool2dArgs {
-            kind,
-            kernel: p.kernel,
-            stride: p.stride,
-            padding: p.padding,
-        };
+        let args = Pool2dArgs { kind, kernel: p.kernel, stride: p.stride, padding: p.padding };
         launch(&Op::Pool2d(args), &[self])
     }
 }

@@ -36,11 +36,7 @@ impl Tensor {
     /// Uploads little-endian element bytes: `bytes.len()` must be
     /// `product(shape) * dtype.size_of()`.
     pub fn from_bytes(dtype: DType, shape: &[u32], bytes: &[u8]) -> Result<Tensor> {
-        Ok(Tensor::from_raw(RawTensor::from_bytes(
-            dtype_to_wit(dtype),
-            shape,
-            bytes,
-        )?))
+        Ok(Tensor::from_raw(RawTensor::from_bytes(dtype_to_wit(dtype), shape, bytes)?))
     }
 
     /// Uploads an f32 tensor.
@@ -121,9 +117,7 @@ impl Tensor {
         Ok(match self.dtype() {
             DType::F32 => convert::from_le(&b, f32::from_le_bytes),
             DType::F16 => convert::from_le(&b, |c| convert::f16_bits_to_f32(u16::from_le_bytes(c))),
-            DType::BF16 => {
-                convert::from_le(&b, |c| convert::bf16_bits_to_f32(u16::from_le_bytes(c)))
-            }
+            DType::BF16 => convert::from_le(&b, |c| convert::bf16_bits_to_f32(u16::from_le_bytes(c))),
             DType::I32 => convert::from_le(&b, |c| i32::from_le_bytes(c) as f32),
             DType::I64 => convert::from_le(&b, |c| i64::from_le_bytes(c) as f32),
             DType::U8 => b.iter().map(|&x| f32::from(x)).collect(),
@@ -157,13 +151,8 @@ impl Tensor {
     /// Reads the raw bit patterns of an f16 or bf16 tensor.
     pub fn to_vec_u16_bits(&self) -> Result<Vec<u16>> {
         match self.dtype() {
-            DType::F16 | DType::BF16 => {
-                Ok(convert::from_le(&self.read_bytes()?, u16::from_le_bytes))
-            }
-            d => Err(Error::new(
-                ErrorCode::DtypeMismatch,
-                format!("expected an f16 or bf16 tensor, got {d}"),
-            )),
+            DType::F16 | DType::BF16 => Ok(convert::from_le(&self.read_bytes()?, u16::from_le_bytes)),
+            d => Err(Error::new(ErrorCode::DtypeMismatch, format!("expected an f16 or bf16 tensor, got {d}"))),
         }
     }
 
@@ -172,10 +161,7 @@ impl Tensor {
         let v = self.to_vec_f32()?;
         match v.as_slice() {
             [x] => Ok(*x),
-            _ => Err(Error::new(
-                ErrorCode::ShapeMismatch,
-                format!("expected one element, tensor has {}", v.len()),
-            )),
+            _ => Err(Error::new(ErrorCode::ShapeMismatch, format!("expected one element, tensor has {}", v.len()))),
         }
     }
 
@@ -185,18 +171,11 @@ impl Tensor {
         if got == want {
             Ok(())
         } else {
-            Err(Error::new(
-                ErrorCode::DtypeMismatch,
-                format!("expected a {want} tensor, got {got}"),
-            ))
+            Err(Error::new(ErrorCode::DtypeMismatch, format!("expected a {want} tensor, got {got}")))
         }
     }
 
-    fn read_exact<const N: usize, T>(
-        &self,
-        dtype: DType,
-        f: impl Fn([u8; N]) -> T,
-    ) -> Result<Vec<T>> {
+    fn read_exact<const N: usize, T>(&self, dtype: DType, f: impl Fn([u8; N]) -> T) -> Result<Vec<T>> {
         self.expect_dtype(dtype)?;
         Ok(convert::from_le(&self.read_bytes()?, f))
     }
@@ -204,34 +183,19 @@ impl Tensor {
 
 impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "Tensor({} {:?}, handle {})",
-            self.dtype(),
-            self.shape(),
-            self.raw.handle()
-        )
+        write!(f, "Tensor({} {:?}, handle {})", self.dtype(), self.shape(), self.raw.handle())
     }
 }
 
 /// Element count of `shape`, as usize, or a `too-large` error on overflow.
 pub(crate) fn checked_numel(shape: &[u32]) -> Result<usize> {
-    shape
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d as usize))
-        .ok_or_else(too_large)
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d as usize)).ok_or_else(too_large)
 }
 
 fn too_large() -> Error {
-    Error::new(
-        ErrorCode::TooLarge,
-        "tensor size overflows the guest's address space",
-    )
+    Error::new(ErrorCode::TooLarge, "tensor size overflows the guest's address space")
 }
 
 fn not_integer(dtype: DType) -> Error {
-    Error::new(
-        ErrorCode::DtypeMismatch,
-        format!("expected an integer tensor, got {dtype}"),
-    )
+    Error::new(ErrorCode::DtypeMismatch, format!("expected an integer tensor, got {dtype}"))
 }

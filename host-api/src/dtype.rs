@@ -15,14 +15,7 @@ pub enum DType {
 
 impl DType {
     /// Every dtype, in WIT order.
-    pub const ALL: [DType; 6] = [
-        DType::F32,
-        DType::F16,
-        DType::BF16,
-        DType::I32,
-        DType::I64,
-        DType::U8,
-    ];
+    pub const ALL: [DType; 6] = [DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U8];
 
     /// Bytes per element.
     pub const fn size_of(self) -> usize {

@@ -41,10 +41,7 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        ApiError {
-            code,
-            message: message.into(),
-        }
+        ApiError { code, message: message.into() }
     }
     pub fn shape(message: impl fmt::Display) -> Self {
         Self::new(ErrorCode::ShapeMismatch, message.to_string())

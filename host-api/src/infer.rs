@@ -1,8 +1,7 @@
 //! Shape and dtype inference: the host's check of every launch before it is queued.
 
 use crate::{
-    ApiError, Conv2dArgs, DType, MatmulArgs, Op, Pool2dArgs, ReduceArgs, SliceArgs, TensorMeta,
-    broadcast_shapes,
+    ApiError, Conv2dArgs, DType, MatmulArgs, Op, Pool2dArgs, ReduceArgs, SliceArgs, TensorMeta, broadcast_shapes,
 };
 
 /// Checks `op` against the metadata of its inputs and returns the output's metadata.
@@ -23,10 +22,7 @@ pub fn infer(op: &Op, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
         Op::Unary(u) => {
             let [x] = arity::<1>(op, inputs)?;
             if !x.dtype.is_float() && !u.accepts_integers() {
-                return Err(ApiError::dtype(format!(
-                    "unary {u:?} needs a floating tensor, got {}",
-                    x.dtype
-                )));
+                return Err(ApiError::dtype(format!("unary {u:?} needs a floating tensor, got {}", x.dtype)));
             }
             Ok(x.clone())
         }
@@ -85,10 +81,7 @@ pub fn infer(op: &Op, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
                 )));
             }
             if !matches!(ids.dtype, DType::I32 | DType::I64) {
-                return Err(ApiError::dtype(format!(
-                    "embedding ids must be i32 or i64, got {}",
-                    ids.dtype
-                )));
+                return Err(ApiError::dtype(format!("embedding ids must be i32 or i64, got {}", ids.dtype)));
             }
             let mut shape = ids.shape.clone();
             shape.push(table.shape[1]);
@@ -175,14 +168,13 @@ fn matmul(args: &MatmulArgs, a: &TensorMeta, b: &TensorMeta) -> Result<TensorMet
     same_dtype(&op, a, b)?;
     float(&op, a)?;
     if a.rank() < 2 || b.rank() < 2 {
-        return Err(ApiError::shape(format!(
-            "matmul needs inputs of rank ≥ 2, got {:?} and {:?}",
-            a.shape, b.shape
-        )));
+        return Err(ApiError::shape(format!("matmul needs inputs of rank ≥ 2, got {:?} and {:?}", a.shape, b.shape)));
     }
     let (ar, br) = (a.rank(), b.rank());
-    let (m, ka) = if args.transpose_a { (a.shape[ar - 1], a.shape[ar - 2]) } else { (a.shape[ar - 2], a.shape[ar - 1]) };
-    let (kb, n) = if args.transpose_b { (b.shape[br - 1], b.shape[br - 2]) } else { (b.shape[br - 2], b.shape[br - 1]) };
+    let (m, ka) =
+        if args.transpose_a { (a.shape[ar - 1], a.shape[ar - 2]) } else { (a.shape[ar - 2], a.shape[ar - 1]) };
+    let (kb, n) =
+        if args.transpose_b { (b.shape[br - 1], b.shape[br - 2]) } else { (b.shape[br - 2], b.shape[br - 1]) };
     if ka != kb {
         return Err(ApiError::shape(format!(
             "matmul inner dimensions differ: {:?}{} × {:?}{} gives k = {ka} vs {kb}",
@@ -203,10 +195,7 @@ fn reduce(args: &ReduceArgs, x: &TensorMeta) -> Result<TensorMeta, ApiError> {
         return Err(ApiError::dtype(format!("mean needs a floating tensor, got {}", x.dtype)));
     }
     if x.shape[axis] == 0 && matches!(args.op, crate::ReduceOp::Max | crate::ReduceOp::Min) {
-        return Err(ApiError::shape(format!(
-            "{:?} over axis {axis} of size 0 has no identity",
-            args.op
-        )));
+        return Err(ApiError::shape(format!("{:?} over axis {axis} of size 0 has no identity", args.op)));
     }
     let mut shape = x.shape.clone();
     if args.keep_dim {
@@ -297,9 +286,7 @@ fn window_out(size: u32, kernel: u32, stride: u32, pad: u32, dilation: u32) -> R
 }
 
 fn arity<'a, const N: usize>(op: &Op, inputs: &[&'a TensorMeta]) -> Result<[&'a TensorMeta; N], ApiError> {
-    inputs
-        .try_into()
-        .map_err(|_| wrong_arity(op, &N.to_string(), inputs.len()))
+    inputs.try_into().map_err(|_| wrong_arity(op, &N.to_string(), inputs.len()))
 }
 
 fn wrong_arity(op: &Op, expected: &str, got: usize) -> ApiError {
@@ -327,11 +314,7 @@ fn float(op: &Op, x: &TensorMeta) -> Result<(), ApiError> {
 
 fn rank_at_least(op: &Op, x: &TensorMeta, rank: usize) -> Result<(), ApiError> {
     if x.rank() < rank {
-        return Err(ApiError::shape(format!(
-            "{} needs rank ≥ {rank}, got {:?}",
-            op.name(),
-            x.shape
-        )));
+        return Err(ApiError::shape(format!("{} needs rank ≥ {rank}, got {:?}", op.name(), x.shape)));
     }
     Ok(())
 }
@@ -339,10 +322,7 @@ fn rank_at_least(op: &Op, x: &TensorMeta, rank: usize) -> Result<(), ApiError> {
 fn axis_of(axis: u32, x: &TensorMeta) -> Result<usize, ApiError> {
     let a = axis as usize;
     if a >= x.rank() {
-        return Err(ApiError::arg(format!(
-            "axis {axis} is out of range for shape {:?}",
-            x.shape
-        )));
+        return Err(ApiError::arg(format!("axis {axis} is out of range for shape {:?}", x.shape)));
     }
     Ok(a)
 }

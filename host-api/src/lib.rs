@@ -16,11 +16,8 @@ mod shape;
 pub use dtype::DType;
 pub use error::{ApiError, ErrorCode};
 pub use infer::infer;
-pub use op::{
-    BinaryOp, Conv2dArgs, MatmulArgs, Op, Pool2dArgs, PoolKind, ReduceArgs, ReduceOp, SliceArgs,
-    UnaryOp,
-};
-pub use shape::{Shape, TensorMeta, broadcast_shapes, MAX_RANK, MAX_ELEMENTS};
+pub use op::{BinaryOp, Conv2dArgs, MatmulArgs, Op, Pool2dArgs, PoolKind, ReduceArgs, ReduceOp, SliceArgs, UnaryOp};
+pub use shape::{MAX_ELEMENTS, MAX_RANK, Shape, TensorMeta, broadcast_shapes};
 
 /// Folder of the WIT package, for `bindgen!`/`generate!` path arguments.
 pub const WIT_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/wit");

@@ -22,10 +22,7 @@ impl TensorMeta {
     /// Checks rank and element-count limits.
     pub fn new(dtype: DType, shape: Shape) -> Result<Self, ApiError> {
         if shape.len() > MAX_RANK {
-            return Err(ApiError::arg(format!(
-                "rank {} exceeds the maximum of {MAX_RANK}",
-                shape.len()
-            )));
+            return Err(ApiError::arg(format!("rank {} exceeds the maximum of {MAX_RANK}", shape.len())));
         }
         let n = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
         match n {
@@ -90,10 +87,7 @@ mod tests {
     #[test]
     fn limits_are_enforced() {
         assert!(TensorMeta::new(DType::F32, vec![1; 9]).is_err());
-        assert_eq!(
-            TensorMeta::new(DType::F32, vec![1 << 20, 1 << 20]).unwrap_err().code,
-            ErrorCode::TooLarge
-        );
+        assert_eq!(TensorMeta::new(DType::F32, vec![1 << 20, 1 << 20]).unwrap_err().code, ErrorCode::TooLarge);
         assert_eq!(TensorMeta::new(DType::F16, vec![2, 3]).unwrap().byte_len(), 12);
     }
 }

@@ -57,15 +57,18 @@ struct Images {
 fn images(engine: &Engine) -> Images {
     let dir = model_dir();
     assert!(dir.join("model.safetensors").is_file(), "no model in {}: run `cargo xtask fetch-model`", dir.display());
-    let files: HashMap<String, PathBuf> = [("model", "model.safetensors"), ("vocab", "vocab.txt"), ("config", "config.json")]
-        .into_iter()
-        .map(|(n, f)| (n.to_owned(), dir.join(f)))
-        .collect();
+    let files: HashMap<String, PathBuf> =
+        [("model", "model.safetensors"), ("vocab", "vocab.txt"), ("config", "config.json")]
+            .into_iter()
+            .map(|(n, f)| (n.to_owned(), dir.join(f)))
+            .collect();
     let minilm = engine.compile(&wasm("minilm_embed")).unwrap();
     let burn = engine.compile(&wasm("gemm_burn")).unwrap();
     let weights = MemoryAccount::new("weights", None, None);
     Images {
-        minilm: engine.prepare("minilm-embed", &minilm, ArtifactSet::new(files, weights), FunctionLimits::default()).unwrap(),
+        minilm: engine
+            .prepare("minilm-embed", &minilm, ArtifactSet::new(files, weights), FunctionLimits::default())
+            .unwrap(),
         burn: engine.prepare("gemm-burn", &burn, ArtifactSet::empty(), FunctionLimits::default()).unwrap(),
     }
 }
@@ -92,11 +95,21 @@ struct ModeResult {
 /// Runs the latency tenant (if `latency`) and the best-effort tenant (if `burn`) on a
 /// fresh device with `policy`; the images' ArtifactSets are per device, so each mode
 /// gets its own queue and engine images.
-fn run_mode(engine: &Arc<Engine>, policy: Policy, latency: bool, burn: bool, rt: &tokio::runtime::Runtime) -> ModeResult {
+fn run_mode(
+    engine: &Arc<Engine>,
+    policy: Policy,
+    latency: bool,
+    burn: bool,
+    rt: &tokio::runtime::Runtime,
+) -> ModeResult {
     let device = CpuDevice::with_threads(device_threads());
     let queue = DeviceQueue::start_with(Box::new(device), SchedulerConfig { policy, ..SchedulerConfig::default() });
     let images = Arc::new(images(engine));
-    let text = [IoTensor { name: "text".into(), shape: vec![1], data: IoData::Bytes(vec![b"The quick brown fox jumps over the lazy dog.".to_vec()]) }];
+    let text = [IoTensor {
+        name: "text".into(),
+        shape: vec![1],
+        data: IoData::Bytes(vec![b"The quick brown fox jumps over the lazy dog.".to_vec()]),
+    }];
     // Warm the weights and the cost model.
     rt.block_on(engine.invoke(&images.minilm, ctx(&queue, "ls", PriorityClass::Latency), &text)).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -133,16 +146,18 @@ fn run_mode(engine: &Arc<Engine>, policy: Policy, latency: bool, burn: bool, rt:
     let gemms_per_s = burner.map(|h| rt.block_on(h).unwrap()).unwrap_or(0.0);
     let status = queue.status_blocking();
     latencies.sort_by(f64::total_cmp);
-    let (p50_ms, p99_ms) = if latencies.is_empty() { (0.0, 0.0) } else { (percentile(&latencies, 0.5), percentile(&latencies, 0.99)) };
+    let (p50_ms, p99_ms) =
+        if latencies.is_empty() { (0.0, 0.0) } else { (percentile(&latencies, 0.5), percentile(&latencies, 0.99)) };
     ModeResult { p50_ms, p99_ms, preempt_p99_us: status.preemption_latency.p99_us, gemms_per_s }
 }
 
 /// Cores the CPU device's kernels may use: all but one, which stays with the host
 /// (guests' own code), as `sluice serve` does; `SLUICE_BENCH_DEVICE_THREADS` overrides.
 fn device_threads() -> usize {
-    std::env::var("SLUICE_BENCH_DEVICE_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
-        std::thread::available_parallelism().map_or(1, |n| n.get()).saturating_sub(1).max(1)
-    })
+    std::env::var("SLUICE_BENCH_DEVICE_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()).saturating_sub(1).max(1))
 }
 
 fn colocation(rt: &tokio::runtime::Runtime) {
@@ -161,18 +176,34 @@ fn colocation(rt: &tokio::runtime::Runtime) {
         THINK_TIME.as_millis(),
         device_threads()
     );
-    println!("{:<34} {:>9} {:>9} {:>10} {:>14} {:>12}", "mode", "LS p50", "LS p99", "p99/solo", "preempt p99", "BE thruput");
+    println!(
+        "{:<34} {:>9} {:>9} {:>10} {:>14} {:>12}",
+        "mode", "LS p50", "LS p99", "p99/solo", "preempt p99", "BE thruput"
+    );
     let row = |name: &str, r: &ModeResult, ls: bool, be: bool| {
         let ls_cols = if ls {
-            format!("{:>7.2}ms {:>7.2}ms {:>9.2}× {:>12.0}µs", r.p50_ms, r.p99_ms, r.p99_ms / solo_ls.p99_ms, r.preempt_p99_us)
+            format!(
+                "{:>7.2}ms {:>7.2}ms {:>9.2}× {:>12.0}µs",
+                r.p50_ms,
+                r.p99_ms,
+                r.p99_ms / solo_ls.p99_ms,
+                r.preempt_p99_us
+            )
         } else {
             format!("{:>9} {:>9} {:>10} {:>14}", "—", "—", "—", "—")
         };
-        let be_col = if be { format!("{:>11.0}%", 100.0 * r.gemms_per_s / solo_be.gemms_per_s) } else { format!("{:>12}", "—") };
+        let be_col = if be {
+            format!("{:>11.0}%", 100.0 * r.gemms_per_s / solo_be.gemms_per_s)
+        } else {
+            format!("{:>12}", "—")
+        };
         println!("{name:<34} {ls_cols} {be_col}");
     };
     row("latency tenant alone", &solo_ls, true, false);
-    println!("{:<34} {:>9} {:>9} {:>10} {:>14} {:>9.1}/s", "best-effort alone", "—", "—", "—", "—", solo_be.gemms_per_s);
+    println!(
+        "{:<34} {:>9} {:>9} {:>10} {:>14} {:>9.1}/s",
+        "best-effort alone", "—", "—", "—", "—", solo_be.gemms_per_s
+    );
     row("co-located, FIFO (no policy)", &fifo, true, true);
     row("co-located, priority + preemption", &prio, true, true);
     println!("{:<34} n/a on the CPU device (no spatial partitions)", "co-located, + SM partition");
@@ -284,9 +315,22 @@ fn overhead() {
          median of {OVERHEAD_REPS} interleaved runs, {threads} device core(s)"
     );
     println!("{:<28} {:>12} {:>14}", "dispatch", "total", "per kernel");
-    println!("{:<28} {:>10.1}ms {:>12.1}µs", "direct (device in a loop)", direct.as_secs_f64() * 1e3, direct.as_secs_f64() * 1e6 / kernels);
-    println!("{:<28} {:>10.1}ms {:>12.1}µs", "through the scheduler", scheduled.as_secs_f64() * 1e3, scheduled.as_secs_f64() * 1e6 / kernels);
-    println!("throughput overhead: {:+.2}% (target ≤ 2%)", 100.0 * (scheduled.as_secs_f64() / direct.as_secs_f64() - 1.0));
+    println!(
+        "{:<28} {:>10.1}ms {:>12.1}µs",
+        "direct (device in a loop)",
+        direct.as_secs_f64() * 1e3,
+        direct.as_secs_f64() * 1e6 / kernels
+    );
+    println!(
+        "{:<28} {:>10.1}ms {:>12.1}µs",
+        "through the scheduler",
+        scheduled.as_secs_f64() * 1e3,
+        scheduled.as_secs_f64() * 1e6 / kernels
+    );
+    println!(
+        "throughput overhead: {:+.2}% (target ≤ 2%)",
+        100.0 * (scheduled.as_secs_f64() / direct.as_secs_f64() - 1.0)
+    );
 }
 
 fn main() {

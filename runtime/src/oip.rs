@@ -29,7 +29,8 @@ pub struct InferRequest {
 
 /// Parses a request body.
 pub fn parse_request(body: &[u8]) -> Result<InferRequest, OipError> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| OipError(format!("request body is not valid JSON: {e}")))?;
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| OipError(format!("request body is not valid JSON: {e}")))?;
     let Some(obj) = v.as_object() else { return err("request body must be a JSON object") };
     let id = match obj.get("id") {
         None | Some(Value::Null) => None,
@@ -137,7 +138,12 @@ struct OutputJson<'a> {
 pub fn response_json(model_name: &str, model_version: Option<&str>, id: Option<&str>, outputs: &[IoTensor]) -> Value {
     let outputs: Vec<_> = outputs
         .iter()
-        .map(|t| OutputJson { name: &t.name, shape: &t.shape, datatype: datatype_name(&t.data), data: data_json(&t.data) })
+        .map(|t| OutputJson {
+            name: &t.name,
+            shape: &t.shape,
+            datatype: datatype_name(&t.data),
+            data: data_json(&t.data),
+        })
         .collect();
     let mut v = json!({ "model_name": model_name, "outputs": outputs });
     if let Some(ver) = model_version {

@@ -84,7 +84,8 @@ async fn mlp_matches_an_independent_reference() {
     let n = 3;
     let x: Vec<f32> = (0..n * 16).map(|i| ((i * 37 % 23) as f32 - 11.0) / 4.0).collect();
     let (ctx, account) = context();
-    let out = host().engine.invoke(&image, ctx, &[tensor("input", &[n as u64, 16], IoData::F32(x.clone()))]).await.unwrap();
+    let out =
+        host().engine.invoke(&image, ctx, &[tensor("input", &[n as u64, 16], IoData::F32(x.clone()))]).await.unwrap();
     assert_eq!(out.outputs.len(), 1);
     let p = &out.outputs[0];
     assert_eq!((p.name.as_str(), p.shape.as_slice()), ("probabilities", &[n as u64, 10][..]));
@@ -104,7 +105,8 @@ async fn mlp_matches_an_independent_reference() {
 async fn mlp_rejects_a_wrong_shape_as_invalid_input() {
     let image = prepare("mlp", FunctionLimits::default());
     let (ctx, _) = context();
-    let err = host().engine.invoke(&image, ctx, &[tensor("input", &[2, 15], IoData::F32(vec![0.0; 30]))]).await.unwrap_err();
+    let err =
+        host().engine.invoke(&image, ctx, &[tensor("input", &[2, 15], IoData::F32(vec![0.0; 30]))]).await.unwrap_err();
     assert!(matches!(err, InvokeError::InvalidInput { .. }), "{err}");
 }
 
@@ -194,7 +196,9 @@ async fn precompiled_components_load_without_compiling() {
     let engine = &host().engine;
     let compiled = engine.precompile(&common::component("echo")).unwrap();
     let component = engine.deserialize(&compiled).unwrap();
-    let image = engine.prepare("echo", &component, sluice_runtime::engine::ArtifactSet::empty(), FunctionLimits::default()).unwrap();
+    let image = engine
+        .prepare("echo", &component, sluice_runtime::engine::ArtifactSet::empty(), FunctionLimits::default())
+        .unwrap();
     let (ctx, _) = context();
     let input = tensor("x", &[1], IoData::I32(vec![5]));
     let out = engine.invoke(&image, ctx, std::slice::from_ref(&input)).await.unwrap();
@@ -215,7 +219,10 @@ async fn a_tenant_over_its_memory_quota_fails_alone() {
         account: MemoryAccount::new("invocation", None, Some(tenant.clone())),
         scheduling: common::scheduling(),
     };
-    let (a, b) = tokio::join!(host().engine.invoke(&image, ctx(&tenant_a), &input), host().engine.invoke(&image, ctx(&tenant_b), &input));
+    let (a, b) = tokio::join!(
+        host().engine.invoke(&image, ctx(&tenant_a), &input),
+        host().engine.invoke(&image, ctx(&tenant_b), &input)
+    );
     let err = a.unwrap_err();
     let InvokeError::Failed { message, .. } = &err else { panic!("{err}") };
     assert!(message.contains("quota-exceeded") && message.contains("tenant \"a\""), "{message}");
@@ -227,10 +234,7 @@ async fn a_tenant_over_its_memory_quota_fails_alone() {
 async fn gemm_burn_keeps_the_device_busy_for_the_requested_time() {
     let image = prepare("gemm_burn", FunctionLimits::default());
     let (ctx, _) = context();
-    let inputs = [
-        tensor("duration_ms", &[1], IoData::I64(vec![60])),
-        tensor("size", &[1], IoData::I64(vec![64])),
-    ];
+    let inputs = [tensor("duration_ms", &[1], IoData::I64(vec![60])), tensor("size", &[1], IoData::I64(vec![64]))];
     let out = host().engine.invoke(&image, ctx, &inputs).await.unwrap();
     let IoData::I64(gemms) = &out.outputs[0].data else { panic!("{:?}", out.outputs) };
     let IoData::F32(ms) = &out.outputs[1].data else { panic!("{:?}", out.outputs) };

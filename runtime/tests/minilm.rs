@@ -50,10 +50,11 @@ fn reference() -> Vec<Record> {
 
 fn image() -> FunctionImage {
     let dir = model_dir();
-    let files: HashMap<String, PathBuf> = [("model", "model.safetensors"), ("vocab", "vocab.txt"), ("config", "config.json")]
-        .into_iter()
-        .map(|(name, file)| (name.to_owned(), dir.join(file)))
-        .collect();
+    let files: HashMap<String, PathBuf> =
+        [("model", "model.safetensors"), ("vocab", "vocab.txt"), ("config", "config.json")]
+            .into_iter()
+            .map(|(name, file)| (name.to_owned(), dir.join(file)))
+            .collect();
     let h = host();
     let c = h.engine.compile(&component("minilm_embed")).unwrap();
     let artifacts = ArtifactSet::new(files, MemoryAccount::new("minilm weights", None, None));
@@ -64,7 +65,11 @@ async fn embed(image: &FunctionImage, texts: &[&str]) -> (Vec<f32>, Vec<i64>, u6
     let account = MemoryAccount::new("test", None, None);
     let ctx = InvocationContext { queue: host().queue.clone(), account, scheduling: common::scheduling() };
     let inputs = vec![
-        IoTensor { name: "text".into(), shape: vec![texts.len() as u64], data: IoData::Bytes(texts.iter().map(|t| t.as_bytes().to_vec()).collect()) },
+        IoTensor {
+            name: "text".into(),
+            shape: vec![texts.len() as u64],
+            data: IoData::Bytes(texts.iter().map(|t| t.as_bytes().to_vec()).collect()),
+        },
         IoTensor { name: "return_tokens".into(), shape: vec![1], data: IoData::U8(vec![1]) },
     ];
     let out = host().engine.invoke(image, ctx, &inputs).await.expect("minilm invocation");

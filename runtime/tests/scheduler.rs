@@ -86,7 +86,12 @@ fn bytemuck_bytes(data: &[f32]) -> Vec<u8> {
     data.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
-fn unary(queue: &DeviceQueue, inv: &InvocationGuard, op: UnaryOp, x: &(TensorId, TensorMeta)) -> (TensorId, TensorMeta) {
+fn unary(
+    queue: &DeviceQueue,
+    inv: &InvocationGuard,
+    op: UnaryOp,
+    x: &(TensorId, TensorMeta),
+) -> (TensorId, TensorMeta) {
     let id = queue.new_tensor_id();
     queue.launch(inv.id(), id, Op::Unary(op), vec![x.clone()], x.1.clone());
     (id, x.1.clone())

@@ -27,9 +27,7 @@ pub fn repo_root() -> PathBuf {
 /// The bytes of an example function built by `cargo xtask build-functions`.
 pub fn function_wasm(name: &str) -> Vec<u8> {
     let path = repo_root().join("functions/target/wasm32-wasip2/release").join(format!("{name}.wasm"));
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!("{}: {e}; run `cargo xtask build-functions` first", path.display())
-    })
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}; run `cargo xtask build-functions` first", path.display()))
 }
 
 /// The `sluice` binary, built on first use with this process's cargo profile.
@@ -76,8 +74,9 @@ pub struct Resp {
 impl Resp {
     /// The body as JSON (panics with the body if it is not).
     pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("status {}: body is not JSON ({e}): {}", self.status, String::from_utf8_lossy(&self.body)))
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!("status {}: body is not JSON ({e}): {}", self.status, String::from_utf8_lossy(&self.body))
+        })
     }
 
     /// Asserts the status and returns the JSON body.
@@ -203,7 +202,13 @@ impl Server {
     }
 
     /// Sends a request; `body` is `(content type, bytes)`.
-    pub fn try_call(&self, method: &str, path: &str, key: Option<&str>, body: Option<(&str, Vec<u8>)>) -> Result<Resp, ureq::Error> {
+    pub fn try_call(
+        &self,
+        method: &str,
+        path: &str,
+        key: Option<&str>,
+        body: Option<(&str, Vec<u8>)>,
+    ) -> Result<Resp, ureq::Error> {
         let mut b = ureq::http::Request::builder().method(method).uri(format!("{}{path}", self.url));
         if let Some(k) = key {
             b = b.header("authorization", format!("Bearer {k}"));
@@ -212,11 +217,8 @@ impl Server {
             Some((ct, bytes)) => self.agent.run(b.header("content-type", ct).body(bytes).expect("request")),
             None => self.agent.run(b.body(()).expect("request")),
         }?;
-        let headers = r
-            .headers()
-            .iter()
-            .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
-            .collect();
+        let headers =
+            r.headers().iter().map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned())).collect();
         let status = r.status().as_u16();
         let body = r.body_mut().with_config().limit(1 << 30).read_to_vec()?;
         Ok(Resp { status, headers, body })
@@ -330,7 +332,14 @@ impl RawConn {
     }
 
     /// Sends a request with a body of `content_type` and reads the response.
-    pub fn request_typed(&mut self, method: &str, path: &str, key: &str, content_type: &str, body: &[u8]) -> std::io::Result<Resp> {
+    pub fn request_typed(
+        &mut self,
+        method: &str,
+        path: &str,
+        key: &str,
+        content_type: &str,
+        body: &[u8],
+    ) -> std::io::Result<Resp> {
         let head = format!(
             "{method} {path} HTTP/1.1\r\nhost: sluice\r\nauthorization: Bearer {key}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n",
             body.len()
@@ -345,9 +354,10 @@ impl RawConn {
     pub fn read_response(&mut self) -> std::io::Result<Resp> {
         let mut line = String::new();
         self.reader.read_line(&mut line)?;
-        let status = line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::InvalidData, format!("bad status line {line:?}"))
-        })?;
+        let status =
+            line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::InvalidData, format!("bad status line {line:?}"))
+            })?;
         let mut headers = HashMap::new();
         loop {
             line.clear();

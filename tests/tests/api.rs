@@ -55,7 +55,8 @@ fn deploy_list_invoke_version_and_delete() {
     let v2 = server.deploy(&key, "echo", "mlp", "");
     assert_eq!(v2["version"], 2);
     assert_ne!(v2["digest"], v1["digest"]);
-    let input = json!({ "inputs": [{ "name": "input", "shape": [1, 16], "datatype": "FP32", "data": vec![0.5f32; 16] }] });
+    let input =
+        json!({ "inputs": [{ "name": "input", "shape": [1, 16], "datatype": "FP32", "data": vec![0.5f32; 16] }] });
     let out = server.post_json("/v1/functions/echo/invoke", &key, &input).expect(200);
     assert_eq!(out["model_version"], "2");
     assert_eq!(out["outputs"][0]["name"], "probabilities");
@@ -64,7 +65,12 @@ fn deploy_list_invoke_version_and_delete() {
 
     // Artifacts create a version that keeps the component.
     let v3 = server
-        .call("PUT", "/v1/functions/echo/artifacts/vocab.txt", Some(&key), Some(("application/octet-stream", b"hello".to_vec())))
+        .call(
+            "PUT",
+            "/v1/functions/echo/artifacts/vocab.txt",
+            Some(&key),
+            Some(("application/octet-stream", b"hello".to_vec())),
+        )
         .expect(201);
     assert_eq!(v3["version"], 3);
     assert_eq!(v3["digest"], v2["digest"]);
@@ -73,7 +79,8 @@ fn deploy_list_invoke_version_and_delete() {
     // Get: metadata, digest, versions, created, and what is loaded.
     let info = server.get("/v1/functions/echo", &key).expect(200);
     assert_eq!(info["latest_version"], 3);
-    let versions: Vec<_> = info["versions"].as_array().unwrap().iter().map(|v| v["version"].as_u64().unwrap()).collect();
+    let versions: Vec<_> =
+        info["versions"].as_array().unwrap().iter().map(|v| v["version"].as_u64().unwrap()).collect();
     assert_eq!(versions, vec![1, 2, 3]);
     assert!(info["created_ms"].as_u64().unwrap() > 0);
     assert_eq!(info["loaded"]["version"], 3);
@@ -105,14 +112,16 @@ fn cli_drives_the_server() {
         assert!(out.status.success(), "sluice {args:?} failed: {}{}", stdout, String::from_utf8_lossy(&out.stderr));
         stdout
     };
-    let created: serde_json::Value = serde_json::from_str(&run(&["tenants", "create", "cli-co", "--max-concurrency", "4"], ADMIN_KEY)).unwrap();
+    let created: serde_json::Value =
+        serde_json::from_str(&run(&["tenants", "create", "cli-co", "--max-concurrency", "4"], ADMIN_KEY)).unwrap();
     let key = created["key"].as_str().unwrap().to_owned();
     assert!(run(&["tenants", "list"], ADMIN_KEY).contains("cli-co"));
 
     let dir = tempfile::tempdir().unwrap();
     let wasm = dir.path().join("echo.wasm");
     std::fs::write(&wasm, function_wasm("echo")).unwrap();
-    let deployed: serde_json::Value = serde_json::from_str(&run(&["deploy", "hello", wasm.to_str().unwrap(), "--timeout-ms", "2000"], &key)).unwrap();
+    let deployed: serde_json::Value =
+        serde_json::from_str(&run(&["deploy", "hello", wasm.to_str().unwrap(), "--timeout-ms", "2000"], &key)).unwrap();
     assert_eq!(deployed["version"], 1);
     assert!(run(&["functions"], &key).contains("hello"));
 

@@ -9,7 +9,8 @@ use sluice_tests::{ADMIN_KEY, Server, ServerOptions, free_port, sluice_bin};
 
 #[test]
 fn the_server_reports_its_device_and_why() {
-    let server = Server::start_with(ServerOptions { args: vec!["--device".into(), "cpu".into()], ..Default::default() });
+    let server =
+        Server::start_with(ServerOptions { args: vec!["--device".into(), "cpu".into()], ..Default::default() });
     let out = server.stdout();
     assert!(out.contains("device: the CPU backend was requested"), "{out}");
     assert_eq!(server.status(ADMIN_KEY)["device"]["kind"], "cpu");

@@ -9,7 +9,11 @@ use serde_json::json;
 use sluice_tests::{Server, ServerOptions, fp32_request, misbehave_request};
 
 fn on(data_dir: &std::path::Path, args: &[&str]) -> ServerOptions {
-    ServerOptions { data_dir: Some(data_dir.to_path_buf()), args: args.iter().map(|s| s.to_string()).collect(), ..ServerOptions::default() }
+    ServerOptions {
+        data_dir: Some(data_dir.to_path_buf()),
+        args: args.iter().map(|s| s.to_string()).collect(),
+        ..ServerOptions::default()
+    }
 }
 
 #[test]
@@ -53,7 +57,10 @@ fn generated_admin_key_is_printed_once_and_persists() {
         .find_map(|l| l.strip_prefix("admin key (shown once, store it now): "))
         .unwrap_or_else(|| panic!("no admin key printed: {stdout}"))
         .to_owned();
-    assert!(stdout.contains("listening on http://127.0.0.1:") && stdout.contains("data dir:") && stdout.contains("device:"), "{stdout}");
+    assert!(
+        stdout.contains("listening on http://127.0.0.1:") && stdout.contains("data dir:") && stdout.contains("device:"),
+        "{stdout}"
+    );
     first.get("/v1/tenants", &admin).expect(200);
     first.kill9();
 
@@ -64,11 +71,21 @@ fn generated_admin_key_is_printed_once_and_persists() {
 
 #[test]
 fn sigterm_lets_in_flight_invocations_finish() {
-    let mut server = Server::start_with(ServerOptions { args: vec!["--grace-period-s".into(), "20".into()], ..ServerOptions::default() });
+    let mut server = Server::start_with(ServerOptions {
+        args: vec!["--grace-period-s".into(), "20".into()],
+        ..ServerOptions::default()
+    });
     let key = server.create_tenant("acme");
     server.deploy(&key, "slow", "misbehave", "timeout_ms=1500");
     let in_flight = std::thread::scope(|s| {
-        let call = s.spawn(|| server.try_call("POST", "/v1/functions/slow/invoke", Some(&key), Some(("application/json", serde_json::to_vec(&misbehave_request("loop")).unwrap()))));
+        let call = s.spawn(|| {
+            server.try_call(
+                "POST",
+                "/v1/functions/slow/invoke",
+                Some(&key),
+                Some(("application/json", serde_json::to_vec(&misbehave_request("loop")).unwrap())),
+            )
+        });
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while server.status(&key)["in_flight"] != 1 {
             assert!(std::time::Instant::now() < deadline, "the invocation never started");

@@ -6,7 +6,9 @@ use sluice_tests::{RawConn, Server, ServerOptions, fp32_request, function_wasm, 
 
 fn small_limits() -> ServerOptions {
     ServerOptions {
-        args: ["--max-component-mib", "1", "--max-request-mib", "1", "--max-artifact-mib", "1"].map(String::from).to_vec(),
+        args: ["--max-component-mib", "1", "--max-request-mib", "1", "--max-artifact-mib", "1"]
+            .map(String::from)
+            .to_vec(),
         ..ServerOptions::default()
     }
 }
@@ -56,11 +58,17 @@ fn bad_input_is_a_4xx_with_a_json_body_and_changes_nothing() {
         .expect_error(400, "invalid_request");
 
     // Bad requests to a good function: bad JSON, wrong shapes, wrong types → 400.
-    let invoke = |body: &[u8]| server.call("POST", "/v1/functions/good/invoke", Some(&key), Some(("application/json", body.to_vec())));
+    let invoke = |body: &[u8]| {
+        server.call("POST", "/v1/functions/good/invoke", Some(&key), Some(("application/json", body.to_vec())))
+    };
     assert!(invoke(b"{").expect_error(400, "invalid_request").contains("not valid JSON"));
     invoke(b"[1, 2]").expect_error(400, "invalid_request");
     let wrong_shape = json!({ "inputs": [{ "name": "x", "shape": [3], "datatype": "FP32", "data": [1.0] }] });
-    assert!(invoke(&serde_json::to_vec(&wrong_shape).unwrap()).expect_error(400, "invalid_request").contains("needs 3 elements"));
+    assert!(
+        invoke(&serde_json::to_vec(&wrong_shape).unwrap())
+            .expect_error(400, "invalid_request")
+            .contains("needs 3 elements")
+    );
     let wrong_type = json!({ "inputs": [{ "name": "x", "shape": [1], "datatype": "FP64", "data": [1.0] }] });
     invoke(&serde_json::to_vec(&wrong_type).unwrap()).expect_error(400, "invalid_request");
     server.post_json("/v2/models/good/infer", &key, &json!({ "inputs": 3 })).expect_error(400, "invalid_request");
@@ -81,10 +89,13 @@ fn bad_input_is_a_4xx_with_a_json_body_and_changes_nothing() {
     oversize(&server, "PUT", "/v1/functions/big", &key, 2 << 20).expect_error(413, "payload_too_large");
     oversize(&server, "POST", "/v1/functions/good/invoke", &key, 2 << 20).expect_error(413, "payload_too_large");
     oversize(&server, "POST", "/v2/models/good/infer", &key, 2 << 20).expect_error(413, "payload_too_large");
-    oversize(&server, "PUT", "/v1/functions/good/artifacts/w.bin", &key, 2 << 20).expect_error(413, "payload_too_large");
+    oversize(&server, "PUT", "/v1/functions/good/artifacts/w.bin", &key, 2 << 20)
+        .expect_error(413, "payload_too_large");
     // A streamed artifact (no length declared up front) that grows past the limit.
     let mut conn = RawConn::connect(server.addr()).unwrap();
-    let head = format!("PUT /v1/functions/good/artifacts/w.bin HTTP/1.1\r\nhost: t\r\nauthorization: Bearer {key}\r\ntransfer-encoding: chunked\r\n\r\n");
+    let head = format!(
+        "PUT /v1/functions/good/artifacts/w.bin HTTP/1.1\r\nhost: t\r\nauthorization: Bearer {key}\r\ntransfer-encoding: chunked\r\n\r\n"
+    );
     conn.write(head.as_bytes()).unwrap();
     for _ in 0..17 {
         conn.write(format!("{:x}\r\n", 64 << 10).as_bytes()).unwrap();
@@ -109,7 +120,9 @@ fn misbehaving_functions_fail_alone_with_clear_errors() {
     let key = server.create_tenant("acme");
     server.deploy(&key, "bad", "misbehave", "timeout_ms=300&memory_limit_bytes=33554432");
     server.deploy(&key, "big", "misbehave", "memory_limit_bytes=805306368");
-    let call = |name: &str, mode: &str| server.post_json(&format!("/v1/functions/{name}/invoke"), &key, &misbehave_request(mode));
+    let call = |name: &str, mode: &str| {
+        server.post_json(&format!("/v1/functions/{name}/invoke"), &key, &misbehave_request(mode))
+    };
 
     assert_eq!(call("bad", "ok").expect(200)["outputs"][0]["data"], json!(["ok"]));
     assert!(call("bad", "loop").expect_error(504, "timeout").contains("300 ms"));

@@ -20,7 +20,12 @@ fn tenants_are_isolated() {
     server.get("/v2/models/private/ready", &b).expect_error(404, "not_found");
     server.delete("/v1/functions/private", &b).expect_error(404, "not_found");
     server
-        .call("PUT", "/v1/functions/private/artifacts/w.bin", Some(&b), Some(("application/octet-stream", vec![1, 2, 3])))
+        .call(
+            "PUT",
+            "/v1/functions/private/artifacts/w.bin",
+            Some(&b),
+            Some(("application/octet-stream", vec![1, 2, 3])),
+        )
         .expect_error(404, "not_found");
     assert_eq!(server.get("/v1/functions", &b).expect(200)["functions"], json!([]));
 
@@ -56,7 +61,11 @@ fn tenants_are_isolated() {
 fn admin_manages_tenants_and_keys() {
     let server = Server::start();
     let created = server
-        .post_json("/v1/tenants", ADMIN_KEY, &json!({ "id": "corp", "settings": { "weight": 2, "max_concurrency": 3 } }))
+        .post_json(
+            "/v1/tenants",
+            ADMIN_KEY,
+            &json!({ "id": "corp", "settings": { "weight": 2, "max_concurrency": 3 } }),
+        )
         .expect(201);
     assert_eq!(created["tenant"]["settings"]["weight"], 2);
     let first = created["key"].as_str().unwrap().to_owned();
@@ -66,7 +75,8 @@ fn admin_manages_tenants_and_keys() {
 
     // A second key works; revoking the first makes it 401.
     let second = server.post_json("/v1/tenants/corp/keys", ADMIN_KEY, &json!({})).expect(201);
-    let (second_key, first_id) = (second["key"].as_str().unwrap().to_owned(), created["key_id"].as_str().unwrap().to_owned());
+    let (second_key, first_id) =
+        (second["key"].as_str().unwrap().to_owned(), created["key_id"].as_str().unwrap().to_owned());
     let keys = server.get("/v1/tenants/corp/keys", ADMIN_KEY).expect(200);
     assert_eq!(keys["keys"].as_array().unwrap().len(), 2);
     assert!(!keys.to_string().contains(&first), "plaintext keys must never be listed");

@@ -36,7 +36,12 @@ fn request(texts: &[&str]) -> Value {
 }
 
 fn output<'a>(response: &'a Value, name: &str) -> &'a Value {
-    response["outputs"].as_array().unwrap().iter().find(|o| o["name"] == name).unwrap_or_else(|| panic!("no output {name}"))
+    response["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["name"] == name)
+        .unwrap_or_else(|| panic!("no output {name}"))
 }
 
 fn floats(v: &Value) -> Vec<f64> {
@@ -53,7 +58,9 @@ fn check(text: &str, got: &[f64], want: &[f64]) {
 
 #[test]
 fn minilm_over_http_matches_the_reference() {
-    let reference: Value = serde_json::from_slice(&std::fs::read(repo_root().join("tests/data/minilm_ref_visible.json")).unwrap()).unwrap();
+    let reference: Value =
+        serde_json::from_slice(&std::fs::read(repo_root().join("tests/data/minilm_ref_visible.json")).unwrap())
+            .unwrap();
     let records = reference["records"].as_array().unwrap();
     assert_eq!(records.len(), 16);
     let server = Server::start();

@@ -44,9 +44,7 @@ pub fn run(args: &[String]) -> Result<Vec<PathBuf>> {
     }
     cmd::run(&mut build)?;
 
-    let out_dir = target_dir
-        .join(WASM_TARGET)
-        .join(if release { "release" } else { "debug" });
+    let out_dir = target_dir.join(WASM_TARGET).join(if release { "release" } else { "debug" });
     let mut built = Vec::new();
     for package in member_artifacts(&dir)? {
         let path = out_dir.join(format!("{package}.wasm"));
@@ -61,11 +59,7 @@ pub fn run(args: &[String]) -> Result<Vec<PathBuf>> {
 fn check_component(path: &Path) -> Result<u64> {
     let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     if !bytes.starts_with(&COMPONENT_MAGIC) {
-        bail!(
-            "{} is not a WebAssembly component (starts with {:02x?})",
-            path.display(),
-            &bytes[..bytes.len().min(8)]
-        );
+        bail!("{} is not a WebAssembly component (starts with {:02x?})", path.display(), &bytes[..bytes.len().min(8)]);
     }
     Ok(bytes.len() as u64)
 }
@@ -73,22 +67,18 @@ fn check_component(path: &Path) -> Result<u64> {
 /// Component (cdylib) file stems of the members of the workspace at `dir`, in
 /// `members` order; members that are plain libraries (shared guest code) are skipped.
 fn member_artifacts(dir: &Path) -> Result<Vec<String>> {
-    let manifest = fs::read_to_string(dir.join("Cargo.toml"))
-        .with_context(|| format!("reading {}/Cargo.toml", dir.display()))?;
+    let manifest =
+        fs::read_to_string(dir.join("Cargo.toml")).with_context(|| format!("reading {}/Cargo.toml", dir.display()))?;
     let members = string_list(&manifest, "members")
         .with_context(|| format!("no `members = [...]` in {}/Cargo.toml", dir.display()))?;
     let mut stems = Vec::new();
     for member in &members {
         let path = dir.join(member).join("Cargo.toml");
-        let text =
-            fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         if !is_cdylib(&text) {
             continue;
         }
-        stems.push(
-            artifact_name(&text)
-                .with_context(|| format!("no package name in {}", path.display()))?,
-        );
+        stems.push(artifact_name(&text).with_context(|| format!("no package name in {}", path.display()))?);
     }
     Ok(stems)
 }
@@ -108,24 +98,12 @@ fn is_cdylib(toml: &str) -> bool {
 
 /// The strings of the TOML array `key = ["a", "b", …]` (which may span lines).
 fn string_list(toml: &str, key: &str) -> Option<Vec<String>> {
-    let start = toml
-        .lines()
-        .position(|l| l.trim_start().starts_with(key) && l.contains('='))?;
+    let start = toml.lines().position(|l| l.trim_start().starts_with(key) && l.contains('='))?;
     let rest: String = toml.lines().skip(start).collect::<Vec<_>>().join("\n");
     let open = rest.find('[')?;
     let close = rest[open..].find(']')? + open;
-    let items = rest[open + 1..close]
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join(",");
-    Some(
-        items
-            .split(',')
-            .map(|s| s.trim().trim_matches('"').to_string())
-            .filter(|s| !s.is_empty())
-            .collect(),
-    )
+    let items = rest[open + 1..close].lines().map(|l| l.split('#').next().unwrap_or("")).collect::<Vec<_>>().join(",");
+    Some(items.split(',').map(|s| s.trim().trim_matches('"').to_string()).filter(|s| !s.is_empty()).collect())
 }
 
 /// The file stem cargo gives the crate's library: `[lib] name`, else the
@@ -165,8 +143,6 @@ mod tests {
         let lib = "[package]\nname = \"a-b\"\n[lib]\nname = \"other\"\n";
         assert_eq!(artifact_name(lib).unwrap(), "other");
         assert!(!is_cdylib(pkg));
-        assert!(is_cdylib(
-            "[package]\nname = \"e\"\n[lib]\ncrate-type = [\"cdylib\"]\n"
-        ));
+        assert!(is_cdylib("[package]\nname = \"e\"\n[lib]\ncrate-type = [\"cdylib\"]\n"));
     }
 }

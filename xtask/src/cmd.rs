@@ -20,9 +20,7 @@ pub fn cargo() -> Command {
 /// Runs `command`, echoing it, and fails unless it exits successfully.
 pub fn run(command: &mut Command) -> Result<()> {
     eprintln!("xtask: running {command:?}");
-    let status = command
-        .status()
-        .with_context(|| format!("could not start {command:?}"))?;
+    let status = command.status().with_context(|| format!("could not start {command:?}"))?;
     if !status.success() {
         bail!("{command:?} failed with {status}");
     }
@@ -31,15 +29,9 @@ pub fn run(command: &mut Command) -> Result<()> {
 
 /// Runs `command` and returns its standard output; fails unless it exits successfully.
 pub fn output(command: &mut Command) -> Result<String> {
-    let out = command
-        .output()
-        .with_context(|| format!("could not start {command:?}"))?;
+    let out = command.output().with_context(|| format!("could not start {command:?}"))?;
     if !out.status.success() {
-        bail!(
-            "{command:?} failed with {}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        bail!("{command:?} failed with {}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }

@@ -26,7 +26,8 @@ struct Options {
 }
 
 fn parse(args: &[String]) -> Result<Options> {
-    let mut o = Options { addr: "127.0.0.1:8080".into(), data_dir: PathBuf::from("sluice-data"), device: "auto".into() };
+    let mut o =
+        Options { addr: "127.0.0.1:8080".into(), data_dir: PathBuf::from("sluice-data"), device: "auto".into() };
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = || it.next().with_context(|| format!("{a} needs a value"));
@@ -62,7 +63,13 @@ fn ready(addr: &str) -> bool {
 
 /// Runs the `sluice` client with `key`; returns stdout, or None if it failed.
 fn client(sluice: &Path, url: &str, key: &str, args: &[&str]) -> Option<String> {
-    let out = Command::new(sluice).args(args).env("SLUICE_URL", url).env("SLUICE_KEY", key).stderr(Stdio::piped()).output().ok()?;
+    let out = Command::new(sluice)
+        .args(args)
+        .env("SLUICE_URL", url)
+        .env("SLUICE_KEY", key)
+        .stderr(Stdio::piped())
+        .output()
+        .ok()?;
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 

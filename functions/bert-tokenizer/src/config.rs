@@ -39,9 +39,7 @@ impl Default for Options {
             pad_token: "[PAD]".into(),
             continuing_subword_prefix: "##".into(),
             max_input_chars_per_word: 100,
-            special_tokens: ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-                .map(String::from)
-                .to_vec(),
+            special_tokens: ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"].map(String::from).to_vec(),
         }
     }
 }
@@ -90,16 +88,13 @@ impl Options {
     /// Reads the options from an HF `tokenizer.json`. Fields that are absent keep their
     /// defaults; a normalizer or model of another type is an error.
     pub fn from_tokenizer_json(bytes: &[u8]) -> Result<Self, Error> {
-        let json: TokenizerJson = serde_json::from_slice(bytes)
-            .map_err(|e| Error::Config(format!("tokenizer.json: {e}")))?;
+        let json: TokenizerJson =
+            serde_json::from_slice(bytes).map_err(|e| Error::Config(format!("tokenizer.json: {e}")))?;
         let mut o = Options::default();
 
         if let Some(n) = json.normalizer {
             if n.kind != "BertNormalizer" {
-                return Err(Error::Config(format!(
-                    "unsupported normalizer type {:?}",
-                    n.kind
-                )));
+                return Err(Error::Config(format!("unsupported normalizer type {:?}", n.kind)));
             }
             let lowercase = n.lowercase.unwrap_or(true);
             o.normalizer = NormalizerFlags {
@@ -134,10 +129,8 @@ impl Options {
                 o.cls_token = cls.to_owned();
                 o.sep_token = sep.to_owned();
             } else if let Some(single) = p.get("single").and_then(Value::as_array) {
-                let specials: Vec<&str> = single
-                    .iter()
-                    .filter_map(|e| e.get("SpecialToken")?.get("id")?.as_str())
-                    .collect();
+                let specials: Vec<&str> =
+                    single.iter().filter_map(|e| e.get("SpecialToken")?.get("id")?.as_str()).collect();
                 if let [cls, sep] = specials[..] {
                     o.cls_token = cls.to_owned();
                     o.sep_token = sep.to_owned();
@@ -161,8 +154,8 @@ pub(crate) fn vocab_from_tokenizer_json(bytes: &[u8]) -> Result<FxHashMap<String
     struct VocabModel {
         vocab: FxHashMap<String, u32>,
     }
-    let root: Root = serde_json::from_slice(bytes)
-        .map_err(|e| Error::Config(format!("tokenizer.json model.vocab: {e}")))?;
+    let root: Root =
+        serde_json::from_slice(bytes).map_err(|e| Error::Config(format!("tokenizer.json model.vocab: {e}")))?;
     Ok(root.model.vocab)
 }
 
@@ -179,18 +172,11 @@ mod tests {
             "added_tokens":[{"id":0,"content":"<unk>"}],
             "post_processor":{"type":"BertProcessing","sep":["</s>",2],"cls":["<s>",1]}}"###;
         let o = Options::from_tokenizer_json(json).unwrap();
-        assert!(
-            !o.normalizer.lowercase
-                && !o.normalizer.strip_accents
-                && !o.normalizer.handle_chinese_chars
-        );
+        assert!(!o.normalizer.lowercase && !o.normalizer.strip_accents && !o.normalizer.handle_chinese_chars);
         assert_eq!(o.unk_token, "<unk>");
         assert_eq!(o.max_input_chars_per_word, 50);
         assert_eq!(o.special_tokens, ["<unk>"]);
-        assert_eq!(
-            (o.cls_token.as_str(), o.sep_token.as_str()),
-            ("<s>", "</s>")
-        );
+        assert_eq!((o.cls_token.as_str(), o.sep_token.as_str()), ("<s>", "</s>"));
     }
 
     #[test]

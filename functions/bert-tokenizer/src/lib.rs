@@ -80,8 +80,7 @@ pub struct Batch {
 impl BertTokenizer {
     /// Builds a tokenizer from a `vocab.txt` (one token per line, id = line number).
     pub fn from_vocab_txt(vocab_txt: &[u8], options: Options) -> Result<Self, Error> {
-        let text = std::str::from_utf8(vocab_txt)
-            .map_err(|e| Error::Config(format!("vocab.txt is not UTF-8: {e}")))?;
+        let text = std::str::from_utf8(vocab_txt).map_err(|e| Error::Config(format!("vocab.txt is not UTF-8: {e}")))?;
         let mut vocab = Vocab::with_capacity_and_hasher(text.len() / 7, Default::default());
         for (i, line) in text.lines().enumerate() {
             vocab.insert(line.trim_end_matches('\r').to_owned(), i as u32);
@@ -92,9 +91,7 @@ impl BertTokenizer {
     /// Builds a tokenizer from an HF `tokenizer.json` alone (vocabulary and options).
     pub fn from_tokenizer_json(json: &[u8]) -> Result<Self, Error> {
         let options = Options::from_tokenizer_json(json)?;
-        let vocab = config::vocab_from_tokenizer_json(json)?
-            .into_iter()
-            .collect();
+        let vocab = config::vocab_from_tokenizer_json(json)?.into_iter().collect();
         Self::new(vocab, options)
     }
 
@@ -104,12 +101,7 @@ impl BertTokenizer {
     }
 
     fn build(vocab: Vocab, options: Options) -> Result<Self, Error> {
-        let id = |t: &str| {
-            vocab
-                .get(t)
-                .copied()
-                .ok_or_else(|| Error::MissingToken(t.to_owned()))
-        };
+        let id = |t: &str| vocab.get(t).copied().ok_or_else(|| Error::MissingToken(t.to_owned()));
         let unk_id = id(&options.unk_token)?;
         let cls_id = id(&options.cls_token)?;
         let sep_id = id(&options.sep_token)?;
@@ -127,14 +119,7 @@ impl BertTokenizer {
             prefix: options.continuing_subword_prefix.clone(),
             max_input_chars_per_word: options.max_input_chars_per_word,
         };
-        Ok(Self {
-            wordpiece,
-            options,
-            cls_id,
-            sep_id,
-            pad_id,
-            specials,
-        })
+        Ok(Self { wordpiece, options, cls_id, sep_id, pad_id, specials })
     }
 
     /// The options in force.
@@ -186,10 +171,7 @@ impl BertTokenizer {
 
     /// Encodes every text and pads to the longest, with an attention mask.
     pub fn encode_batch<S: AsRef<str>>(&self, texts: &[S], max_len: usize) -> Batch {
-        let encodings: Vec<Vec<u32>> = texts
-            .iter()
-            .map(|t| self.encode(t.as_ref(), max_len))
-            .collect();
+        let encodings: Vec<Vec<u32>> = texts.iter().map(|t| self.encode(t.as_ref(), max_len)).collect();
         let seq_len = encodings.iter().map(Vec::len).max().unwrap_or(0);
         let mut ids = vec![self.pad_id as i32; texts.len() * seq_len];
         let mut attention_mask = vec![0u8; texts.len() * seq_len];
@@ -200,13 +182,7 @@ impl BertTokenizer {
                 attention_mask[base + j] = 1;
             }
         }
-        Batch {
-            batch: texts.len(),
-            seq_len,
-            ids,
-            attention_mask,
-            lengths: encodings.iter().map(Vec::len).collect(),
-        }
+        Batch { batch: texts.len(), seq_len, ids, attention_mask, lengths: encodings.iter().map(Vec::len).collect() }
     }
 
     /// Splits the raw text around verbatim special tokens (HF's added-token pass, which
@@ -216,10 +192,8 @@ impl BertTokenizer {
         let mut i = 0;
         let bytes = text.as_bytes();
         while i < bytes.len() {
-            let hit = self
-                .specials
-                .iter()
-                .find(|(t, _)| bytes[i] == t.as_bytes()[0] && text[i..].starts_with(t.as_str()));
+            let hit =
+                self.specials.iter().find(|(t, _)| bytes[i] == t.as_bytes()[0] && text[i..].starts_with(t.as_str()));
             match hit {
                 Some((t, id)) => {
                     if plain_start < i {

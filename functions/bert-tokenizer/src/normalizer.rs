@@ -22,12 +22,7 @@ pub struct NormalizerFlags {
 impl Default for NormalizerFlags {
     /// The uncased BERT defaults (all steps on).
     fn default() -> Self {
-        Self {
-            clean_text: true,
-            handle_chinese_chars: true,
-            strip_accents: true,
-            lowercase: true,
-        }
+        Self { clean_text: true, handle_chinese_chars: true, strip_accents: true, lowercase: true }
     }
 }
 
@@ -92,10 +87,7 @@ pub fn normalize(text: &str, flags: NormalizerFlags) -> String {
         s = out;
     }
     if flags.strip_accents {
-        s = s
-            .nfd()
-            .filter(|&c| get_general_category(c) != GeneralCategory::NonspacingMark)
-            .collect();
+        s = s.nfd().filter(|&c| get_general_category(c) != GeneralCategory::NonspacingMark).collect();
     }
     if flags.lowercase {
         // Per character, like HF (no final-sigma context rule of `str::to_lowercase`).
@@ -111,23 +103,14 @@ mod tests {
     #[test]
     fn cleans_controls_and_whitespace() {
         let f = NormalizerFlags::default();
-        assert_eq!(
-            normalize("a\tb\nc\r\u{0}d\u{FFFD}e\u{200B}f\u{7}g\u{3000}h", f),
-            "a b c defg h"
-        );
+        assert_eq!(normalize("a\tb\nc\r\u{0}d\u{FFFD}e\u{200B}f\u{7}g\u{3000}h", f), "a b c defg h");
     }
 
     #[test]
     fn strips_accents_and_lowercases() {
         let f = NormalizerFlags::default();
-        assert_eq!(
-            normalize("Café CRÈME Brûlée Ñandú", f),
-            "cafe creme brulee nandu"
-        );
-        let keep = NormalizerFlags {
-            strip_accents: false,
-            ..f
-        };
+        assert_eq!(normalize("Café CRÈME Brûlée Ñandú", f), "cafe creme brulee nandu");
+        let keep = NormalizerFlags { strip_accents: false, ..f };
         assert_eq!(normalize("Café", keep), "café");
     }
 

@@ -49,15 +49,9 @@ mod tests {
 
     #[test]
     fn splits_whitespace_and_punctuation() {
-        assert_eq!(
-            pre_tokenize("  hello, world!! a+b "),
-            ["hello", ",", "world", "!", "!", "a", "+", "b"]
-        );
+        assert_eq!(pre_tokenize("  hello, world!! a+b "), ["hello", ",", "world", "!", "!", "a", "+", "b"]);
         assert_eq!(pre_tokenize("don't"), ["don", "'", "t"]);
-        assert_eq!(
-            pre_tokenize("“quoted”—dash¿"),
-            ["“", "quoted", "”", "—", "dash", "¿"]
-        );
+        assert_eq!(pre_tokenize("“quoted”—dash¿"), ["“", "quoted", "”", "—", "dash", "¿"]);
         assert!(pre_tokenize("   ").is_empty());
     }
 

@@ -38,10 +38,7 @@ impl WordPiece {
                     break;
                 }
                 // Step back one whole character.
-                end -= word[start..end]
-                    .chars()
-                    .next_back()
-                    .map_or(1, char::len_utf8);
+                end -= word[start..end].chars().next_back().map_or(1, char::len_utf8);
             }
             match found {
                 Some(id) => {
@@ -68,12 +65,7 @@ mod tests {
             .enumerate()
             .map(|(i, t)| (t.to_string(), i as u32))
             .collect();
-        WordPiece {
-            vocab,
-            unk_id: 0,
-            prefix: "##".into(),
-            max_input_chars_per_word: 10,
-        }
+        WordPiece { vocab, unk_id: 0, prefix: "##".into(), max_input_chars_per_word: 10 }
     }
 
     #[test]

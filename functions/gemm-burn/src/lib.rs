@@ -24,11 +24,9 @@ struct GemmBurn;
 fn int_input(inputs: &Inputs, name: &str, default: i64) -> Result<i64> {
     match inputs.find(name) {
         None => Ok(default),
-        Some(t) => t
-            .as_i64()?
-            .first()
-            .copied()
-            .ok_or_else(|| Error::invalid_input(format!("`{name}` must have one element"))),
+        Some(t) => {
+            t.as_i64()?.first().copied().ok_or_else(|| Error::invalid_input(format!("`{name}` must have one element")))
+        }
     }
 }
 

@@ -33,8 +33,7 @@ pub trait Tensor: Sized {
     /// The error of a refused or failed op.
     type Error;
     /// `self @ rhs` over the last two axes (optionally transposed), batched over the rest.
-    fn matmul(&self, rhs: &Self, transpose_a: bool, transpose_b: bool)
-    -> Result<Self, Self::Error>;
+    fn matmul(&self, rhs: &Self, transpose_a: bool, transpose_b: bool) -> Result<Self, Self::Error>;
     /// Broadcasting `self + rhs`.
     fn add(&self, rhs: &Self) -> Result<Self, Self::Error>;
     /// Broadcasting `self * rhs`.

@@ -38,16 +38,12 @@ impl BertConfig {
         if let Some(act) = v.get("hidden_act").and_then(Value::as_str)
             && act != "gelu"
         {
-            return Err(format!(
-                "config.json: hidden_act {act:?} is not supported (only exact \"gelu\")"
-            ));
+            return Err(format!("config.json: hidden_act {act:?} is not supported (only exact \"gelu\")"));
         }
         if let Some(pos) = v.get("position_embedding_type").and_then(Value::as_str)
             && pos != "absolute"
         {
-            return Err(format!(
-                "config.json: position_embedding_type {pos:?} is not supported"
-            ));
+            return Err(format!("config.json: position_embedding_type {pos:?} is not supported"));
         }
         let cfg = BertConfig {
             hidden_size: int("hidden_size")?,
@@ -55,10 +51,7 @@ impl BertConfig {
             num_hidden_layers: int("num_hidden_layers")?,
             intermediate_size: int("intermediate_size")?,
             max_position_embeddings: int("max_position_embeddings")?,
-            layer_norm_eps: v
-                .get("layer_norm_eps")
-                .and_then(Value::as_f64)
-                .unwrap_or(1e-12) as f32,
+            layer_norm_eps: v.get("layer_norm_eps").and_then(Value::as_f64).unwrap_or(1e-12) as f32,
         };
         if !cfg.hidden_size.is_multiple_of(cfg.num_attention_heads) {
             return Err(format!(
@@ -109,15 +102,7 @@ mod tests {
 
     #[test]
     fn rejects_other_activations_and_missing_fields() {
-        assert!(
-            BertConfig::from_json(br#"{"hidden_act":"relu"}"#)
-                .unwrap_err()
-                .contains("relu")
-        );
-        assert!(
-            BertConfig::from_json(br#"{"hidden_size":384}"#)
-                .unwrap_err()
-                .contains("num_attention_heads")
-        );
+        assert!(BertConfig::from_json(br#"{"hidden_act":"relu"}"#).unwrap_err().contains("relu"));
+        assert!(BertConfig::from_json(br#"{"hidden_size":384}"#).unwrap_err().contains("num_attention_heads"));
     }
 }

@@ -29,16 +29,8 @@ fn broadcast(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
     let r = a.len().max(b.len());
     (0..r)
         .map(|i| {
-            let x = if i + a.len() >= r {
-                a[i + a.len() - r]
-            } else {
-                1
-            };
-            let y = if i + b.len() >= r {
-                b[i + b.len() - r]
-            } else {
-                1
-            };
+            let x = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
+            let y = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
             match (x, y) {
                 _ if x == y => Ok(x),
                 (1, _) => Ok(y),
@@ -54,15 +46,7 @@ fn broadcast(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
 fn broadcast_strides(shape: &[usize], rank: usize) -> Vec<usize> {
     let st = strides(shape);
     let off = rank - shape.len();
-    (0..rank)
-        .map(|i| {
-            if i < off || shape[i - off] == 1 {
-                0
-            } else {
-                st[i - off]
-            }
-        })
-        .collect()
+    (0..rank).map(|i| if i < off || shape[i - off] == 1 { 0 } else { st[i - off] }).collect()
 }
 
 fn dot(idx: &[usize], strides: &[usize]) -> usize {
@@ -112,10 +96,7 @@ impl Cpu {
     }
 
     fn unary(&self, f: impl Fn(f32) -> f32) -> R {
-        Ok(Cpu::new(
-            self.shape.clone(),
-            self.data.iter().map(|&x| f(x)).collect(),
-        ))
+        Ok(Cpu::new(self.shape.clone(), self.data.iter().map(|&x| f(x)).collect()))
     }
 
     /// Applies `f` to every contiguous row of the last axis.
@@ -181,9 +162,7 @@ impl Tensor for Cpu {
         self.binary(rhs, f32::max)
     }
     fn gelu(&self) -> R {
-        self.unary(|x| {
-            (0.5 * f64::from(x) * (1.0 + libm::erf(f64::from(x) / std::f64::consts::SQRT_2))) as f32
-        })
+        self.unary(|x| (0.5 * f64::from(x) * (1.0 + libm::erf(f64::from(x) / std::f64::consts::SQRT_2))) as f32)
     }
     fn sqrt(&self) -> R {
         self.unary(f32::sqrt)
@@ -208,11 +187,7 @@ impl Tensor for Cpu {
         self.rows(|_, row| {
             let w = row.len() as f64;
             let mean = row.iter().map(|&v| f64::from(v)).sum::<f64>() / w;
-            let var = row
-                .iter()
-                .map(|&v| (f64::from(v) - mean).powi(2))
-                .sum::<f64>()
-                / w;
+            let var = row.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / w;
             let inv = 1.0 / (var + f64::from(eps)).sqrt();
             for (j, v) in row.iter_mut().enumerate() {
                 *v = ((f64::from(*v) - mean) * inv) as f32 * gamma.data[j] + beta.data[j];
@@ -241,10 +216,7 @@ impl Tensor for Cpu {
     }
 
     fn reshape(&self, shape: &[u32]) -> R {
-        Ok(Cpu::new(
-            shape.iter().map(|&d| d as usize).collect(),
-            self.data.clone(),
-        ))
+        Ok(Cpu::new(shape.iter().map(|&d| d as usize).collect(), self.data.clone()))
     }
 
     fn permute(&self, perm: &[u32]) -> R {
@@ -254,11 +226,7 @@ impl Tensor for Cpu {
         let data = (0..self.data.len())
             .map(|i| {
                 unravel(i, &shape, &mut idx);
-                self.data[idx
-                    .iter()
-                    .zip(perm)
-                    .map(|(&x, &p)| x * st[p as usize])
-                    .sum::<usize>()]
+                self.data[idx.iter().zip(perm).map(|(&x, &p)| x * st[p as usize]).sum::<usize>()]
             })
             .collect();
         Ok(Cpu::new(shape, data))
@@ -304,29 +272,18 @@ impl CpuDevice {
     /// Parses an f32 safetensors file.
     pub fn from_safetensors(bytes: &[u8]) -> Result<Self, String> {
         let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-        let header: serde_json::Value =
-            serde_json::from_slice(&bytes[8..8 + n]).map_err(|e| e.to_string())?;
+        let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).map_err(|e| e.to_string())?;
         let body = &bytes[8 + n..];
         let mut weights = HashMap::new();
         for (name, info) in header.as_object().ok_or("header")? {
             if name == "__metadata__" || info["dtype"] != "F32" {
                 continue;
             }
-            let shape: Vec<usize> = info["shape"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|d| d.as_u64().unwrap() as usize)
-                .collect();
+            let shape: Vec<usize> =
+                info["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect();
             let off = &info["data_offsets"];
-            let (s, e) = (
-                off[0].as_u64().unwrap() as usize,
-                off[1].as_u64().unwrap() as usize,
-            );
-            let data = body[s..e]
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                .collect();
+            let (s, e) = (off[0].as_u64().unwrap() as usize, off[1].as_u64().unwrap() as usize);
+            let data = body[s..e].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
             weights.insert(name.clone(), Cpu::new(shape, data));
         }
         Ok(CpuDevice { weights })
@@ -338,22 +295,13 @@ impl Device for CpuDevice {
     type Error = String;
 
     fn load(&self, name: &str, _: Precision) -> R {
-        self.weights
-            .get(name)
-            .cloned()
-            .ok_or_else(|| format!("no tensor {name}"))
+        self.weights.get(name).cloned().ok_or_else(|| format!("no tensor {name}"))
     }
     fn upload_f32(&self, shape: &[u32], data: &[f32]) -> R {
-        Ok(Cpu::new(
-            shape.iter().map(|&d| d as usize).collect(),
-            data.to_vec(),
-        ))
+        Ok(Cpu::new(shape.iter().map(|&d| d as usize).collect(), data.to_vec()))
     }
     fn upload_i32(&self, shape: &[u32], data: &[i32]) -> R {
-        Ok(Cpu::new(
-            shape.iter().map(|&d| d as usize).collect(),
-            data.iter().map(|&x| x as f32).collect(),
-        ))
+        Ok(Cpu::new(shape.iter().map(|&d| d as usize).collect(), data.iter().map(|&x| x as f32).collect()))
     }
     fn read_f32(&self, t: &Cpu) -> Result<Vec<f32>, String> {
         Ok(t.data.clone())

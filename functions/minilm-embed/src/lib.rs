@@ -61,9 +61,7 @@ impl Function for MiniLmEmbed {
         if texts.is_empty() {
             return Ok(vec![IoTensor::f32("embedding", &shape, Vec::new())]);
         }
-        let batch = prepared
-            .tokenizer
-            .encode_batch(&texts, prepared.config.max_seq_len());
+        let batch = prepared.tokenizer.encode_batch(&texts, prepared.config.max_seq_len());
         let host = Host { weights: "model" };
         let model = Bert::load(&host, prepared.config.clone(), precision)?;
         let embedding = model.embed(&host, &batch)?;
@@ -86,13 +84,9 @@ fn precision(inputs: &Inputs) -> Result<Precision> {
     };
     match t.as_strings()?[..] {
         [s] => Precision::parse(s).ok_or_else(|| {
-            Error::invalid_input(format!(
-                "tensor `precision`: {s:?} is not one of \"f32\", \"f16\", \"bf16\""
-            ))
+            Error::invalid_input(format!("tensor `precision`: {s:?} is not one of \"f32\", \"f16\", \"bf16\""))
         }),
-        _ => Err(Error::invalid_input(
-            "tensor `precision`: expected exactly one element",
-        )),
+        _ => Err(Error::invalid_input("tensor `precision`: expected exactly one element")),
     }
 }
 

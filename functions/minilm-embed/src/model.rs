@@ -89,10 +89,7 @@ impl<T: Tensor> Bert<T> {
         };
         let get = |name: &str| dev.load(&format!("{prefix}{name}"), precision);
         let linear = |name: &str| -> Result<Linear<T>, T::Error> {
-            Ok(Linear {
-                weight: get(&format!("{name}.weight"))?,
-                bias: get(&format!("{name}.bias"))?,
-            })
+            Ok(Linear { weight: get(&format!("{name}.weight"))?, bias: get(&format!("{name}.bias"))? })
         };
         let norm = |name: &str| -> Result<LayerNorm<T>, T::Error> {
             Ok(LayerNorm {
@@ -130,11 +127,7 @@ impl<T: Tensor> Bert<T> {
     /// The L2-normalised mean-pooled embedding of every row of `batch`, row-major
     /// `[batch.batch, hidden_size]` f32. `batch.seq_len` must not exceed the model's
     /// positions; an empty batch makes no host call.
-    pub fn embed<D: Device<Tensor = T, Error = T::Error>>(
-        &self,
-        dev: &D,
-        batch: &Batch,
-    ) -> Result<Vec<f32>, T::Error> {
+    pub fn embed<D: Device<Tensor = T, Error = T::Error>>(&self, dev: &D, batch: &Batch) -> Result<Vec<f32>, T::Error> {
         if batch.batch == 0 || batch.seq_len == 0 {
             return Ok(Vec::new());
         }
@@ -155,11 +148,7 @@ impl<T: Tensor> Bert<T> {
         let mut x = self.emb_norm.forward(&x)?.reshape(&[n * s, h])?;
 
         // Additive attention mask [n, 1, 1, s]: 0 for tokens, MASKED for padding.
-        let additive: Vec<f32> = batch
-            .attention_mask
-            .iter()
-            .map(|&m| if m == 0 { MASKED } else { 0.0 })
-            .collect();
+        let additive: Vec<f32> = batch.attention_mask.iter().map(|&m| if m == 0 { MASKED } else { 0.0 }).collect();
         let mask = self.to_compute(dev.upload_f32(&[n, 1, 1, s], &additive)?)?;
 
         for layer in &self.layers {
@@ -170,55 +159,33 @@ impl<T: Tensor> Bert<T> {
         let hidden = self.to_f32(x)?.reshape(&[n, s, h])?;
         let keep: Vec<f32> = batch.attention_mask.iter().map(|&m| f32::from(m)).collect();
         let keep = dev.upload_f32(&[n, s, 1], &keep)?;
-        let counts: Vec<f32> = batch
-            .lengths
-            .iter()
-            .map(|&l| (l as f32).max(1e-9))
-            .collect();
+        let counts: Vec<f32> = batch.lengths.iter().map(|&l| (l as f32).max(1e-9)).collect();
         let counts = dev.upload_f32(&[n, 1], &counts)?;
         let pooled = hidden.mul(&keep)?.sum(1, false)?.div(&counts)?;
 
         // L2 normalisation: x / max(‖x‖, 1e-12), as torch.nn.functional.normalize.
-        let norm = pooled
-            .mul(&pooled)?
-            .sum(1, true)?
-            .sqrt()?
-            .maximum(&dev.upload_f32(&[1], &[1e-12])?)?;
+        let norm = pooled.mul(&pooled)?.sum(1, true)?.sqrt()?.maximum(&dev.upload_f32(&[1], &[1e-12])?)?;
         dev.read_f32(&pooled.div(&norm)?)
     }
 
     fn layer_forward(&self, l: &Layer<T>, x: &T, mask: &T, dims: Dims) -> Result<T, T::Error> {
         let Dims { n, s, h, heads, d } = dims;
-        let split =
-            |t: T| -> Result<T, T::Error> { t.reshape(&[n, s, heads, d])?.permute(&[0, 2, 1, 3]) };
+        let split = |t: T| -> Result<T, T::Error> { t.reshape(&[n, s, heads, d])?.permute(&[0, 2, 1, 3]) };
         let q = split(l.query.forward(x)?)?;
         let k = split(l.key.forward(x)?)?;
         let v = split(l.value.forward(x)?)?;
-        let probs = q
-            .matmul(&k, false, true)?
-            .softmax(1.0 / (d as f32).sqrt(), mask)?;
-        let ctx = probs
-            .matmul(&v, false, false)?
-            .permute(&[0, 2, 1, 3])?
-            .reshape(&[n * s, h])?;
+        let probs = q.matmul(&k, false, true)?.softmax(1.0 / (d as f32).sqrt(), mask)?;
+        let ctx = probs.matmul(&v, false, false)?.permute(&[0, 2, 1, 3])?.reshape(&[n * s, h])?;
         let x = l.attn_norm.forward(&l.attn_out.forward(&ctx)?.add(x)?)?;
         let ffn = l.ffn_out.forward(&l.ffn_in.forward(&x)?.gelu()?)?;
         l.ffn_norm.forward(&ffn.add(&x)?)
     }
 
     fn to_compute(&self, t: T) -> Result<T, T::Error> {
-        if self.precision == Precision::F32 {
-            Ok(t)
-        } else {
-            t.cast(self.precision)
-        }
+        if self.precision == Precision::F32 { Ok(t) } else { t.cast(self.precision) }
     }
 
     fn to_f32(&self, t: T) -> Result<T, T::Error> {
-        if self.precision == Precision::F32 {
-            Ok(t)
-        } else {
-            t.cast(Precision::F32)
-        }
+        if self.precision == Precision::F32 { Ok(t) } else { t.cast(Precision::F32) }
     }
 }

@@ -27,8 +27,9 @@ pub fn prepared() -> Result<&'static Prepared> {
     let config = BertConfig::from_json(&artifacts::read("config")?)
         .map_err(|e| Error::failed(format!("artifact `config`: {e}")))?;
     let options = match artifacts::read("tokenizer") {
-        Ok(json) => Options::from_tokenizer_json(&json)
-            .map_err(|e| Error::failed(format!("artifact `tokenizer`: {e}")))?,
+        Ok(json) => {
+            Options::from_tokenizer_json(&json).map_err(|e| Error::failed(format!("artifact `tokenizer`: {e}")))?
+        }
         Err(e) if e.is(ErrorCode::NotFound) => Options::default(),
         Err(e) => return Err(e),
     };

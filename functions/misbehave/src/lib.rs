@@ -25,15 +25,7 @@ pub const LEAK_COUNT: i64 = 2000;
 /// Bytes returned by `huge-output`.
 const HUGE_OUTPUT_BYTES: usize = 256 << 20;
 /// Every mode, for the error message of an unknown one.
-const MODES: [&str; 7] = [
-    "ok",
-    "trap",
-    "loop",
-    "oom",
-    "bad-shape",
-    "leak",
-    "huge-output",
-];
+const MODES: [&str; 7] = ["ok", "trap", "loop", "oom", "bad-shape", "leak", "huge-output"];
 
 /// The exported function.
 struct Misbehave;
@@ -42,10 +34,7 @@ impl Function for Misbehave {
     fn run(inputs: Inputs) -> Result<Vec<IoTensor>> {
         let mode = inputs.get("mode")?.as_strings()?;
         let [mode] = mode.as_slice() else {
-            return Err(Error::invalid_input(format!(
-                "tensor `mode`: expected one element, got {}",
-                mode.len()
-            )));
+            return Err(Error::invalid_input(format!("tensor `mode`: expected one element, got {}", mode.len())));
         };
         match *mode {
             "ok" => Ok(vec![status()]),
@@ -54,14 +43,10 @@ impl Function for Misbehave {
             "oom" => exhaust_memory(),
             "bad-shape" => bad_shape(),
             "leak" => leak(),
-            "huge-output" => Ok(vec![IoTensor::u8(
-                "output",
-                &[HUGE_OUTPUT_BYTES as u64],
-                vec![0u8; HUGE_OUTPUT_BYTES],
-            )]),
-            other => Err(Error::invalid_input(format!(
-                "unknown mode {other:?}; modes: {MODES:?}"
-            ))),
+            "huge-output" => {
+                Ok(vec![IoTensor::u8("output", &[HUGE_OUTPUT_BYTES as u64], vec![0u8; HUGE_OUTPUT_BYTES])])
+            }
+            other => Err(Error::invalid_input(format!("unknown mode {other:?}; modes: {MODES:?}"))),
         }
     }
 }
@@ -95,12 +80,8 @@ fn bad_shape() -> Result<Vec<IoTensor>> {
     let b = Tensor::from_f32(&[4, 5], &[1.0; 20])?;
     match a.matmul(&b) {
         Err(e) if e.is(ErrorCode::ShapeMismatch) => Err(Error::failed(e.to_string())),
-        Err(e) => Err(Error::failed(format!(
-            "bad-shape: expected shape-mismatch, got {e}"
-        ))),
-        Ok(t) => Err(Error::failed(format!(
-            "bad-shape: expected shape-mismatch, the host accepted it as {t:?}"
-        ))),
+        Err(e) => Err(Error::failed(format!("bad-shape: expected shape-mismatch, got {e}"))),
+        Ok(t) => Err(Error::failed(format!("bad-shape: expected shape-mismatch, the host accepted it as {t:?}"))),
     }
 }
 
@@ -113,10 +94,7 @@ fn leak() -> Result<Vec<IoTensor>> {
         std::mem::forget(x);
         std::mem::forget(y);
     }
-    Ok(vec![
-        status(),
-        IoTensor::i64("leaked", &[1], vec![LEAK_COUNT]),
-    ])
+    Ok(vec![status(), IoTensor::i64("leaked", &[1], vec![LEAK_COUNT])])
 }
 
 sluice_guest::export!(Misbehave);

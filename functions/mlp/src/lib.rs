@@ -78,10 +78,7 @@ impl Dense {
     fn generate(rng: &mut SplitMix64, fan_in: u32, fan_out: u32) -> Result<Dense> {
         let w = rng.uniform(fan_in * fan_out, fan_in);
         let b = rng.uniform(fan_out, fan_in);
-        Ok(Dense {
-            w: Tensor::from_f32(&[fan_in, fan_out], &w)?,
-            b: Tensor::from_f32(&[fan_out], &b)?,
-        })
+        Ok(Dense { w: Tensor::from_f32(&[fan_in, fan_out], &w)?, b: Tensor::from_f32(&[fan_out], &b)? })
     }
 
     /// `x @ W + b`.
@@ -99,9 +96,7 @@ impl Function for Mlp {
         input.as_f32()?;
         input.expect_shape(&[None, Some(u64::from(INPUT))])?;
         if input.shape[0] == 0 {
-            return Err(Error::invalid_input(
-                "tensor `input`: needs at least one row",
-            ));
+            return Err(Error::invalid_input("tensor `input`: needs at least one row"));
         }
         let x = input.to_tensor()?;
 

@@ -37,8 +37,7 @@ impl BlobStore {
     pub(crate) fn open(data_dir: &Path) -> Result<BlobStore> {
         let blobs = data_dir.join("blobs");
         let dir = blobs.join("sha256");
-        fs::create_dir_all(&dir)
-            .map_err(|e| RegistryError::storage(format!("creating {}", dir.display()), e))?;
+        fs::create_dir_all(&dir).map_err(|e| RegistryError::storage(format!("creating {}", dir.display()), e))?;
         sync_dir(&blobs)?;
         sync_dir(data_dir)?;
         Ok(BlobStore { dir })
@@ -56,15 +55,10 @@ impl BlobStore {
 
     /// Streams `reader` into a blob, hashing on the way; durable when it returns.
     pub(crate) fn put_reader(&self, mut reader: impl Read) -> Result<BlobRef> {
-        let tmp = self.dir.join(format!(
-            "{TEMP_PREFIX}{}-{:016x}",
-            std::process::id(),
-            rand::random::<u64>()
-        ));
+        let tmp = self.dir.join(format!("{TEMP_PREFIX}{}-{:016x}", std::process::id(), rand::random::<u64>()));
         let ctx = |what: &str| format!("{what} {}", tmp.display());
         let result = (|| {
-            let mut file =
-                File::create_new(&tmp).map_err(|e| RegistryError::storage(ctx("creating"), e))?;
+            let mut file = File::create_new(&tmp).map_err(|e| RegistryError::storage(ctx("creating"), e))?;
             let mut hasher = sha2::Sha256::new();
             let mut buf = vec![0u8; 1 << 20];
             let mut size = 0u64;
@@ -76,12 +70,10 @@ impl BlobStore {
                     Err(e) => return Err(RegistryError::storage("reading blob input", e)),
                 };
                 hasher.update(&buf[..n]);
-                file.write_all(&buf[..n])
-                    .map_err(|e| RegistryError::storage(ctx("writing"), e))?;
+                file.write_all(&buf[..n]).map_err(|e| RegistryError::storage(ctx("writing"), e))?;
                 size += n as u64;
             }
-            file.sync_all()
-                .map_err(|e| RegistryError::storage(ctx("fsyncing"), e))?;
+            file.sync_all().map_err(|e| RegistryError::storage(ctx("fsyncing"), e))?;
             drop(file);
             let digest = Digest::from_sha(&hasher.finalize());
             let dest = self.path(&digest);
@@ -89,9 +81,9 @@ impl BlobStore {
                 // Same content already stored. Make sure it (and its name) is on disk,
                 // in case an earlier process died between its rename and directory sync.
                 fs::remove_file(&tmp).map_err(|e| RegistryError::storage(ctx("removing"), e))?;
-                File::open(&dest).and_then(|f| f.sync_all()).map_err(|e| {
-                    RegistryError::storage(format!("fsyncing {}", dest.display()), e)
-                })?;
+                File::open(&dest)
+                    .and_then(|f| f.sync_all())
+                    .map_err(|e| RegistryError::storage(format!("fsyncing {}", dest.display()), e))?;
             } else {
                 fs::rename(&tmp, &dest).map_err(|e| RegistryError::storage(ctx("renaming"), e))?;
             }
@@ -112,9 +104,7 @@ impl BlobStore {
             _ => RegistryError::storage(format!("reading {}", path.display()), e),
         })?;
         if Digest::of(&bytes) != *digest {
-            return Err(RegistryError::Corrupt(format!(
-                "blob {digest} does not match its digest"
-            )));
+            return Err(RegistryError::Corrupt(format!("blob {digest} does not match its digest")));
         }
         Ok(bytes)
     }
@@ -144,10 +134,7 @@ impl BlobStore {
         match fs::remove_file(path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(RegistryError::storage(
-                format!("removing {}", path.display()),
-                e,
-            )),
+            Err(e) => Err(RegistryError::storage(format!("removing {}", path.display()), e)),
         }
     }
 

@@ -35,20 +35,14 @@ impl Registry {
         self.get_version(tenant, name, version)?;
         let _b = self.blob_lock();
         let blob = self.blobs.put(bytes)?;
-        let entry = CompiledRef {
-            fingerprint: fingerprint.to_owned(),
-            blob,
-            created_ms: now_ms(),
-        };
+        let entry = CompiledRef { fingerprint: fingerprint.to_owned(), blob, created_ms: now_ms() };
         let _w = self.write_lock();
         let vkey = version_key(tenant, name, version);
         let others = keys_under(&self.compiled, &vkey)?;
         let key = compiled_key(tenant, name, version, fingerprint);
         self.commit(|tx| {
             if tx.versions.get(vkey.as_slice())?.is_none() {
-                return abort(RegistryError::not_found(format!(
-                    "version {version} of function {name:?}"
-                )));
+                return abort(RegistryError::not_found(format!("version {version} of function {name:?}")));
             }
             for k in &others {
                 tx.compiled.remove(k)?;
@@ -59,28 +53,13 @@ impl Registry {
     }
 
     /// The precompiled form of a version for `fingerprint`, if stored.
-    pub fn compiled(
-        &self,
-        tenant: &str,
-        name: &str,
-        version: u32,
-        fingerprint: &str,
-    ) -> Result<Option<CompiledRef>> {
+    pub fn compiled(&self, tenant: &str, name: &str, version: u32, fingerprint: &str) -> Result<Option<CompiledRef>> {
         validate_ids(tenant, name)?;
-        get_json(
-            &self.compiled,
-            &compiled_key(tenant, name, version, fingerprint),
-        )
+        get_json(&self.compiled, &compiled_key(tenant, name, version, fingerprint))
     }
 
     /// The path of the precompiled form for `fingerprint`, if stored and present on disk.
-    pub fn compiled_blob(
-        &self,
-        tenant: &str,
-        name: &str,
-        version: u32,
-        fingerprint: &str,
-    ) -> Result<Option<PathBuf>> {
+    pub fn compiled_blob(&self, tenant: &str, name: &str, version: u32, fingerprint: &str) -> Result<Option<PathBuf>> {
         Ok(self
             .compiled(tenant, name, version, fingerprint)?
             .map(|c| self.blob_path(&c.blob.digest))

@@ -71,10 +71,7 @@ impl RegistryError {
         context: impl Into<String>,
         source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
     ) -> Self {
-        RegistryError::Storage {
-            context: context.into(),
-            source: source.into(),
-        }
+        RegistryError::Storage { context: context.into(), source: source.into() }
     }
 
     /// A stable machine-readable code for API error bodies.

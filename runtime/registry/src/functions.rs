@@ -10,13 +10,11 @@ use std::io::Read;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    BlobRef, FunctionOptions, FunctionRecord, FunctionSummary, FunctionVersion, VersionOrigin,
-    now_ms, validate_artifact_name, validate_function_name, validate_tenant_id,
+    BlobRef, FunctionOptions, FunctionRecord, FunctionSummary, FunctionVersion, VersionOrigin, now_ms,
+    validate_artifact_name, validate_function_name, validate_tenant_id,
 };
 use crate::tenants::keys_under;
-use crate::{
-    Registry, RegistryError, Result, Tx, TxResult, abort, get_json, scan_json, tx_get, tx_put,
-};
+use crate::{Registry, RegistryError, Result, Tx, TxResult, abort, get_json, scan_json, tx_get, tx_put};
 
 /// The `functions` tree's value: per-function bookkeeping.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -97,13 +95,7 @@ impl Registry {
 
     /// Stores an artifact and appends a version that sees it (same component and options
     /// as the newest version; an artifact of the same name is replaced).
-    pub fn put_artifact(
-        &self,
-        tenant: &str,
-        name: &str,
-        artifact: &str,
-        bytes: &[u8],
-    ) -> Result<FunctionVersion> {
+    pub fn put_artifact(&self, tenant: &str, name: &str, artifact: &str, bytes: &[u8]) -> Result<FunctionVersion> {
         self.put_artifacts(tenant, name, &[(artifact, bytes)])
     }
 
@@ -125,12 +117,7 @@ impl Registry {
 
     /// Stores several artifacts and appends one version that sees all of them.
     #[tracing::instrument(name = "sluice_registry.put_artifacts", skip_all, fields(tenant, function = name), err)]
-    pub fn put_artifacts(
-        &self,
-        tenant: &str,
-        name: &str,
-        artifacts: &[(&str, &[u8])],
-    ) -> Result<FunctionVersion> {
+    pub fn put_artifacts(&self, tenant: &str, name: &str, artifacts: &[(&str, &[u8])]) -> Result<FunctionVersion> {
         validate_ids(tenant, name)?;
         if artifacts.is_empty() {
             return Err(RegistryError::InvalidInput("no artifacts given".into()));
@@ -148,12 +135,7 @@ impl Registry {
     }
 
     /// Caller holds the blob lock; the blobs are stored.
-    fn append_artifacts(
-        &self,
-        tenant: &str,
-        name: &str,
-        blobs: Vec<(String, BlobRef)>,
-    ) -> Result<FunctionVersion> {
+    fn append_artifacts(&self, tenant: &str, name: &str, blobs: Vec<(String, BlobRef)>) -> Result<FunctionVersion> {
         let names: Vec<String> = blobs.iter().map(|(n, _)| n.clone()).collect();
         let _w = self.write_lock();
         let v = self.commit(|tx| {
@@ -164,32 +146,19 @@ impl Registry {
                 Ok(FunctionVersion {
                     version,
                     artifacts,
-                    origin: VersionOrigin::Artifacts {
-                        names: names.clone(),
-                    },
+                    origin: VersionOrigin::Artifacts { names: names.clone() },
                     created_ms: now,
                     ..prev.clone()
                 })
             })
         })?;
-        tracing::info!(
-            tenant,
-            function = name,
-            version = v.version,
-            ?names,
-            "artifacts added"
-        );
+        tracing::info!(tenant, function = name, version = v.version, ?names, "artifacts added");
         Ok(v)
     }
 
     /// Appends a version without `artifact`.
     #[tracing::instrument(name = "sluice_registry.remove_artifact", skip(self), err)]
-    pub fn remove_artifact(
-        &self,
-        tenant: &str,
-        name: &str,
-        artifact: &str,
-    ) -> Result<FunctionVersion> {
+    pub fn remove_artifact(&self, tenant: &str, name: &str, artifact: &str) -> Result<FunctionVersion> {
         validate_ids(tenant, name)?;
         validate_artifact_name(artifact)?;
         let _w = self.write_lock();
@@ -198,16 +167,12 @@ impl Registry {
                 let prev = prev.ok_or_else(|| function_not_found(tenant, name))?;
                 let mut artifacts: BTreeMap<String, BlobRef> = prev.artifacts.clone();
                 if artifacts.remove(artifact).is_none() {
-                    return Err(RegistryError::not_found(format!(
-                        "artifact {artifact:?} of function {name:?}"
-                    )));
+                    return Err(RegistryError::not_found(format!("artifact {artifact:?} of function {name:?}")));
                 }
                 Ok(FunctionVersion {
                     version,
                     artifacts,
-                    origin: VersionOrigin::ArtifactRemoved {
-                        name: artifact.to_owned(),
-                    },
+                    origin: VersionOrigin::ArtifactRemoved { name: artifact.to_owned() },
                     created_ms: now,
                     ..prev.clone()
                 })
@@ -218,40 +183,29 @@ impl Registry {
     /// A function with all its versions.
     pub fn get_function(&self, tenant: &str, name: &str) -> Result<FunctionRecord> {
         validate_ids(tenant, name)?;
-        let meta: FunctionMeta = get_json(&self.functions, &fn_key(tenant, name))?
-            .ok_or_else(|| function_not_found(tenant, name))?;
-        let versions: Vec<FunctionVersion> = scan_json(&self.versions, &fn_prefix(tenant, name))?
-            .into_iter()
-            .map(|(_, v)| v)
-            .collect();
+        let meta: FunctionMeta =
+            get_json(&self.functions, &fn_key(tenant, name))?.ok_or_else(|| function_not_found(tenant, name))?;
+        let versions: Vec<FunctionVersion> =
+            scan_json(&self.versions, &fn_prefix(tenant, name))?.into_iter().map(|(_, v)| v).collect();
         if versions.is_empty() {
-            return Err(RegistryError::Corrupt(format!(
-                "function {tenant}/{name} has no versions"
-            )));
+            return Err(RegistryError::Corrupt(format!("function {tenant}/{name} has no versions")));
         }
-        Ok(FunctionRecord {
-            tenant: meta.tenant,
-            name: meta.name,
-            created_ms: meta.created_ms,
-            versions,
-        })
+        Ok(FunctionRecord { tenant: meta.tenant, name: meta.name, created_ms: meta.created_ms, versions })
     }
 
     /// One version of a function.
     pub fn get_version(&self, tenant: &str, name: &str, version: u32) -> Result<FunctionVersion> {
         validate_ids(tenant, name)?;
         get_json(&self.versions, &version_key(tenant, name, version))?.ok_or_else(|| {
-            RegistryError::not_found(format!(
-                "version {version} of function {name:?} of tenant {tenant:?}"
-            ))
+            RegistryError::not_found(format!("version {version} of function {name:?} of tenant {tenant:?}"))
         })
     }
 
     /// The newest version of a function (the one that serves).
     pub fn latest_version(&self, tenant: &str, name: &str) -> Result<FunctionVersion> {
         validate_ids(tenant, name)?;
-        let meta: FunctionMeta = get_json(&self.functions, &fn_key(tenant, name))?
-            .ok_or_else(|| function_not_found(tenant, name))?;
+        let meta: FunctionMeta =
+            get_json(&self.functions, &fn_key(tenant, name))?.ok_or_else(|| function_not_found(tenant, name))?;
         self.summary(meta).map(|s| s.latest)
     }
 
@@ -267,29 +221,15 @@ impl Registry {
     }
 
     fn summaries(&self, prefix: &[u8]) -> Result<Vec<FunctionSummary>> {
-        scan_json::<FunctionMeta>(&self.functions, prefix)?
-            .into_iter()
-            .map(|(_, m)| self.summary(m))
-            .collect()
+        scan_json::<FunctionMeta>(&self.functions, prefix)?.into_iter().map(|(_, m)| self.summary(m)).collect()
     }
 
     fn summary(&self, meta: FunctionMeta) -> Result<FunctionSummary> {
-        let latest = get_json(
-            &self.versions,
-            &version_key(&meta.tenant, &meta.name, meta.latest),
-        )?
-        .ok_or_else(|| {
-            RegistryError::Corrupt(format!(
-                "function {}/{} lacks version {}",
-                meta.tenant, meta.name, meta.latest
-            ))
-        })?;
-        Ok(FunctionSummary {
-            tenant: meta.tenant,
-            name: meta.name,
-            created_ms: meta.created_ms,
-            latest,
-        })
+        let latest =
+            get_json(&self.versions, &version_key(&meta.tenant, &meta.name, meta.latest))?.ok_or_else(|| {
+                RegistryError::Corrupt(format!("function {}/{} lacks version {}", meta.tenant, meta.name, meta.latest))
+            })?;
+        Ok(FunctionSummary { tenant: meta.tenant, name: meta.name, created_ms: meta.created_ms, latest })
     }
 
     /// Deletes a function and all its versions and compiled entries (blobs stay until gc).
@@ -328,17 +268,12 @@ fn append(tx: &Tx<'_>, tenant: &str, name: &str, build: &Build<'_>) -> TxResult<
         Some(m) => match tx_get(tx.versions, &version_key(tenant, name, m.latest))? {
             Some(v) => Some(v),
             None => {
-                return abort(RegistryError::Corrupt(format!(
-                    "function {tenant}/{name} lacks version {}",
-                    m.latest
-                )));
+                return abort(RegistryError::Corrupt(format!("function {tenant}/{name} lacks version {}", m.latest)));
             }
         },
     };
     let Some(number) = meta.as_ref().map_or(Some(1), |m| m.latest.checked_add(1)) else {
-        return abort(RegistryError::InvalidInput(format!(
-            "function {name:?} has too many versions"
-        )));
+        return abort(RegistryError::InvalidInput(format!("function {name:?} has too many versions")));
     };
     let now = now_ms();
     let version = build(prev.as_ref(), number, now).or_else(abort)?;

@@ -26,9 +26,7 @@ fn hash_key(key: &str) -> [u8; 32] {
 
 fn random_hex(bytes: usize) -> Result<String> {
     let mut buf = vec![0u8; bytes];
-    OsRng
-        .try_fill_bytes(&mut buf)
-        .map_err(|e| RegistryError::storage("reading the OS random number generator", e))?;
+    OsRng.try_fill_bytes(&mut buf).map_err(|e| RegistryError::storage("reading the OS random number generator", e))?;
     Ok(hex::encode(buf))
 }
 
@@ -62,21 +60,14 @@ impl Registry {
 
     /// Metadata of every key (admin keys included), ordered by hash.
     pub fn list_keys(&self) -> Result<Vec<KeyInfo>> {
-        Ok(scan_json(&self.keys, b"")?
-            .into_iter()
-            .map(|(_, k)| k)
-            .collect())
+        Ok(scan_json(&self.keys, b"")?.into_iter().map(|(_, k)| k).collect())
     }
 
     /// Metadata of `tenant`'s keys.
     pub fn list_tenant_keys(&self, tenant: &str) -> Result<Vec<KeyInfo>> {
         self.get_tenant(tenant)?;
         let principal = Principal::Tenant(tenant.to_owned());
-        Ok(self
-            .list_keys()?
-            .into_iter()
-            .filter(|k| k.principal == principal)
-            .collect())
+        Ok(self.list_keys()?.into_iter().filter(|k| k.principal == principal).collect())
     }
 
     /// Revokes the key with `key_id` (any principal's).
@@ -141,22 +132,14 @@ impl Registry {
             None => (format!("sluice_admin_{}", random_hex(32)?), true),
         };
         let hash = hash_key(&plaintext);
-        let info = KeyInfo {
-            key_id: ADMIN_KEY_ID.to_owned(),
-            principal: Principal::Admin,
-            created_ms: now_ms(),
-        };
+        let info = KeyInfo { key_id: ADMIN_KEY_ID.to_owned(), principal: Principal::Admin, created_ms: now_ms() };
         self.commit(|tx| {
             for old in &admins {
                 tx.keys.remove(old)?;
             }
             tx_put(tx.keys, &hash, &info)
         })?;
-        tracing::info!(
-            generated = returned,
-            replaced = admins.len(),
-            "admin key stored"
-        );
+        tracing::info!(generated = returned, replaced = admins.len(), "admin key stored");
         Ok(returned.then_some(plaintext))
     }
 }

@@ -54,9 +54,7 @@ use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sled::Transactional;
-use sled::transaction::{
-    ConflictableTransactionError, ConflictableTransactionResult, TransactionalTree,
-};
+use sled::transaction::{ConflictableTransactionError, ConflictableTransactionResult, TransactionalTree};
 
 pub use compiled::MAX_FINGERPRINT_LEN;
 pub use error::{RegistryError, Result};
@@ -86,9 +84,7 @@ pub struct Registry {
 
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Registry")
-            .field("data_dir", &self.data_dir)
-            .finish_non_exhaustive()
+        f.debug_struct("Registry").field("data_dir", &self.data_dir).finish_non_exhaustive()
     }
 }
 
@@ -109,17 +105,12 @@ impl Registry {
         let data_dir = data_dir.as_ref().to_path_buf();
         std::fs::create_dir_all(&data_dir)
             .map_err(|e| RegistryError::storage(format!("creating {}", data_dir.display()), e))?;
-        let db = sled::Config::new()
-            .path(data_dir.join("db"))
-            .open()
-            .map_err(|e| match e {
-                sled::Error::Io(ref io) if io.to_string().contains("could not acquire lock") => {
-                    RegistryError::InUse {
-                        path: data_dir.clone(),
-                    }
-                }
-                e => RegistryError::storage(format!("opening sled in {}", data_dir.display()), e),
-            })?;
+        let db = sled::Config::new().path(data_dir.join("db")).open().map_err(|e| match e {
+            sled::Error::Io(ref io) if io.to_string().contains("could not acquire lock") => {
+                RegistryError::InUse { path: data_dir.clone() }
+            }
+            e => RegistryError::storage(format!("opening sled in {}", data_dir.display()), e),
+        })?;
         match db.get(SCHEMA_KEY)? {
             None => {
                 db.insert(SCHEMA_KEY, SCHEMA_VERSION)?;
@@ -182,10 +173,7 @@ impl Registry {
             let c: CompiledRef = decode(&value)?;
             live.insert(c.blob.digest);
         }
-        let blobs::Listing {
-            blobs: stored,
-            temps,
-        } = self.blobs.list()?;
+        let blobs::Listing { blobs: stored, temps } = self.blobs.list()?;
         let mut report = GcReport::default();
         for temp in temps {
             self.blobs.remove_path(&temp)?;
@@ -221,21 +209,9 @@ impl Registry {
 
     /// Runs `f` as one transaction over all trees, then flushes. Caller holds `write_lock`.
     pub(crate) fn commit<T>(&self, f: impl Fn(&Tx<'_>) -> TxResult<T>) -> Result<T> {
-        let trees = (
-            &self.tenants,
-            &self.keys,
-            &self.functions,
-            &self.versions,
-            &self.compiled,
-        );
+        let trees = (&self.tenants, &self.keys, &self.functions, &self.versions, &self.compiled);
         let out = trees.transaction(|(tenants, keys, functions, versions, compiled)| {
-            f(&Tx {
-                tenants,
-                keys,
-                functions,
-                versions,
-                compiled,
-            })
+            f(&Tx { tenants, keys, functions, versions, compiled })
         })?;
         self.db.flush()?;
         Ok(out)
@@ -244,9 +220,8 @@ impl Registry {
 
 /// Decodes a stored JSON value.
 pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
-    serde_json::from_slice(bytes).map_err(|e| {
-        RegistryError::Corrupt(format!("undecodable {}: {e}", std::any::type_name::<T>()))
-    })
+    serde_json::from_slice(bytes)
+        .map_err(|e| RegistryError::Corrupt(format!("undecodable {}: {e}", std::any::type_name::<T>())))
 }
 
 /// Encodes a value for storage.
@@ -260,10 +235,7 @@ pub(crate) fn get_json<T: DeserializeOwned>(tree: &sled::Tree, key: &[u8]) -> Re
 }
 
 /// Reads and decodes every value under `prefix`, with its key, in key order.
-pub(crate) fn scan_json<T: DeserializeOwned>(
-    tree: &sled::Tree,
-    prefix: &[u8],
-) -> Result<Vec<(sled::IVec, T)>> {
+pub(crate) fn scan_json<T: DeserializeOwned>(tree: &sled::Tree, prefix: &[u8]) -> Result<Vec<(sled::IVec, T)>> {
     tree.scan_prefix(prefix)
         .map(|item| {
             let (k, v) = item?;
@@ -278,24 +250,15 @@ pub(crate) fn abort<T>(e: RegistryError) -> TxResult<T> {
 }
 
 /// Transactional read + decode.
-pub(crate) fn tx_get<T: DeserializeOwned>(
-    tree: &TransactionalTree,
-    key: &[u8],
-) -> TxResult<Option<T>> {
+pub(crate) fn tx_get<T: DeserializeOwned>(tree: &TransactionalTree, key: &[u8]) -> TxResult<Option<T>> {
     match tree.get(key)? {
         None => Ok(None),
-        Some(v) => decode(&v)
-            .map(Some)
-            .map_err(ConflictableTransactionError::Abort),
+        Some(v) => decode(&v).map(Some).map_err(ConflictableTransactionError::Abort),
     }
 }
 
 /// Transactional encode + write.
-pub(crate) fn tx_put<T: Serialize>(
-    tree: &TransactionalTree,
-    key: &[u8],
-    value: &T,
-) -> TxResult<()> {
+pub(crate) fn tx_put<T: Serialize>(tree: &TransactionalTree, key: &[u8], value: &T) -> TxResult<()> {
     let bytes = encode(value).map_err(ConflictableTransactionError::Abort)?;
     tree.insert(key, bytes)?;
     Ok(())

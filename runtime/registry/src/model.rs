@@ -96,11 +96,7 @@ pub struct TenantSettings {
 
 impl Default for TenantSettings {
     fn default() -> Self {
-        TenantSettings {
-            weight: 1,
-            memory_quota_bytes: None,
-            max_concurrency: None,
-        }
+        TenantSettings { weight: 1, memory_quota_bytes: None, max_concurrency: None }
     }
 }
 
@@ -108,9 +104,7 @@ impl TenantSettings {
     /// Checks the ranges (weight ≥ 1, concurrency ≥ 1, quota ≥ 1).
     pub fn validate(&self) -> Result<()> {
         if self.weight == 0 {
-            return Err(RegistryError::InvalidInput(
-                "tenant weight must be at least 1".into(),
-            ));
+            return Err(RegistryError::InvalidInput("tenant weight must be at least 1".into()));
         }
         if self.max_concurrency == Some(0) {
             return Err(RegistryError::InvalidInput(
@@ -201,14 +195,10 @@ impl FunctionOptions {
     /// Checks the ranges (weight ≥ 1, timeout ≥ 1 ms, memory limit ≥ 64 KiB, one page).
     pub fn validate(&self) -> Result<()> {
         if self.weight == Some(0) {
-            return Err(RegistryError::InvalidInput(
-                "function weight must be at least 1".into(),
-            ));
+            return Err(RegistryError::InvalidInput("function weight must be at least 1".into()));
         }
         if self.timeout_ms == 0 {
-            return Err(RegistryError::InvalidInput(
-                "timeout_ms must be at least 1".into(),
-            ));
+            return Err(RegistryError::InvalidInput("timeout_ms must be at least 1".into()));
         }
         if self.memory_limit_bytes < 65_536 {
             return Err(RegistryError::InvalidInput(
@@ -274,9 +264,7 @@ pub struct FunctionRecord {
 impl FunctionRecord {
     /// The newest version (the one that serves).
     pub fn latest(&self) -> &FunctionVersion {
-        self.versions
-            .last()
-            .expect("a stored function has at least one version")
+        self.versions.last().expect("a stored function has at least one version")
     }
 }
 
@@ -326,11 +314,7 @@ pub fn validate_tenant_id(id: &str) -> Result<()> {
         |b| b.is_ascii_lowercase() || b.is_ascii_digit(),
         |b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-',
     )
-    .map_err(|rule| RegistryError::InvalidName {
-        kind: "tenant",
-        name: id.to_owned(),
-        rule,
-    })
+    .map_err(|rule| RegistryError::InvalidName { kind: "tenant", name: id.to_owned(), rule })
 }
 
 /// Checks a function name: `[a-z0-9][a-z0-9-_.]{0,62}`.
@@ -342,11 +326,7 @@ pub fn validate_function_name(name: &str) -> Result<()> {
         |b| b.is_ascii_lowercase() || b.is_ascii_digit(),
         |b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.'),
     )
-    .map_err(|rule| RegistryError::InvalidName {
-        kind: "function",
-        name: name.to_owned(),
-        rule,
-    })
+    .map_err(|rule| RegistryError::InvalidName { kind: "function", name: name.to_owned(), rule })
 }
 
 /// Checks an artifact name: `[A-Za-z0-9][A-Za-z0-9-_.]{0,127}`.
@@ -358,11 +338,7 @@ pub fn validate_artifact_name(name: &str) -> Result<()> {
         |b| b.is_ascii_alphanumeric(),
         |b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'),
     )
-    .map_err(|rule| RegistryError::InvalidName {
-        kind: "artifact",
-        name: name.to_owned(),
-        rule,
-    })
+    .map_err(|rule| RegistryError::InvalidName { kind: "artifact", name: name.to_owned(), rule })
 }
 
 fn check_name(
@@ -379,17 +355,12 @@ fn check_name(
     };
     let bytes = name.as_bytes();
     match bytes.split_first() {
-        Some((&b, tail)) if bytes.len() <= max && first(b) && tail.iter().all(|&b| rest(b)) => {
-            Ok(())
-        }
+        Some((&b, tail)) if bytes.len() <= max && first(b) && tail.iter().all(|&b| rest(b)) => Ok(()),
         _ => Err(rule),
     }
 }
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }

@@ -9,11 +9,7 @@ impl Registry {
     pub fn create_tenant(&self, id: &str, settings: TenantSettings) -> Result<Tenant> {
         validate_tenant_id(id)?;
         settings.validate()?;
-        let tenant = Tenant {
-            id: id.to_owned(),
-            created_ms: now_ms(),
-            settings,
-        };
+        let tenant = Tenant { id: id.to_owned(), created_ms: now_ms(), settings };
         let _w = self.write_lock();
         self.commit(|tx| {
             if tx.tenants.get(id.as_bytes())?.is_some() {
@@ -27,16 +23,12 @@ impl Registry {
     /// One tenant.
     pub fn get_tenant(&self, id: &str) -> Result<Tenant> {
         validate_tenant_id(id)?;
-        get_json(&self.tenants, id.as_bytes())?
-            .ok_or_else(|| RegistryError::not_found(format!("tenant {id:?}")))
+        get_json(&self.tenants, id.as_bytes())?.ok_or_else(|| RegistryError::not_found(format!("tenant {id:?}")))
     }
 
     /// All tenants, ordered by id.
     pub fn list_tenants(&self) -> Result<Vec<Tenant>> {
-        Ok(scan_json(&self.tenants, b"")?
-            .into_iter()
-            .map(|(_, t)| t)
-            .collect())
+        Ok(scan_json(&self.tenants, b"")?.into_iter().map(|(_, t)| t).collect())
     }
 
     /// Replaces a tenant's settings.
@@ -90,20 +82,12 @@ impl Registry {
             }
             Ok(())
         })?;
-        tracing::info!(
-            tenant = id,
-            functions = fn_keys.len(),
-            keys = api_keys.len(),
-            "tenant deleted"
-        );
+        tracing::info!(tenant = id, functions = fn_keys.len(), keys = api_keys.len(), "tenant deleted");
         Ok(())
     }
 }
 
 /// All keys of `tree` under `prefix`.
 pub(crate) fn keys_under(tree: &sled::Tree, prefix: &[u8]) -> Result<Vec<sled::IVec>> {
-    tree.scan_prefix(prefix)
-        .keys()
-        .map(|k| k.map_err(RegistryError::from))
-        .collect()
+    tree.scan_prefix(prefix).keys().map(|k| k.map_err(RegistryError::from)).collect()
 }

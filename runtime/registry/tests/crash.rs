@@ -21,18 +21,10 @@ fn crash_child() {
         return;
     };
     let reg = Registry::open(&dir).unwrap();
-    reg.create_tenant("acme", TenantSettings::default())
-        .unwrap();
+    reg.create_tenant("acme", TenantSettings::default()).unwrap();
     for i in 1u32.. {
         let component = format!("component {i} ").repeat(10_000);
-        let v = reg
-            .deploy(
-                "acme",
-                "f",
-                component.as_bytes(),
-                FunctionOptions::default(),
-            )
-            .unwrap();
+        let v = reg.deploy("acme", "f", component.as_bytes(), FunctionOptions::default()).unwrap();
         // Acknowledge exactly like the HTTP layer would: after deploy returned.
         println!("ACK {}", v.version);
     }
@@ -68,24 +60,13 @@ fn acknowledged_deploy_survives_sigkill() {
 
     let reg = Registry::open(dir.path()).expect("reopen after kill -9");
     let record = reg.get_function("acme", "f").unwrap();
-    assert!(
-        record.latest().version >= acked,
-        "acked {acked}, found {}",
-        record.latest().version
-    );
+    assert!(record.latest().version >= acked, "acked {acked}, found {}", record.latest().version);
     for v in &record.versions {
         let bytes = reg.read_blob(&v.component.digest).unwrap();
-        assert_eq!(
-            bytes,
-            format!("component {} ", v.version)
-                .repeat(10_000)
-                .as_bytes()
-        );
+        assert_eq!(bytes, format!("component {} ", v.version).repeat(10_000).as_bytes());
     }
     // Whatever the kill interrupted is at most an unreferenced blob or temp file.
     reg.gc().unwrap();
-    let next = reg
-        .deploy("acme", "f", b"after", FunctionOptions::default())
-        .unwrap();
+    let next = reg.deploy("acme", "f", b"after", FunctionOptions::default()).unwrap();
     assert_eq!(next.version, record.latest().version + 1);
 }

@@ -4,66 +4,28 @@
 mod common;
 
 use common::{all_bytes, contains, open, with_tenant};
-use sluice_registry::{
-    FunctionOptions, Principal, PriorityClass, Registry, RegistryError, TenantSettings,
-};
+use sluice_registry::{FunctionOptions, Principal, PriorityClass, Registry, RegistryError, TenantSettings};
 
 #[test]
 fn tenants_crud_and_settings() {
     let dir = tempfile::tempdir().unwrap();
     let reg = open(dir.path());
-    let settings = TenantSettings {
-        weight: 3,
-        memory_quota_bytes: Some(1 << 30),
-        max_concurrency: Some(8),
-    };
+    let settings = TenantSettings { weight: 3, memory_quota_bytes: Some(1 << 30), max_concurrency: Some(8) };
     let t = reg.create_tenant("acme", settings.clone()).unwrap();
     assert_eq!(t.settings, settings);
-    assert!(matches!(
-        reg.create_tenant("acme", TenantSettings::default()),
-        Err(RegistryError::AlreadyExists { .. })
-    ));
-    reg.create_tenant("beta-2", TenantSettings::default())
-        .unwrap();
-    let ids: Vec<_> = reg
-        .list_tenants()
-        .unwrap()
-        .into_iter()
-        .map(|t| t.id)
-        .collect();
+    assert!(matches!(reg.create_tenant("acme", TenantSettings::default()), Err(RegistryError::AlreadyExists { .. })));
+    reg.create_tenant("beta-2", TenantSettings::default()).unwrap();
+    let ids: Vec<_> = reg.list_tenants().unwrap().into_iter().map(|t| t.id).collect();
     assert_eq!(ids, ["acme", "beta-2"]);
-    let updated = reg
-        .update_tenant(
-            "acme",
-            TenantSettings {
-                weight: 5,
-                ..TenantSettings::default()
-            },
-        )
-        .unwrap();
+    let updated = reg.update_tenant("acme", TenantSettings { weight: 5, ..TenantSettings::default() }).unwrap();
     assert_eq!(updated.settings.weight, 5);
     assert_eq!(updated.created_ms, t.created_ms);
-    assert!(matches!(
-        reg.update_tenant("nope", TenantSettings::default()),
-        Err(RegistryError::NotFound { .. })
-    ));
-    let zero = TenantSettings {
-        weight: 0,
-        ..TenantSettings::default()
-    };
-    assert!(matches!(
-        reg.create_tenant("z", zero),
-        Err(RegistryError::InvalidInput(_))
-    ));
+    assert!(matches!(reg.update_tenant("nope", TenantSettings::default()), Err(RegistryError::NotFound { .. })));
+    let zero = TenantSettings { weight: 0, ..TenantSettings::default() };
+    assert!(matches!(reg.create_tenant("z", zero), Err(RegistryError::InvalidInput(_))));
     reg.delete_tenant("beta-2").unwrap();
-    assert!(matches!(
-        reg.get_tenant("beta-2"),
-        Err(RegistryError::NotFound { .. })
-    ));
-    assert!(matches!(
-        reg.delete_tenant("beta-2"),
-        Err(RegistryError::NotFound { .. })
-    ));
+    assert!(matches!(reg.get_tenant("beta-2"), Err(RegistryError::NotFound { .. })));
+    assert!(matches!(reg.delete_tenant("beta-2"), Err(RegistryError::NotFound { .. })));
 }
 
 #[test]
@@ -83,50 +45,22 @@ fn name_validation() {
     let reg = with_tenant(dir.path(), "acme");
     let long = "a".repeat(64);
     for bad in ["", "-a", "A", "a_b", "a.b", "a/b", "ä", long.as_str()] {
-        let err = reg
-            .create_tenant(bad, TenantSettings::default())
-            .unwrap_err();
-        assert!(
-            matches!(err, RegistryError::InvalidName { kind: "tenant", .. }),
-            "{bad:?}: {err}"
-        );
+        let err = reg.create_tenant(bad, TenantSettings::default()).unwrap_err();
+        assert!(matches!(err, RegistryError::InvalidName { kind: "tenant", .. }), "{bad:?}: {err}");
     }
-    reg.create_tenant(&"a".repeat(63), TenantSettings::default())
-        .unwrap();
+    reg.create_tenant(&"a".repeat(63), TenantSettings::default()).unwrap();
     for bad in ["", "_a", ".a", "A", "a/b", "a b", long.as_str()] {
-        let err = reg
-            .deploy("acme", bad, b"x", FunctionOptions::default())
-            .unwrap_err();
-        assert!(
-            matches!(
-                err,
-                RegistryError::InvalidName {
-                    kind: "function",
-                    ..
-                }
-            ),
-            "{bad:?}: {err}"
-        );
+        let err = reg.deploy("acme", bad, b"x", FunctionOptions::default()).unwrap_err();
+        assert!(matches!(err, RegistryError::InvalidName { kind: "function", .. }), "{bad:?}: {err}");
     }
     for good in ["a", "0", "m-1_v2.onnx"] {
-        reg.deploy("acme", good, b"x", FunctionOptions::default())
-            .unwrap();
+        reg.deploy("acme", good, b"x", FunctionOptions::default()).unwrap();
     }
     for bad in ["", ".hidden", "../x", "a/b", "a b"] {
         let err = reg.put_artifact("acme", "a", bad, b"w").unwrap_err();
-        assert!(
-            matches!(
-                err,
-                RegistryError::InvalidName {
-                    kind: "artifact",
-                    ..
-                }
-            ),
-            "{bad:?}: {err}"
-        );
+        assert!(matches!(err, RegistryError::InvalidName { kind: "artifact", .. }), "{bad:?}: {err}");
     }
-    reg.put_artifact("acme", "a", "Model.safetensors", b"w")
-        .unwrap();
+    reg.put_artifact("acme", "a", "Model.safetensors", b"w").unwrap();
     assert!(sluice_registry::Digest::parse("../../etc/passwd").is_err());
 }
 
@@ -134,36 +68,23 @@ fn name_validation() {
 fn keys_authenticate_revoke_and_are_stored_hashed() {
     let dir = tempfile::tempdir().unwrap();
     let reg = with_tenant(dir.path(), "acme");
-    reg.create_tenant("other", TenantSettings::default())
-        .unwrap();
+    reg.create_tenant("other", TenantSettings::default()).unwrap();
     let (key_id, key) = reg.issue_key("acme").unwrap();
     assert!(key.starts_with("sk_acme_"), "{key}");
     let (other_id, other_key) = reg.issue_key("other").unwrap();
-    assert_eq!(
-        reg.authenticate(&key).unwrap(),
-        Some(Principal::Tenant("acme".into()))
-    );
-    assert_eq!(
-        reg.authenticate(&other_key).unwrap(),
-        Some(Principal::Tenant("other".into()))
-    );
+    assert_eq!(reg.authenticate(&key).unwrap(), Some(Principal::Tenant("acme".into())));
+    assert_eq!(reg.authenticate(&other_key).unwrap(), Some(Principal::Tenant("other".into())));
     assert_eq!(reg.authenticate("sk_acme_wrong").unwrap(), None);
     assert_eq!(reg.authenticate("").unwrap(), None);
     let mut tampered = key.clone();
     tampered.pop();
     tampered.push('x');
     assert_eq!(reg.authenticate(&tampered).unwrap(), None);
-    assert!(matches!(
-        reg.issue_key("ghost"),
-        Err(RegistryError::NotFound { .. })
-    ));
+    assert!(matches!(reg.issue_key("ghost"), Err(RegistryError::NotFound { .. })));
     assert_eq!(reg.list_tenant_keys("acme").unwrap().len(), 1);
 
     // A tenant cannot revoke another tenant's key.
-    assert!(matches!(
-        reg.revoke_tenant_key("acme", &other_id),
-        Err(RegistryError::NotFound { .. })
-    ));
+    assert!(matches!(reg.revoke_tenant_key("acme", &other_id), Err(RegistryError::NotFound { .. })));
     assert!(reg.authenticate(&other_key).unwrap().is_some());
 
     // The plaintext never reaches the disk.
@@ -171,27 +92,15 @@ fn keys_authenticate_revoke_and_are_stored_hashed() {
     let secret = key.rsplit('_').next().unwrap().to_owned();
     drop(reg);
     let bytes = all_bytes(dir.path());
-    assert!(
-        contains(&bytes, key_id.as_bytes()),
-        "the scan sees the stored key metadata"
-    );
-    assert!(
-        !contains(&bytes, secret.as_bytes()),
-        "plaintext key found in the data directory"
-    );
+    assert!(contains(&bytes, key_id.as_bytes()), "the scan sees the stored key metadata");
+    assert!(!contains(&bytes, secret.as_bytes()), "plaintext key found in the data directory");
     assert!(!contains(&bytes, key.as_bytes()));
 
     let reg = open(dir.path());
-    assert_eq!(
-        reg.authenticate(&key).unwrap(),
-        Some(Principal::Tenant("acme".into()))
-    );
+    assert_eq!(reg.authenticate(&key).unwrap(), Some(Principal::Tenant("acme".into())));
     reg.revoke_tenant_key("acme", &key_id).unwrap();
     assert_eq!(reg.authenticate(&key).unwrap(), None);
-    assert!(matches!(
-        reg.revoke_key(&key_id),
-        Err(RegistryError::NotFound { .. })
-    ));
+    assert!(matches!(reg.revoke_key(&key_id), Err(RegistryError::NotFound { .. })));
 
     // Deleting a tenant revokes its keys.
     reg.delete_tenant("other").unwrap();
@@ -202,28 +111,15 @@ fn keys_authenticate_revoke_and_are_stored_hashed() {
 fn admin_key_lifecycle() {
     let dir = tempfile::tempdir().unwrap();
     let reg = open(dir.path());
-    let generated = reg
-        .ensure_admin_key(None)
-        .unwrap()
-        .expect("first start generates a key");
-    assert_eq!(
-        reg.authenticate(&generated).unwrap(),
-        Some(Principal::Admin)
-    );
-    assert_eq!(
-        reg.ensure_admin_key(None).unwrap(),
-        None,
-        "only returned once"
-    );
+    let generated = reg.ensure_admin_key(None).unwrap().expect("first start generates a key");
+    assert_eq!(reg.authenticate(&generated).unwrap(), Some(Principal::Admin));
+    assert_eq!(reg.ensure_admin_key(None).unwrap(), None, "only returned once");
     drop(reg);
     assert!(!contains(&all_bytes(dir.path()), generated.as_bytes()));
 
     let reg = open(dir.path());
     assert_eq!(reg.ensure_admin_key(None).unwrap(), None);
-    assert_eq!(
-        reg.authenticate(&generated).unwrap(),
-        Some(Principal::Admin)
-    );
+    assert_eq!(reg.authenticate(&generated).unwrap(), Some(Principal::Admin));
     // An operator-provided key replaces the generated one.
     let env_key = "operator-chosen-admin-key-123".to_owned();
     assert_eq!(reg.ensure_admin_key(Some(env_key.clone())).unwrap(), None);
@@ -231,14 +127,8 @@ fn admin_key_lifecycle() {
     assert_eq!(reg.authenticate(&generated).unwrap(), None);
     assert_eq!(reg.ensure_admin_key(Some(env_key.clone())).unwrap(), None);
     assert_eq!(reg.list_keys().unwrap().len(), 1);
-    assert!(matches!(
-        reg.ensure_admin_key(Some("short".into())),
-        Err(RegistryError::InvalidInput(_))
-    ));
-    assert!(matches!(
-        reg.ensure_admin_key(Some("has a space in it!!".into())),
-        Err(RegistryError::InvalidInput(_))
-    ));
+    assert!(matches!(reg.ensure_admin_key(Some("short".into())), Err(RegistryError::InvalidInput(_))));
+    assert!(matches!(reg.ensure_admin_key(Some("has a space in it!!".into())), Err(RegistryError::InvalidInput(_))));
 }
 
 #[test]
@@ -247,8 +137,5 @@ fn second_open_is_refused() {
     let _reg = open(dir.path());
     let err = Registry::open(dir.path()).unwrap_err();
     assert!(matches!(err, RegistryError::InUse { .. }), "{err}");
-    assert!(
-        err.to_string().contains("in use by another sluice process"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("in use by another sluice process"), "{err}");
 }

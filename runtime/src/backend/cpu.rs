@@ -57,7 +57,8 @@ fn is_small(op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> boo
     let work = match op {
         Op::Matmul(_) | Op::Conv2d(_) => {
             // Multiply-adds: output elements times the reduced length.
-            let reduced: usize = inputs.get(1).map_or(1, |(_, m)| m.numel()) / out.shape.last().copied().unwrap_or(1).max(1) as usize;
+            let reduced: usize =
+                inputs.get(1).map_or(1, |(_, m)| m.numel()) / out.shape.last().copied().unwrap_or(1).max(1) as usize;
             out.numel().saturating_mul(reduced.max(1))
         }
         _ => inputs.iter().map(|(_, m)| m.numel()).sum::<usize>() + out.numel(),
@@ -87,12 +88,7 @@ impl Device for CpuDevice {
         Ok(Buffer::Cpu(CpuBuffer::from_le_bytes(meta.dtype, bytes)))
     }
 
-    fn launch(
-        &self,
-        op: &Op,
-        inputs: &[(&Buffer, &TensorMeta)],
-        out: &TensorMeta,
-    ) -> Result<Buffer, DeviceError> {
+    fn launch(&self, op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> Result<Buffer, DeviceError> {
         let mut cpu_inputs = Vec::with_capacity(inputs.len());
         for (b, m) in inputs {
             cpu_inputs.push((cpu(b)?, *m));
@@ -101,9 +97,7 @@ impl Device for CpuDevice {
         // Handing a kernel to the pool wakes one of its threads (microseconds); small
         // kernels, which run single-threaded anyway, run right here instead.
         let result = if is_small(op, inputs, out) { run() } else { self.pool.install(run) };
-        result
-            .map(Buffer::Cpu)
-            .map_err(|e| DeviceError::Failure(e.to_string()))
+        result.map(Buffer::Cpu).map_err(|e| DeviceError::Failure(e.to_string()))
     }
 
     fn download(&self, buffer: &Buffer, _meta: &TensorMeta) -> Result<Vec<u8>, DeviceError> {

@@ -98,12 +98,7 @@ pub trait Device: Send + Sync + 'static {
 
     /// Runs (or enqueues) `op` on `inputs` and returns the output buffer, whose
     /// metadata is `out` as inferred by [`sluice_host_api::infer`].
-    fn launch(
-        &self,
-        op: &Op,
-        inputs: &[(&Buffer, &TensorMeta)],
-        out: &TensorMeta,
-    ) -> Result<Buffer, DeviceError>;
+    fn launch(&self, op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> Result<Buffer, DeviceError>;
 
     /// Waits for the buffer's producers and copies its elements back as
     /// little-endian bytes.

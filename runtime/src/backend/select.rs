@@ -60,12 +60,8 @@ pub fn open_device(choice: DeviceChoice, settings: &DeviceSettings) -> Result<Op
     match CudaDevice::open(options) {
         Ok(gpu) => {
             let info = gpu.info();
-            let reason = format!(
-                "using {} with {} GiB and {} SMs",
-                info.name,
-                info.memory_bytes >> 30,
-                info.compute_units
-            );
+            let reason =
+                format!("using {} with {} GiB and {} SMs", info.name, info.memory_bytes >> 30, info.compute_units);
             Ok(OpenedDevice { device: Box::new(gpu), reason })
         }
         Err(why) if choice == DeviceChoice::Auto => {

@@ -69,7 +69,11 @@ impl Client {
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(600)))
             .build();
-        Client { agent: ureq::Agent::new_with_config(config), base: args.url.trim_end_matches('/').to_owned(), key: args.key.clone() }
+        Client {
+            agent: ureq::Agent::new_with_config(config),
+            base: args.url.trim_end_matches('/').to_owned(),
+            key: args.key.clone(),
+        }
     }
 
     /// Sends `method path` with an optional `(content type, body)`.
@@ -80,9 +84,7 @@ impl Client {
             builder = builder.header("authorization", format!("Bearer {key}"));
         }
         let result = match body {
-            Some((content_type, bytes)) => {
-                self.agent.run(builder.header("content-type", content_type).body(bytes)?)
-            }
+            Some((content_type, bytes)) => self.agent.run(builder.header("content-type", content_type).body(bytes)?),
             None => self.agent.run(builder.body(())?),
         };
         let mut response = result.with_context(|| format!("{method} {url}"))?;

@@ -124,7 +124,8 @@ pub fn deploy(args: DeployArgs) -> anyhow::Result<ExitCode> {
         query.push(format!("memory_limit_bytes={m}"));
     }
     let q = if query.is_empty() { String::new() } else { format!("?{}", query.join("&")) };
-    let reply = client.send(Method::PUT, &format!("/v1/functions/{}{q}", args.name), Some(("application/wasm", wasm)))?.ok()?;
+    let reply =
+        client.send(Method::PUT, &format!("/v1/functions/{}{q}", args.name), Some(("application/wasm", wasm)))?.ok()?;
     let mut last = reply.json()?;
     for a in &args.artifacts {
         let Some((name, path)) = a.split_once('=') else { bail!("--artifact takes NAME=PATH, got {a:?}") };
@@ -145,7 +146,8 @@ pub fn invoke(args: InvokeArgs) -> anyhow::Result<ExitCode> {
     } else {
         std::fs::read(&args.input).with_context(|| format!("reading {}", args.input))?
     };
-    let path = if args.v2 { format!("/v2/models/{}/infer", args.name) } else { format!("/v1/functions/{}/invoke", args.name) };
+    let path =
+        if args.v2 { format!("/v2/models/{}/infer", args.name) } else { format!("/v1/functions/{}/invoke", args.name) };
     let reply = client.send(Method::POST, &path, Some(("application/json", body)))?.ok()?;
     let timing: Vec<String> = ["x-sluice-queue-us", "x-sluice-instantiate-us", "x-sluice-execute-us"]
         .iter()
@@ -171,7 +173,9 @@ pub fn functions(args: FunctionsArgs) -> anyhow::Result<ExitCode> {
                 );
             }
         }
-        FunctionsAction::Get { name } => print(&client.json(Method::GET, &format!("/v1/functions/{name}"), None)?, false)?,
+        FunctionsAction::Get { name } => {
+            print(&client.json(Method::GET, &format!("/v1/functions/{name}"), None)?, false)?
+        }
         FunctionsAction::Delete { name } => {
             client.json(Method::DELETE, &format!("/v1/functions/{name}"), None)?;
             println!("deleted {name}");
@@ -208,7 +212,9 @@ pub fn tenants(args: TenantsArgs) -> anyhow::Result<ExitCode> {
             client.json(Method::DELETE, &format!("/v1/tenants/{id}"), None)?;
             println!("deleted tenant {id}");
         }
-        TenantsAction::Key { id } => print(&client.json(Method::POST, &format!("/v1/tenants/{id}/keys"), None)?, false)?,
+        TenantsAction::Key { id } => {
+            print(&client.json(Method::POST, &format!("/v1/tenants/{id}/keys"), None)?, false)?
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

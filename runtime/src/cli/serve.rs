@@ -89,9 +89,8 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             let p = platform.clone();
             tokio::task::spawn_blocking(move || p.warm_up()).await??
         };
-        let listener = tokio::net::TcpListener::bind(&args.addr)
-            .await
-            .with_context(|| format!("listening on {}", args.addr))?;
+        let listener =
+            tokio::net::TcpListener::bind(&args.addr).await.with_context(|| format!("listening on {}", args.addr))?;
         let addr = listener.local_addr()?;
         let device = platform.device();
         println!("sluice {} listening on http://{addr}", env!("CARGO_PKG_VERSION"));

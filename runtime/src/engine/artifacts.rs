@@ -81,14 +81,10 @@ impl ArtifactSet {
         let path = self.files.get(artifact).ok_or_else(|| {
             let mut names: Vec<&str> = self.names().collect();
             names.sort();
-            ApiError::new(
-                ErrorCode::NotFound,
-                format!("no artifact named {artifact:?} (this function has: {names:?})"),
-            )
+            ApiError::new(ErrorCode::NotFound, format!("no artifact named {artifact:?} (this function has: {names:?})"))
         })?;
-        let bytes = std::fs::read(path).map_err(|e| {
-            ApiError::new(ErrorCode::DeviceFailure, format!("reading artifact {artifact:?}: {e}"))
-        })?;
+        let bytes = std::fs::read(path)
+            .map_err(|e| ApiError::new(ErrorCode::DeviceFailure, format!("reading artifact {artifact:?}: {e}")))?;
         let bytes = Arc::new(bytes);
         self.file_bytes.lock().insert(artifact.to_owned(), bytes.clone());
         Ok(bytes)
@@ -102,7 +98,9 @@ impl ArtifactSet {
         {
             return Err(ApiError::new(
                 ErrorCode::TooLarge,
-                format!("artifact {artifact:?} has {size} bytes, more than the {limit} a guest may read; load its tensors instead"),
+                format!(
+                    "artifact {artifact:?} has {size} bytes, more than the {limit} a guest may read; load its tensors instead"
+                ),
             ));
         }
         Ok(self.bytes(artifact)?.as_ref().clone())
@@ -125,9 +123,8 @@ impl ArtifactSet {
             return Ok((a.clone(), m.clone()));
         }
         let bytes = self.bytes(artifact)?;
-        let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| {
-            ApiError::arg(format!("artifact {artifact:?} is not a valid safetensors file: {e}"))
-        })?;
+        let st = safetensors::SafeTensors::deserialize(&bytes)
+            .map_err(|e| ApiError::arg(format!("artifact {artifact:?} is not a valid safetensors file: {e}")))?;
         let view = st.tensor(name).map_err(|_| {
             ApiError::new(ErrorCode::NotFound, format!("artifact {artifact:?} has no tensor named {name:?}"))
         })?;

@@ -6,15 +6,17 @@ use std::time::Duration;
 
 use wasmtime::component::Component;
 
+use super::Engine;
 use super::artifacts::ArtifactSet;
 use super::bindings::InferencePre;
 use super::state::SandboxLimits;
-use super::Engine;
 
 /// Why a binary cannot become a function. Every variant is the uploader's fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ComponentError {
-    #[error("the file is a core WebAssembly module, not a component: build the function for wasm32-wasip2 (cargo build --target wasm32-wasip2) or wrap it with `wasm-tools component new`")]
+    #[error(
+        "the file is a core WebAssembly module, not a component: build the function for wasm32-wasip2 (cargo build --target wasm32-wasip2) or wrap it with `wasm-tools component new`"
+    )]
     CoreModule,
     #[error("the file is not a WebAssembly component (it does not start with the component header)")]
     NotWasm,
@@ -110,7 +112,10 @@ impl Engine {
             .map_err(|e| ComponentError::Invalid(format!("{e:#}")))
     }
 
-    fn check_world(&self, component: &Component) -> Result<InferencePre<super::state::InvocationState>, ComponentError> {
+    fn check_world(
+        &self,
+        component: &Component,
+    ) -> Result<InferencePre<super::state::InvocationState>, ComponentError> {
         let pre = self.linker().instantiate_pre(component).map_err(|e| ComponentError::WrongWorld(format!("{e:#}")))?;
         InferencePre::new(pre).map_err(|e| ComponentError::WrongWorld(format!("{e:#}")))
     }

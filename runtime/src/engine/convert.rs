@@ -42,10 +42,11 @@ pub(crate) fn error_to_wit(e: ApiError) -> WitError {
     WitError { code, message: e.message }
 }
 
-
 pub(crate) fn op_from_wit(op: wit::Op) -> api::Op {
     match op {
-        wit::Op::Matmul(a) => api::Op::Matmul(api::MatmulArgs { transpose_a: a.transpose_a, transpose_b: a.transpose_b }),
+        wit::Op::Matmul(a) => {
+            api::Op::Matmul(api::MatmulArgs { transpose_a: a.transpose_a, transpose_b: a.transpose_b })
+        }
         wit::Op::Binary(b) => api::Op::Binary(match b {
             wit::BinaryOp::Add => api::BinaryOp::Add,
             wit::BinaryOp::Sub => api::BinaryOp::Sub,

@@ -39,7 +39,12 @@ impl InvocationState {
         Ok(Ok(self.table.push(TensorHandle::owned(allocation, meta))?))
     }
 
-    fn upload(&mut self, dtype: sluice_host_api::DType, shape: Vec<u32>, bytes: Vec<u8>) -> HostResult<Resource<TensorHandle>> {
+    fn upload(
+        &mut self,
+        dtype: sluice_host_api::DType,
+        shape: Vec<u32>,
+        bytes: Vec<u8>,
+    ) -> HostResult<Resource<TensorHandle>> {
         let meta = match TensorMeta::new(dtype, shape) {
             Ok(m) => m,
             Err(e) => return Ok(Err(error_to_wit(e))),
@@ -136,7 +141,12 @@ impl artifacts::Host for InvocationState {
         Ok(self.artifacts.read(&artifact, self.limits.max_artifact_read_bytes).map_err(error_to_wit))
     }
 
-    fn load_tensor(&mut self, artifact: String, name: String, as_dtype: Option<WitDtype>) -> HostResult<Resource<TensorHandle>> {
+    fn load_tensor(
+        &mut self,
+        artifact: String,
+        name: String,
+        as_dtype: Option<WitDtype>,
+    ) -> HostResult<Resource<TensorHandle>> {
         let as_dtype = as_dtype.map(dtype_from_wit);
         match self.artifacts.load_tensor(&self.queue, &artifact, &name, as_dtype) {
             Ok((allocation, meta)) => Ok(Ok(self.table.push(TensorHandle::shared(allocation, meta))?)),

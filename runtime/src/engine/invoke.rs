@@ -8,10 +8,10 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::WasiCtx;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
+use super::Engine;
 use super::bindings::{IoData, IoTensor, RunError};
 use super::component::{FunctionImage, FunctionLimits};
 use super::state::{InvocationState, Limiter};
-use super::Engine;
 use crate::scheduler::{DeviceQueue, MemoryAccount, SchedulingInfo};
 
 /// Where an invocation runs and whom it is charged to.
@@ -166,7 +166,12 @@ impl Engine {
     }
 }
 
-fn classify_trap(store: &Store<InvocationState>, function: String, e: wasmtime::Error, limits: &FunctionLimits) -> InvokeError {
+fn classify_trap(
+    store: &Store<InvocationState>,
+    function: String,
+    e: wasmtime::Error,
+    limits: &FunctionLimits,
+) -> InvokeError {
     let state = store.data();
     if let Some(requested) = state.limiter.denied {
         return InvokeError::MemoryLimit { function, limit: state.limiter.memory_bytes, requested };

@@ -96,7 +96,13 @@ impl Platform {
     /// Validates, precompiles and durably stores `wasm` as the next version of
     /// `tenant/name`, and makes it the serving version.
     #[tracing::instrument(name = "sluice_platform.deploy", skip(self, wasm, options), fields(bytes = wasm.len()), err(Display))]
-    pub fn deploy(&self, tenant: &str, name: &str, wasm: &[u8], options: FunctionOptions) -> Result<Arc<LoadedFunction>> {
+    pub fn deploy(
+        &self,
+        tenant: &str,
+        name: &str,
+        wasm: &[u8],
+        options: FunctionOptions,
+    ) -> Result<Arc<LoadedFunction>> {
         validate_function_name(name)?;
         options.validate()?;
         if options.memory_limit_bytes > self.config.max_memory_bytes as u64 {
@@ -118,7 +124,13 @@ impl Platform {
 
     /// Streams an artifact into the registry (a new version that sees it) and serves that version.
     #[tracing::instrument(name = "sluice_platform.put_artifact", skip(self, reader), err(Display))]
-    pub fn put_artifact(&self, tenant: &str, name: &str, artifact: &str, reader: impl Read) -> Result<Arc<LoadedFunction>> {
+    pub fn put_artifact(
+        &self,
+        tenant: &str,
+        name: &str,
+        artifact: &str,
+        reader: impl Read,
+    ) -> Result<Arc<LoadedFunction>> {
         let v = self.registry.put_artifact_reader(tenant, name, artifact, reader)?;
         let cached = self.cached(tenant, name).filter(|l| l.version.component.digest == v.component.digest);
         let component = match cached {
@@ -144,9 +156,7 @@ impl Platform {
     /// One function with all its versions and its load state.
     pub fn function_info(&self, tenant: &str, name: &str) -> Result<FunctionInfo> {
         let record = self.registry.get_function(tenant, name)?;
-        let loaded = self
-            .cached(tenant, name)
-            .map(|l| LoadedInfo { version: l.version.version, stats: l.stats() });
+        let loaded = self.cached(tenant, name).map(|l| LoadedInfo { version: l.version.version, stats: l.stats() });
         Ok(FunctionInfo { record, loaded })
     }
 
@@ -206,37 +216,40 @@ impl Platform {
                     tracing::info!(tenant, function = name, version, "loaded precompiled component (no compilation)");
                     return Ok((c, false));
                 }
-                Err(e) => tracing::warn!(tenant, function = name, version, error = %e, "stored compiled form unusable; recompiling"),
+                Err(e) => {
+                    tracing::warn!(tenant, function = name, version, error = %e, "stored compiled form unusable; recompiling")
+                }
             }
         }
         let wasm = self.registry.read_blob(&v.component.digest)?;
         let compiled = self.engine.precompile(&wasm)?;
         self.count(|c| &c.compilations);
         self.registry.store_compiled(tenant, name, version, &self.fingerprint, &compiled)?;
-        tracing::info!(tenant, function = name, version, "compiled component (no compiled form stored for this engine)");
+        tracing::info!(
+            tenant,
+            function = name,
+            version,
+            "compiled component (no compiled form stored for this engine)"
+        );
         Ok((self.deserialize(&compiled)?, true))
     }
 
     fn deserialize(&self, compiled: &[u8]) -> Result<Component> {
-        self.engine
-            .deserialize(compiled)
-            .map_err(|e| PlatformError::internal("loading a compiled component", e))
+        self.engine.deserialize(compiled).map_err(|e| PlatformError::internal("loading a compiled component", e))
     }
 
     /// Pre-instantiates `component` as version `v`, with one artifact set (shared weights)
     /// charged to the tenant.
     fn load(&self, v: &FunctionVersion, component: Component) -> Result<Arc<LoadedFunction>> {
         let tenant = self.tenant_runtime(&v.tenant)?;
-        let files: HashMap<_, _> = v
-            .artifacts
-            .iter()
-            .map(|(name, blob)| (name.clone(), self.registry.blob_path(&blob.digest)))
-            .collect();
+        let files: HashMap<_, _> =
+            v.artifacts.iter().map(|(name, blob)| (name.clone(), self.registry.blob_path(&blob.digest))).collect();
         // Weights count once, against the tenant's quota, on the device chosen here.
         let weight_bytes = v.artifacts.values().map(|b| b.size).sum();
         let placement = self.devices.place(weight_bytes).map_err(|e| PlatformError::NoDeviceCapacity(e.to_string()))?;
         let artifacts = ArtifactSet::new(files, tenant.account.clone());
-        let mut limits = FunctionLimits { timeout: Duration::from_millis(v.options.timeout_ms), ..FunctionLimits::default() };
+        let mut limits =
+            FunctionLimits { timeout: Duration::from_millis(v.options.timeout_ms), ..FunctionLimits::default() };
         limits.sandbox.memory_bytes = usize::try_from(v.options.memory_limit_bytes).unwrap_or(usize::MAX);
         let image = self.engine.prepare(v.function.clone(), &component, artifacts, limits)?;
         Ok(Arc::new(LoadedFunction { version: v.clone(), component, image, placement }))

@@ -32,8 +32,8 @@ use sluice_registry::{Principal, Registry};
 use tokio::sync::Semaphore;
 
 use crate::backend::{Device, DeviceInfo};
-use crate::scheduler::{DevicePool, DeviceStatus, SchedulerConfig};
 use crate::engine::{Engine, EngineConfig};
+use crate::scheduler::{DevicePool, DeviceStatus, SchedulerConfig};
 use crate::scheduler::{DeviceQueue, MemoryAccount};
 
 pub use error::{LimitScope, PlatformError, Result};
@@ -232,7 +232,9 @@ impl Platform {
             .tenants
             .lock()
             .iter()
-            .filter(|(id, _)| matches!(caller, Principal::Admin) || matches!(caller, Principal::Tenant(me) if me == *id))
+            .filter(|(id, _)| {
+                matches!(caller, Principal::Admin) || matches!(caller, Principal::Tenant(me) if me == *id)
+            })
             .map(|(id, t)| TenantUsage {
                 tenant: id.clone(),
                 memory_used_bytes: t.account.used(),

@@ -23,13 +23,7 @@ pub struct MemoryAccount {
 impl MemoryAccount {
     /// A new account named `name` (used in quota messages).
     pub fn new(name: impl Into<String>, limit: Option<u64>, parent: Option<Arc<MemoryAccount>>) -> Arc<Self> {
-        Arc::new(MemoryAccount {
-            name: name.into(),
-            used: AtomicU64::new(0),
-            peak: AtomicU64::new(0),
-            limit,
-            parent,
-        })
+        Arc::new(MemoryAccount { name: name.into(), used: AtomicU64::new(0), peak: AtomicU64::new(0), limit, parent })
     }
 
     /// Reserves `bytes` here and in every parent, or changes nothing and returns a

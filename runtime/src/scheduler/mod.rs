@@ -103,14 +103,34 @@ pub(crate) enum Work {
 
 /// A request to the device actor.
 pub(crate) enum Command {
-    Begin { inv: InvocationId, info: SchedulingInfo },
-    End { inv: InvocationId },
-    Work { inv: InvocationId, work: Work, at: Instant },
-    Adopt { id: TensorId, buffer: Buffer },
-    Read { id: TensorId, meta: TensorMeta, reply: oneshot::Sender<Result<Vec<u8>, ApiError>> },
-    Free { id: TensorId },
+    Begin {
+        inv: InvocationId,
+        info: SchedulingInfo,
+    },
+    End {
+        inv: InvocationId,
+    },
+    Work {
+        inv: InvocationId,
+        work: Work,
+        at: Instant,
+    },
+    Adopt {
+        id: TensorId,
+        buffer: Buffer,
+    },
+    Read {
+        id: TensorId,
+        meta: TensorMeta,
+        reply: oneshot::Sender<Result<Vec<u8>, ApiError>>,
+    },
+    Free {
+        id: TensorId,
+    },
     /// Answer once every kernel queued before has run.
-    Status { reply: oneshot::Sender<DeviceStatus> },
+    Status {
+        reply: oneshot::Sender<DeviceStatus>,
+    },
 }
 
 /// What the device thread publishes for placement decisions.
@@ -207,7 +227,14 @@ impl DeviceQueue {
     }
 
     /// Queues `op` on `inputs`; its result becomes tensor `id` with metadata `out`.
-    pub fn launch(&self, inv: InvocationId, id: TensorId, op: Op, inputs: Vec<(TensorId, TensorMeta)>, out: TensorMeta) {
+    pub fn launch(
+        &self,
+        inv: InvocationId,
+        id: TensorId,
+        op: Op,
+        inputs: Vec<(TensorId, TensorMeta)>,
+        out: TensorMeta,
+    ) {
         self.send(Command::Work { inv, work: Work::Launch { id, op, inputs, out }, at: Instant::now() });
     }
 

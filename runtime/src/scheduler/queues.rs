@@ -87,7 +87,8 @@ impl Queues {
         let t = &mut self.tenants[index];
         t.weight = info.weight.max(1);
         t.active += 1;
-        self.invocations.insert(inv, Invocation { tenant: index, class: info.class, items: VecDeque::new(), started: false });
+        self.invocations
+            .insert(inv, Invocation { tenant: index, class: info.class, items: VecDeque::new(), started: false });
     }
 
     /// Ends an invocation and returns the work it still had queued.

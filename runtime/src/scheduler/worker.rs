@@ -135,14 +135,16 @@ impl Actor {
                         s.uses += 1;
                     }
                 }
-                self.slots.insert(out, Slot { state: State::Pending, bytes: 0, uses: 0, freed: false, readers: Vec::new() });
+                self.slots
+                    .insert(out, Slot { state: State::Pending, bytes: 0, uses: 0, freed: false, readers: Vec::new() });
                 if let Err(work) = self.queues.push(inv, work, at) {
                     self.cancel(work);
                 }
             }
             Command::Adopt { id, buffer } => {
                 let bytes = buffer.byte_len() as u64;
-                self.slots.insert(id, Slot { state: State::Pending, bytes: 0, uses: 0, freed: false, readers: Vec::new() });
+                self.slots
+                    .insert(id, Slot { state: State::Pending, bytes: 0, uses: 0, freed: false, readers: Vec::new() });
                 self.complete(id, Ok((buffer, bytes)));
             }
             Command::Read { id, meta, reply } => match self.slots.get_mut(&id) {
@@ -171,7 +173,8 @@ impl Actor {
 
     /// Removes a freed slot once nothing needs it any more.
     fn collect(&mut self, id: TensorId) {
-        let removable = matches!(self.slots.get(&id), Some(s) if s.freed && s.uses == 0 && !matches!(s.state, State::Pending));
+        let removable =
+            matches!(self.slots.get(&id), Some(s) if s.freed && s.uses == 0 && !matches!(s.state, State::Pending));
         if removable && let Some(s) = self.slots.remove(&id) {
             self.resident_bytes -= s.bytes;
         }
@@ -233,9 +236,8 @@ impl Actor {
         if self.config.policy == Policy::Priority && class == PriorityClass::Latency && self.queues.batch_waiting() {
             self.preemptions += 1;
         }
-        let slice_now = self.config.policy == Policy::Priority
-            && class == PriorityClass::Batch
-            && self.queues.latency_active();
+        let slice_now =
+            self.config.policy == Policy::Priority && class == PriorityClass::Batch && self.queues.latency_active();
         let queue = match pick {
             Pick::System => &mut self.queues.system,
             Pick::Invocation(id) => {
@@ -272,7 +274,8 @@ impl Actor {
         match &q.work {
             Work::Upload { id, meta, bytes } => {
                 let started = Instant::now();
-                let result = self.device.upload(meta, bytes).map(|b| (b, meta.byte_len() as u64)).map_err(ApiError::from);
+                let result =
+                    self.device.upload(meta, bytes).map(|b| (b, meta.byte_len() as u64)).map_err(ApiError::from);
                 let elapsed = started.elapsed();
                 self.uploads += 1;
                 self.complete(*id, result);
@@ -293,8 +296,8 @@ impl Actor {
                 let key = KernelKey::new(op, &metas, out);
                 let sliceable = matches!(op, Op::Matmul(_)) && out.rank() >= 2 && out.shape[out.rank() - 2] > 1;
                 let estimate = self.cost.estimate(&key);
-                let wants_slices = sliceable
-                    && (q.slices.is_some() || (slice_now && estimate > self.config.preemption_budget));
+                let wants_slices =
+                    sliceable && (q.slices.is_some() || (slice_now && estimate > self.config.preemption_budget));
                 let started = Instant::now();
                 let outcome = if wants_slices {
                     let Op::Matmul(margs) = op else { unreachable!() };
@@ -327,7 +330,8 @@ impl Actor {
         progress: &mut Option<SliceProgress>,
     ) -> Option<Result<Buffer, ApiError>> {
         let m = out.shape[out.rank() - 2] as usize;
-        let p = progress.get_or_insert_with(|| SliceProgress { next_row: 0, parts: Vec::new(), elapsed: Duration::ZERO });
+        let p =
+            progress.get_or_insert_with(|| SliceProgress { next_row: 0, parts: Vec::new(), elapsed: Duration::ZERO });
         if p.next_row == 0 {
             self.sliced_kernels += 1;
         }
@@ -343,7 +347,8 @@ impl Actor {
         let r = part_meta.rank();
         part_meta.shape[r - 2] = rows as u32;
         let started = Instant::now();
-        let part = self.device.matmul_rows(args, (&inputs[0].0, &inputs[0].1), (&inputs[1].0, &inputs[1].1), out, range);
+        let part =
+            self.device.matmul_rows(args, (&inputs[0].0, &inputs[0].1), (&inputs[1].0, &inputs[1].1), out, range);
         match part {
             None => {
                 // The device cannot slice: run the rest whole.

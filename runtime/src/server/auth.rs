@@ -51,9 +51,9 @@ impl FromRequestParts<Arc<Platform>> for TenantCaller {
     async fn from_request_parts(parts: &mut Parts, platform: &Arc<Platform>) -> Result<Self, ApiError> {
         match Caller::from_request_parts(parts, platform).await?.0 {
             Principal::Tenant(id) => Ok(TenantCaller(id)),
-            Principal::Admin => Err(ApiError::forbidden(
-                "the admin key manages tenants and has no functions; use a tenant's API key",
-            )),
+            Principal::Admin => {
+                Err(ApiError::forbidden("the admin key manages tenants and has no functions; use a tenant's API key"))
+            }
         }
     }
 }

@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Extension;
+use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use http_body_util::BodyExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -52,10 +52,10 @@ pub fn version_json(v: &FunctionVersion) -> Value {
 }
 
 /// Runs blocking platform work off the async workers.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, PlatformError> + Send + 'static) -> Result<T, ApiError> {
-    Ok(tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| PlatformError::internal("a blocking task failed", e))??)
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, PlatformError> + Send + 'static,
+) -> Result<T, ApiError> {
+    Ok(tokio::task::spawn_blocking(f).await.map_err(|e| PlatformError::internal("a blocking task failed", e))??)
 }
 
 fn created(v: &FunctionVersion) -> Response {
@@ -87,7 +87,10 @@ pub async fn deploy(
     Ok(created(&loaded.version))
 }
 
-pub async fn list(State(platform): State<Arc<Platform>>, TenantCaller(tenant): TenantCaller) -> Result<Json<Value>, ApiError> {
+pub async fn list(
+    State(platform): State<Arc<Platform>>,
+    TenantCaller(tenant): TenantCaller,
+) -> Result<Json<Value>, ApiError> {
     let functions = blocking(move || platform.list_functions(&tenant)).await?;
     let items: Vec<Value> = functions
         .iter()

@@ -64,9 +64,7 @@ pub fn app(platform: Arc<Platform>, limits: BodyLimits) -> Router {
         .route("/v1/functions", get(functions::list))
         .route(
             "/v1/functions/{name}",
-            limited(put(functions::deploy), limits.component_bytes)
-                .get(functions::get)
-                .delete(functions::delete),
+            limited(put(functions::deploy), limits.component_bytes).get(functions::get).delete(functions::delete),
         )
         .route(
             "/v1/functions/{name}/artifacts/{artifact}",
@@ -94,9 +92,7 @@ pub fn app(platform: Arc<Platform>, limits: BodyLimits) -> Router {
 /// Limits a route's body to `limit` bytes: a declared `Content-Length` above it is
 /// refused before any of the body is read, a streamed body when it grows past it.
 fn limited(route: MethodRouter<Arc<Platform>>, limit: usize) -> MethodRouter<Arc<Platform>> {
-    route
-        .layer(DefaultBodyLimit::max(limit))
-        .layer(middleware::from_fn_with_state(limit, refuse_declared_oversize))
+    route.layer(DefaultBodyLimit::max(limit)).layer(middleware::from_fn_with_state(limit, refuse_declared_oversize))
 }
 
 async fn refuse_declared_oversize(State(limit): State<usize>, request: Request, next: Next) -> Response {

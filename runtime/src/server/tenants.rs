@@ -31,10 +31,10 @@ fn yes() -> bool {
     true
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, PlatformError> + Send + 'static) -> Result<T, ApiError> {
-    Ok(tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| PlatformError::internal("a blocking task failed", e))??)
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, PlatformError> + Send + 'static,
+) -> Result<T, ApiError> {
+    Ok(tokio::task::spawn_blocking(f).await.map_err(|e| PlatformError::internal("a blocking task failed", e))??)
 }
 
 pub async fn create(
@@ -63,22 +63,38 @@ pub async fn list(State(platform): State<Arc<Platform>>, _admin: AdminCaller) ->
     Ok(Json(json!({ "tenants": tenants })))
 }
 
-pub async fn get(State(platform): State<Arc<Platform>>, _admin: AdminCaller, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn get(
+    State(platform): State<Arc<Platform>>,
+    _admin: AdminCaller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     let tenant = blocking(move || platform.get_tenant(&id)).await?;
     Ok(Json(json!(tenant)))
 }
 
-pub async fn delete(State(platform): State<Arc<Platform>>, _admin: AdminCaller, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+pub async fn delete(
+    State(platform): State<Arc<Platform>>,
+    _admin: AdminCaller,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
     blocking(move || platform.delete_tenant(&id)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-pub async fn issue_key(State(platform): State<Arc<Platform>>, _admin: AdminCaller, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub async fn issue_key(
+    State(platform): State<Arc<Platform>>,
+    _admin: AdminCaller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let key = blocking(move || platform.issue_key(&id)).await?;
     Ok((StatusCode::CREATED, Json(json!(key))).into_response())
 }
 
-pub async fn list_keys(State(platform): State<Arc<Platform>>, _admin: AdminCaller, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn list_keys(
+    State(platform): State<Arc<Platform>>,
+    _admin: AdminCaller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     let keys = blocking(move || platform.list_keys(&id)).await?;
     Ok(Json(json!({ "keys": keys })))
 }

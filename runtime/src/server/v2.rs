@@ -32,7 +32,11 @@ pub async fn server_metadata(_caller: Caller) -> Json<Value> {
     Json(json!({ "name": "sluice", "version": env!("CARGO_PKG_VERSION"), "extensions": [] }))
 }
 
-async fn record(platform: Arc<Platform>, tenant: String, name: String) -> Result<crate::platform::FunctionInfo, ApiError> {
+async fn record(
+    platform: Arc<Platform>,
+    tenant: String,
+    name: String,
+) -> Result<crate::platform::FunctionInfo, ApiError> {
     Ok(tokio::task::spawn_blocking(move || platform.function_info(&tenant, &name))
         .await
         .map_err(|e| PlatformError::internal("a blocking task failed", e))??)

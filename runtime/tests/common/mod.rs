@@ -7,16 +7,14 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use sluice_runtime::backend::CpuDevice;
-use sluice_runtime::engine::{
-    ArtifactSet, Engine, EngineConfig, FunctionImage, FunctionLimits, InvocationContext,
-};
+use sluice_runtime::engine::{ArtifactSet, Engine, EngineConfig, FunctionImage, FunctionLimits, InvocationContext};
 use sluice_runtime::scheduler::{DeviceQueue, MemoryAccount, PriorityClass, SchedulingInfo};
 
 /// Where `cargo xtask build-functions` leaves the components.
 pub fn functions_dir() -> PathBuf {
-    std::env::var_os("SLUICE_FUNCTIONS_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../functions/target/wasm32-wasip2/release")
-    })
+    std::env::var_os("SLUICE_FUNCTIONS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../functions/target/wasm32-wasip2/release"))
 }
 
 /// The bytes of function `name` (crate name with underscores), or a panic that says

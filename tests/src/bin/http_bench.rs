@@ -118,7 +118,10 @@ fn main() {
     let mut all: Vec<Duration> = per_client.into_iter().flat_map(|(_, l)| l).collect();
     all.sort();
 
-    println!("sluice HTTP benchmark: echo, 4 x FP32, HTTP/1.1 keep-alive, {} CPUs", std::thread::available_parallelism().map_or(0, |n| n.get()));
+    println!(
+        "sluice HTTP benchmark: echo, 4 x FP32, HTTP/1.1 keep-alive, {} CPUs",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
     println!("deploy (PUT → 201):              {:>9.1} ms", deployed.as_secs_f64() * 1e3);
     println!("deploy → first successful invoke: {:>9.1} ms   (target ≤ 200 ms)", first_invoke.as_secs_f64() * 1e3);
     println!(
@@ -127,8 +130,17 @@ fn main() {
         us(percentile(&lat, 0.9)),
         us(percentile(&lat, 0.99))
     );
-    println!("  HTTP floor (p50):               GET /v2/health/live {:.0} µs, GET /v2 (with key check) {:.0} µs", us(health), us(authed));
-    println!("  server-side medians:            queue {} µs  instantiate {} µs  execute {} µs", med(&queue), med(&inst), med(&exec));
+    println!(
+        "  HTTP floor (p50):               GET /v2/health/live {:.0} µs, GET /v2 (with key check) {:.0} µs",
+        us(health),
+        us(authed)
+    );
+    println!(
+        "  server-side medians:            queue {} µs  instantiate {} µs  execute {} µs",
+        med(&queue),
+        med(&inst),
+        med(&exec)
+    );
     println!(
         "{clients} clients, {:.1} s:             {:.0} requests/s ({ok} ok of {total})  p50 {:.0} µs  p99 {:.0} µs",
         elapsed.as_secs_f64(),

@@ -45,22 +45,12 @@ impl Plan {
         for (d, &o) in dims.iter_mut().zip(&out[..r]) {
             *d = o as usize;
         }
-        Plan::strided(
-            &dims[..r],
-            &broadcast_strides(a, r),
-            &broadcast_strides(b, r),
-        )
+        Plan::strided(&dims[..r], &broadcast_strides(a, r), &broadcast_strides(b, r))
     }
 
     /// Plans operands with explicit element strides `sa` and `sb` over the axes `dims`.
     pub(crate) fn strided(dims: &[usize], sa: &[usize], sb: &[usize]) -> Plan {
-        let mut p = Plan {
-            rank: 0,
-            dims: [1; MAX_RANK],
-            sa: [0; MAX_RANK],
-            sb: [0; MAX_RANK],
-            numel: 1,
-        };
+        let mut p = Plan { rank: 0, dims: [1; MAX_RANK], sa: [0; MAX_RANK], sb: [0; MAX_RANK], numel: 1 };
         for (i, &d) in dims.iter().enumerate().take(MAX_RANK) {
             p.numel *= d;
             if d == 1 {
@@ -93,12 +83,7 @@ impl Plan {
     /// Walks output elements `start..start + len` as runs along the innermost axis,
     /// calling `f(pos, run, a_off, b_off)` where `pos` is relative to `start` and the
     /// run's operand strides are [`Plan::inner_strides`].
-    pub(crate) fn for_each_run(
-        &self,
-        start: usize,
-        len: usize,
-        mut f: impl FnMut(usize, usize, usize, usize),
-    ) {
+    pub(crate) fn for_each_run(&self, start: usize, len: usize, mut f: impl FnMut(usize, usize, usize, usize)) {
         if len == 0 {
             return;
         }
@@ -174,14 +159,7 @@ where
     }
 }
 
-fn zip_range<A: Copy, B: Copy, O>(
-    plan: &Plan,
-    a: &[A],
-    b: &[B],
-    f: &impl Fn(A, B) -> O,
-    start: usize,
-    out: &mut [O],
-) {
+fn zip_range<A: Copy, B: Copy, O>(plan: &Plan, a: &[A], b: &[B], f: &impl Fn(A, B) -> O, start: usize, out: &mut [O]) {
     let (sa, sb) = plan.inner_strides();
     plan.for_each_run(start, out.len(), |pos, run, ao, bo| {
         let o = &mut out[pos..pos + run];
@@ -230,13 +208,11 @@ where
     F: Fn(A) -> O + Sync,
 {
     if x.len() >= PAR_MIN_ELEMS {
-        out.par_chunks_mut(PAR_CHUNK)
-            .zip(x.par_chunks(PAR_CHUNK))
-            .for_each(|(o, x)| {
-                for (o, &x) in o.iter_mut().zip(x) {
-                    *o = f(x);
-                }
-            });
+        out.par_chunks_mut(PAR_CHUNK).zip(x.par_chunks(PAR_CHUNK)).for_each(|(o, x)| {
+            for (o, &x) in o.iter_mut().zip(x) {
+                *o = f(x);
+            }
+        });
     } else {
         for (o, &x) in out.iter_mut().zip(x) {
             *o = f(x);
@@ -251,8 +227,7 @@ pub(crate) fn for_rows<T: Send>(data: &mut [T], width: usize, f: impl Fn(&mut [T
     }
     if data.len() >= PAR_MIN_ELEMS / 2 && data.len() / width > 1 {
         let per_task = (PAR_CHUNK / width).max(1) * width;
-        data.par_chunks_mut(per_task)
-            .for_each(|c| c.chunks_mut(width).for_each(&f));
+        data.par_chunks_mut(per_task).for_each(|c| c.chunks_mut(width).for_each(&f));
     } else {
         data.chunks_mut(width).for_each(f);
     }

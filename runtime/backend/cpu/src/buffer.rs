@@ -244,22 +244,13 @@ impl CpuBuffer {
             CpuBuffer::F32(v) => Ok(Cow::Borrowed(v)),
             CpuBuffer::F16(v) => Ok(Cow::Owned(v.to_f32_vec())),
             CpuBuffer::BF16(v) => Ok(Cow::Owned(v.to_f32_vec())),
-            other => Err(KernelError(format!(
-                "expected a floating tensor, got {}",
-                other.dtype()
-            ))),
+            other => Err(KernelError(format!("expected a floating tensor, got {}", other.dtype()))),
         }
     }
 
     /// The elements as `T`, or an error naming both dtypes.
     pub(crate) fn typed<T: Element>(&self) -> Result<&[T], KernelError> {
-        T::slice(self).ok_or_else(|| {
-            KernelError(format!(
-                "expected a {} tensor, got {}",
-                T::DTYPE,
-                self.dtype()
-            ))
-        })
+        T::slice(self).ok_or_else(|| KernelError(format!("expected a {} tensor, got {}", T::DTYPE, self.dtype())))
     }
 }
 

@@ -156,17 +156,11 @@ pub(crate) fn conv2d(
         };
         let macs = dst.len() * k;
         if macs < PAR_MIN_MACS || threads == 1 {
-            dst.chunks_mut(block)
-                .enumerate()
-                .for_each(|x| one(x, Parallelism::None));
+            dst.chunks_mut(block).enumerate().for_each(|x| one(x, Parallelism::None));
         } else if pairs >= threads {
-            dst.par_chunks_mut(block)
-                .enumerate()
-                .for_each(|x| one(x, Parallelism::None));
+            dst.par_chunks_mut(block).enumerate().for_each(|x| one(x, Parallelism::None));
         } else {
-            dst.chunks_mut(block)
-                .enumerate()
-                .for_each(|x| one(x, Parallelism::Rayon(threads)));
+            dst.chunks_mut(block).enumerate().for_each(|x| one(x, Parallelism::Rayon(threads)));
         }
     }))
 }
@@ -193,13 +187,10 @@ pub(crate) fn pool2d(
                     let ys = y0.saturating_sub(ph)..(y0 + kh).saturating_sub(ph).min(h);
                     let xs = x0.saturating_sub(pw)..(x0 + kw).saturating_sub(pw).min(w);
                     let window = ys.flat_map(|y| src[y * w..][xs.clone()].iter().copied());
-                    dst[oy * ow + ox] =
-                        match args.kind {
-                            PoolKind::Max => window.fold(f32::NEG_INFINITY, |m, v| {
-                                if v > m || v.is_nan() { v } else { m }
-                            }),
-                            PoolKind::Avg => window.sum::<f32>() / area,
-                        };
+                    dst[oy * ow + ox] = match args.kind {
+                        PoolKind::Max => window.fold(f32::NEG_INFINITY, |m, v| if v > m || v.is_nan() { v } else { m }),
+                        PoolKind::Avg => window.sum::<f32>() / area,
+                    };
                 }
             }
         };

@@ -32,12 +32,7 @@ pub(crate) fn binary(
 ) -> Result<CpuBuffer, KernelError> {
     let plan = Plan::new(&am.shape, &bm.shape, &out.shape);
     match am.dtype {
-        DType::F32 => Ok(CpuBuffer::F32(float_binary(
-            op,
-            &plan,
-            a.typed()?,
-            b.typed()?,
-        ))),
+        DType::F32 => Ok(CpuBuffer::F32(float_binary(op, &plan, a.typed()?, b.typed()?))),
         DType::F16 | DType::BF16 => {
             let r = float_binary(op, &plan, &a.float_view()?, &b.float_view()?);
             Ok(CpuBuffer::from_f32_as(am.dtype, &r))
@@ -59,12 +54,7 @@ fn float_binary(op: BinaryOp, plan: &Plan, a: &[f32], b: &[f32]) -> std::sync::A
     }
 }
 
-fn int_binary<T: Int>(
-    op: BinaryOp,
-    plan: &Plan,
-    a: &CpuBuffer,
-    b: &CpuBuffer,
-) -> Result<CpuBuffer, KernelError> {
+fn int_binary<T: Int>(op: BinaryOp, plan: &Plan, a: &CpuBuffer, b: &CpuBuffer) -> Result<CpuBuffer, KernelError> {
     let (a, b) = (a.typed::<T>()?, b.typed::<T>()?);
     let data = match op {
         BinaryOp::Add => zip(plan, a, b, T::wrapping_add),
@@ -73,10 +63,7 @@ fn int_binary<T: Int>(
         BinaryOp::Div => {
             // With a non-empty output every element of `b` is used.
             if plan.numel() > 0 && b.contains(&T::ZERO) {
-                return Err(KernelError(format!(
-                    "integer division by zero ({} divisor contains 0)",
-                    T::DTYPE
-                )));
+                return Err(KernelError(format!("integer division by zero ({} divisor contains 0)", T::DTYPE)));
             }
             zip(plan, a, b, T::wrapping_div)
         }
@@ -89,10 +76,7 @@ fn int_binary<T: Int>(
 pub(crate) fn unary(op: UnaryOp, x: &CpuBuffer) -> Result<CpuBuffer, KernelError> {
     match x.dtype() {
         DType::F32 => Ok(CpuBuffer::F32(float_unary(op, x.typed()?))),
-        DType::F16 | DType::BF16 => Ok(CpuBuffer::from_f32_as(
-            x.dtype(),
-            &float_unary(op, &x.float_view()?),
-        )),
+        DType::F16 | DType::BF16 => Ok(CpuBuffer::from_f32_as(x.dtype(), &float_unary(op, &x.float_view()?))),
         DType::I32 => int_unary::<i32>(op, x),
         DType::I64 => int_unary::<i64>(op, x),
         DType::U8 => int_unary::<u8>(op, x),
@@ -142,10 +126,7 @@ fn int_unary<T: Int>(op: UnaryOp, x: &CpuBuffer) -> Result<CpuBuffer, KernelErro
         UnaryOp::Neg => map(x, T::wrapping_neg),
         UnaryOp::Abs => map(x, T::wrapping_abs),
         other => {
-            return Err(KernelError(format!(
-                "unary {other:?} is not defined on {}",
-                T::DTYPE
-            )));
+            return Err(KernelError(format!("unary {other:?} is not defined on {}", T::DTYPE)));
         }
     };
     Ok(T::wrap(data))

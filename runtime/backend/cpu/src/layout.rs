@@ -16,10 +16,7 @@ fn prod(shape: &[u32]) -> usize {
     shape.iter().map(|&d| d as usize).product()
 }
 
-pub(crate) fn permute(
-    (x, xm): (&CpuBuffer, &TensorMeta),
-    perm: &[u32],
-) -> Result<CpuBuffer, KernelError> {
+pub(crate) fn permute((x, xm): (&CpuBuffer, &TensorMeta), perm: &[u32]) -> Result<CpuBuffer, KernelError> {
     let r = xm.rank();
     let mut in_strides = [0usize; MAX_RANK];
     let mut acc = 1;
@@ -52,19 +49,14 @@ fn permute_t<T: Element>(x: &[T], plan: &Plan) -> Result<CpuBuffer, KernelError>
     };
     Ok(T::wrap(new_with(plan.numel(), |out| {
         if out.len() >= PAR_MIN_ELEMS {
-            out.par_chunks_mut(PAR_CHUNK)
-                .enumerate()
-                .for_each(|(c, o)| copy(c * PAR_CHUNK, o));
+            out.par_chunks_mut(PAR_CHUNK).enumerate().for_each(|(c, o)| copy(c * PAR_CHUNK, o));
         } else {
             copy(0, out);
         }
     })))
 }
 
-pub(crate) fn slice(
-    (x, xm): (&CpuBuffer, &TensorMeta),
-    args: &SliceArgs,
-) -> Result<CpuBuffer, KernelError> {
+pub(crate) fn slice((x, xm): (&CpuBuffer, &TensorMeta), args: &SliceArgs) -> Result<CpuBuffer, KernelError> {
     let axis = args.axis as usize;
     let dim = xm.shape[axis] as usize;
     let (start, end) = (args.start as usize, args.end as usize);

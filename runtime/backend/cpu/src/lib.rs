@@ -43,11 +43,7 @@ pub struct KernelError(pub String);
 ///
 /// `inputs` and `out` must be what [`sluice_host_api::infer`] accepted and returned for
 /// `op`; a buffer whose dtype or length disagrees with its metadata is an error.
-pub fn launch(
-    op: &Op,
-    inputs: &[(&CpuBuffer, &TensorMeta)],
-    out: &TensorMeta,
-) -> Result<CpuBuffer, KernelError> {
+pub fn launch(op: &Op, inputs: &[(&CpuBuffer, &TensorMeta)], out: &TensorMeta) -> Result<CpuBuffer, KernelError> {
     check_inputs(inputs)?;
     let result = match (op, inputs) {
         (Op::Matmul(args), &[a, b]) => matmul::matmul(args, a, b, out),
@@ -56,9 +52,7 @@ pub fn launch(
         (Op::Affine { scale, bias }, &[(x, _)]) => elementwise::affine(x, *scale, *bias),
         (Op::Softmax { scale }, &[x]) => nn::softmax(*scale, x, None),
         (Op::Softmax { scale }, &[x, mask]) => nn::softmax(*scale, x, Some(mask)),
-        (Op::LayerNorm { eps }, &[x, (gamma, _), (beta, _)]) => {
-            nn::layer_norm(*eps, x, gamma, beta)
-        }
+        (Op::LayerNorm { eps }, &[x, (gamma, _), (beta, _)]) => nn::layer_norm(*eps, x, gamma, beta),
         (Op::Embedding, &[table, ids]) => nn::embedding(table, ids),
         (Op::Reduce(args), &[x]) => reduce::reduce(args, x),
         (Op::Reshape(_), &[(x, _)]) => Ok(x.clone()),
@@ -69,11 +63,7 @@ pub fn launch(
         (Op::Conv2d(args), &[x, w]) => conv::conv2d(args, x, w, None, out),
         (Op::Conv2d(args), &[x, w, (bias, _)]) => conv::conv2d(args, x, w, Some(bias), out),
         (Op::Pool2d(args), &[x]) => conv::pool2d(args, x, out),
-        (op, inputs) => Err(KernelError(format!(
-            "{} cannot take {} input(s)",
-            op.name(),
-            inputs.len()
-        ))),
+        (op, inputs) => Err(KernelError(format!("{} cannot take {} input(s)", op.name(), inputs.len()))),
     };
     let result = result.map_err(|e| KernelError(format!("{}: {}", op.name(), e.0)))?;
     if result.dtype() != out.dtype || result.len() != out.numel() {

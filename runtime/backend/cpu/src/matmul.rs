@@ -33,35 +33,13 @@ struct Geometry {
 }
 
 impl Geometry {
-    fn new(
-        args: &MatmulArgs,
-        am: &TensorMeta,
-        bm: &TensorMeta,
-        out: &TensorMeta,
-        rows: Range<usize>,
-    ) -> Self {
+    fn new(args: &MatmulArgs, am: &TensorMeta, bm: &TensorMeta, out: &TensorMeta, rows: Range<usize>) -> Self {
         let (ar, br, r) = (am.rank(), bm.rank(), out.rank());
         let (m, n) = (out.shape[r - 2] as usize, out.shape[r - 1] as usize);
-        let k = if args.transpose_a {
-            am.shape[ar - 2]
-        } else {
-            am.shape[ar - 1]
-        } as usize;
-        let (a_rs, a_cs) = if args.transpose_a {
-            (1, m as isize)
-        } else {
-            (k as isize, 1)
-        };
-        let (b_rs, b_cs) = if args.transpose_b {
-            (1, k as isize)
-        } else {
-            (n as isize, 1)
-        };
-        let plan = Plan::new(
-            &am.shape[..ar - 2],
-            &bm.shape[..br - 2],
-            &out.shape[..r - 2],
-        );
+        let k = if args.transpose_a { am.shape[ar - 2] } else { am.shape[ar - 1] } as usize;
+        let (a_rs, a_cs) = if args.transpose_a { (1, m as isize) } else { (k as isize, 1) };
+        let (b_rs, b_cs) = if args.transpose_b { (1, k as isize) } else { (n as isize, 1) };
+        let plan = Plan::new(&am.shape[..ar - 2], &bm.shape[..br - 2], &out.shape[..r - 2]);
         let (sa, sb) = plan.inner_strides();
         let mut batches = Vec::with_capacity(plan.numel());
         plan.for_each_run(0, plan.numel(), |_, run, ao, bo| {
@@ -69,16 +47,7 @@ impl Geometry {
                 batches.push(((ao + t * sa) * m * k, (bo + t * sb) * k * n));
             }
         });
-        Geometry {
-            batches,
-            rows,
-            n,
-            k,
-            a_rs,
-            a_cs,
-            b_rs,
-            b_cs,
-        }
+        Geometry { batches, rows, n, k, a_rs, a_cs, b_rs, b_cs }
     }
 
     fn out_len(&self) -> usize {
@@ -125,20 +94,11 @@ impl Geometry {
             }
         };
         if macs < PAR_MIN_MACS || threads == 1 {
-            self.batches
-                .iter()
-                .zip(out.chunks_mut(block))
-                .for_each(|x| one_gemm(x, Parallelism::None));
+            self.batches.iter().zip(out.chunks_mut(block)).for_each(|x| one_gemm(x, Parallelism::None));
         } else if self.batches.len() >= threads && block * k < PAR_MIN_MACS * 4 {
-            self.batches
-                .par_iter()
-                .zip(out.par_chunks_mut(block))
-                .for_each(|x| one_gemm(x, Parallelism::None));
+            self.batches.par_iter().zip(out.par_chunks_mut(block)).for_each(|x| one_gemm(x, Parallelism::None));
         } else {
-            self.batches
-                .iter()
-                .zip(out.chunks_mut(block))
-                .for_each(|x| one_gemm(x, Parallelism::Rayon(threads)));
+            self.batches.iter().zip(out.chunks_mut(block)).for_each(|x| one_gemm(x, Parallelism::Rayon(threads)));
         }
     }
 }
@@ -164,16 +124,9 @@ pub fn matmul_rows(
     out: &TensorMeta,
     rows: Range<usize>,
 ) -> Result<CpuBuffer, KernelError> {
-    let m = out
-        .shape
-        .get(out.rank().wrapping_sub(2))
-        .copied()
-        .unwrap_or(0) as usize;
+    let m = out.shape.get(out.rank().wrapping_sub(2)).copied().unwrap_or(0) as usize;
     if out.rank() < 2 || rows.start > rows.end || rows.end > m {
-        return Err(KernelError(format!(
-            "rows {rows:?} are out of range for a matmul output {:?}",
-            out.shape
-        )));
+        return Err(KernelError(format!("rows {rows:?} are out of range for a matmul output {:?}", out.shape)));
     }
     crate::check_inputs(&[a, b])?;
     compute(args, a, b, out, rows)
@@ -195,17 +148,13 @@ fn compute(
         }
         DType::F16 => {
             let (a, b) = (a.typed::<f16>()?, b.typed::<f16>()?);
-            Ok(CpuBuffer::F16(new_with(len, |o| {
-                g.run(a, b, o, f16::ZERO, f16::ONE)
-            })))
+            Ok(CpuBuffer::F16(new_with(len, |o| g.run(a, b, o, f16::ZERO, f16::ONE))))
         }
         DType::BF16 => {
             let (a, b) = (a.float_view()?, b.float_view()?);
             let mut o = vec![0.0f32; len];
             g.run(&a, &b, &mut o, 0.0, 1.0);
-            Ok(CpuBuffer::BF16(
-                o.iter().map(|&x| bf16::from_f32(x)).collect(),
-            ))
+            Ok(CpuBuffer::BF16(o.iter().map(|&x| bf16::from_f32(x)).collect()))
         }
         other => Err(KernelError(format!("matmul is not defined on {other}"))),
     }

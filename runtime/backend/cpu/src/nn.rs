@@ -28,20 +28,14 @@ pub(crate) fn softmax(
                 zip_into(&plan, &xv, mv, out, |x, m| x * scale + m);
             }
             _ if scale == 1.0 => out.copy_from_slice(&xv),
-            _ => out
-                .iter_mut()
-                .zip(xv.iter())
-                .for_each(|(o, &x)| *o = x * scale),
+            _ => out.iter_mut().zip(xv.iter()).for_each(|(o, &x)| *o = x * scale),
         }
         for_rows(out, width, softmax_row);
     }))
 }
 
 fn softmax_row(row: &mut [f32]) {
-    let max = row.iter().fold(
-        f32::NEG_INFINITY,
-        |m, &v| if v > m || v.is_nan() { v } else { m },
-    );
+    let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| if v > m || v.is_nan() { v } else { m });
     if max == f32::NEG_INFINITY {
         row.fill(0.0);
         return;
@@ -85,29 +79,14 @@ pub(crate) fn embedding(
 ) -> Result<CpuBuffer, KernelError> {
     let (vocab, dim) = (tm.shape[0] as usize, tm.shape[1] as usize);
     let check = |pos: usize, id: i64| -> Result<usize, KernelError> {
-        usize::try_from(id)
-            .ok()
-            .filter(|&i| i < vocab)
-            .ok_or_else(|| {
-                KernelError(format!(
-                    "embedding id {id} at position {pos} of ids {:?} is not in 0..{vocab}",
-                    im.shape
-                ))
-            })
+        usize::try_from(id).ok().filter(|&i| i < vocab).ok_or_else(|| {
+            KernelError(format!("embedding id {id} at position {pos} of ids {:?} is not in 0..{vocab}", im.shape))
+        })
     };
     let rows: Vec<usize> = match (ids, im.dtype) {
-        (CpuBuffer::I32(v), DType::I32) => v
-            .iter()
-            .enumerate()
-            .map(|(p, &id)| check(p, id as i64))
-            .collect(),
-        (CpuBuffer::I64(v), DType::I64) => {
-            v.iter().enumerate().map(|(p, &id)| check(p, id)).collect()
-        }
-        _ => Err(KernelError(format!(
-            "embedding ids must be i32 or i64, got {}",
-            ids.dtype()
-        ))),
+        (CpuBuffer::I32(v), DType::I32) => v.iter().enumerate().map(|(p, &id)| check(p, id as i64)).collect(),
+        (CpuBuffer::I64(v), DType::I64) => v.iter().enumerate().map(|(p, &id)| check(p, id)).collect(),
+        _ => Err(KernelError(format!("embedding ids must be i32 or i64, got {}", ids.dtype()))),
     }?;
     match table {
         CpuBuffer::F32(t) => Ok(gather(t, dim, &rows)),

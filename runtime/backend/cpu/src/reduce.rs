@@ -20,39 +20,21 @@ struct Split {
     inner: usize,
 }
 
-pub(crate) fn reduce(
-    args: &ReduceArgs,
-    (x, xm): (&CpuBuffer, &TensorMeta),
-) -> Result<CpuBuffer, KernelError> {
+pub(crate) fn reduce(args: &ReduceArgs, (x, xm): (&CpuBuffer, &TensorMeta)) -> Result<CpuBuffer, KernelError> {
     let axis = args.axis as usize;
-    let dims =
-        |r: std::ops::Range<usize>| xm.shape[r].iter().map(|&d| d as usize).product::<usize>();
-    let s = Split {
-        outer: dims(0..axis),
-        len: xm.shape[axis] as usize,
-        inner: dims(axis + 1..xm.rank()),
-    };
+    let dims = |r: std::ops::Range<usize>| xm.shape[r].iter().map(|&d| d as usize).product::<usize>();
+    let s = Split { outer: dims(0..axis), len: xm.shape[axis] as usize, inner: dims(axis + 1..xm.rank()) };
     match xm.dtype {
         DType::F32 | DType::F16 | DType::BF16 => {
             let v = x.float_view()?;
             let r: Vec<f32> = match args.op {
-                ReduceOp::Sum => fold(&v, s, 0.0f64, |a, x| a + x as f64)
-                    .into_iter()
-                    .map(|a| a as f32)
-                    .collect(),
+                ReduceOp::Sum => fold(&v, s, 0.0f64, |a, x| a + x as f64).into_iter().map(|a| a as f32).collect(),
                 ReduceOp::Mean => {
                     let n = s.len as f64;
-                    fold(&v, s, 0.0f64, |a, x| a + x as f64)
-                        .into_iter()
-                        .map(|a| (a / n) as f32)
-                        .collect()
+                    fold(&v, s, 0.0f64, |a, x| a + x as f64).into_iter().map(|a| (a / n) as f32).collect()
                 }
-                ReduceOp::Max => fold(&v, s, f32::NEG_INFINITY, |a, x| {
-                    if x > a || x.is_nan() { x } else { a }
-                }),
-                ReduceOp::Min => fold(&v, s, f32::INFINITY, |a, x| {
-                    if x < a || x.is_nan() { x } else { a }
-                }),
+                ReduceOp::Max => fold(&v, s, f32::NEG_INFINITY, |a, x| if x > a || x.is_nan() { x } else { a }),
+                ReduceOp::Min => fold(&v, s, f32::INFINITY, |a, x| if x < a || x.is_nan() { x } else { a }),
             };
             Ok(CpuBuffer::from_f32_as(xm.dtype, &r))
         }
@@ -62,13 +44,7 @@ pub(crate) fn reduce(
     }
 }
 
-fn int_reduce<T: Int>(
-    op: ReduceOp,
-    x: &CpuBuffer,
-    s: Split,
-    min: T,
-    max: T,
-) -> Result<CpuBuffer, KernelError> {
+fn int_reduce<T: Int>(op: ReduceOp, x: &CpuBuffer, s: Split, min: T, max: T) -> Result<CpuBuffer, KernelError> {
     let v = x.typed::<T>()?;
     let r = match op {
         ReduceOp::Sum => fold(v, s, T::ZERO, T::wrapping_add),

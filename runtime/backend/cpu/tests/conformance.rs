@@ -18,8 +18,8 @@ use rand::{Rng, SeedableRng};
 use reference as r;
 use sluice_backend_cpu::{CpuBuffer, KernelError, launch, matmul_rows};
 use sluice_host_api::{
-    BinaryOp, Conv2dArgs, DType, MatmulArgs, Op, Pool2dArgs, PoolKind, ReduceArgs, ReduceOp,
-    SliceArgs, TensorMeta, UnaryOp, infer,
+    BinaryOp, Conv2dArgs, DType, MatmulArgs, Op, Pool2dArgs, PoolKind, ReduceArgs, ReduceOp, SliceArgs, TensorMeta,
+    UnaryOp, infer,
 };
 
 type Fn1 = fn(f64) -> f64;
@@ -53,17 +53,11 @@ fn input(dtype: DType, shape: &[usize], vals: Vec<f64>) -> Input {
         DType::U8 => CpuBuffer::U8(vals.iter().map(|&v| v as u8).collect()),
     };
     let vals = values(&buf);
-    Input {
-        buf,
-        meta: meta(dtype, shape),
-        vals,
-    }
+    Input { buf, meta: meta(dtype, shape), vals }
 }
 
 fn random(rng: &mut StdRng, dtype: DType, shape: &[usize], lo: f64, hi: f64) -> Input {
-    let vals = (0..r::numel(shape))
-        .map(|_| rng.random_range(lo..hi))
-        .collect();
+    let vals = (0..r::numel(shape)).map(|_| rng.random_range(lo..hi)).collect();
     input(dtype, shape, vals)
 }
 
@@ -102,11 +96,7 @@ fn try_run(op: &Op, inputs: &[&Input]) -> Result<(CpuBuffer, TensorMeta), Kernel
 /// Launches and checks the output shape against the reference's.
 fn run(op: &Op, inputs: &[&Input], shape: &[usize]) -> CpuBuffer {
     let (buf, out) = try_run(op, inputs).unwrap_or_else(|e| panic!("{op:?}: {e}"));
-    assert_eq!(
-        out.shape,
-        meta(out.dtype, shape).shape,
-        "{op:?} output shape"
-    );
+    assert_eq!(out.shape, meta(out.dtype, shape).shape, "{op:?} output shape");
     buf
 }
 
@@ -119,17 +109,11 @@ fn check(ctx: &str, got: &[f64], want: &[f64], mags: Option<&[f64]>, tol: f64, f
     assert_eq!(got.len(), want.len(), "{ctx}: length");
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         if w.is_nan() || w.is_infinite() {
-            assert!(
-                g.is_nan() == w.is_nan() && (w.is_nan() || g == w),
-                "{ctx}[{i}]: got {g}, want {w}"
-            );
+            assert!(g.is_nan() == w.is_nan() && (w.is_nan() || g == w), "{ctx}[{i}]: got {g}, want {w}");
             continue;
         }
         let scale = w.abs().max(mags.map_or(0.0, |m| m[i])).max(floor);
-        assert!(
-            (g - w).abs() <= tol * scale,
-            "{ctx}[{i}]: got {g}, want {w} (tol {tol} × {scale})"
-        );
+        assert!((g - w).abs() <= tol * scale, "{ctx}[{i}]: got {g}, want {w} (tol {tol} × {scale})");
     }
 }
 
@@ -153,9 +137,7 @@ fn int_range(dtype: DType) -> (f64, f64) {
 
 /// Small integers, exact in every dtype.
 fn small_ints(rng: &mut StdRng, dtype: DType, shape: &[usize]) -> Input {
-    let vals = (0..r::numel(shape))
-        .map(|_| rng.random_range(0..100) as f64)
-        .collect();
+    let vals = (0..r::numel(shape)).map(|_| rng.random_range(0..100) as f64).collect();
     input(dtype, shape, vals)
 }
 
@@ -167,14 +149,7 @@ fn buffers_that_disagree_with_their_metadata_are_errors() {
     let err = launch(&Op::Unary(UnaryOp::Neg), &[(&x.buf, &wrong_len)], &out).unwrap_err();
     assert!(err.0.contains("input 0"), "{err}");
     let wrong_dtype = meta(DType::I32, &[3]);
-    assert!(
-        launch(
-            &Op::Unary(UnaryOp::Neg),
-            &[(&x.buf, &wrong_dtype)],
-            &wrong_dtype
-        )
-        .is_err()
-    );
+    assert!(launch(&Op::Unary(UnaryOp::Neg), &[(&x.buf, &wrong_dtype)], &wrong_dtype).is_err());
     assert!(launch(&Op::Unary(UnaryOp::Neg), &[], &out).is_err());
 }
 
@@ -183,26 +158,14 @@ fn little_endian_bytes_round_trip() {
     let one = CpuBuffer::from_le_bytes(DType::F32, &[0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0]);
     assert_eq!(values(&one), vec![1.0, -2.0]);
     assert_eq!(one.byte_len(), 8);
-    assert_eq!(
-        values(&CpuBuffer::from_le_bytes(DType::BF16, &[0x80, 0x3f])),
-        vec![1.0]
-    );
-    assert_eq!(
-        values(&CpuBuffer::from_le_bytes(DType::F16, &[0x00, 0x3c])),
-        vec![1.0]
-    );
-    assert_eq!(
-        ints(&CpuBuffer::from_le_bytes(DType::I64, &[0xfe; 8])),
-        vec![-0x0101010101010102]
-    );
+    assert_eq!(values(&CpuBuffer::from_le_bytes(DType::BF16, &[0x80, 0x3f])), vec![1.0]);
+    assert_eq!(values(&CpuBuffer::from_le_bytes(DType::F16, &[0x00, 0x3c])), vec![1.0]);
+    assert_eq!(ints(&CpuBuffer::from_le_bytes(DType::I64, &[0xfe; 8])), vec![-0x0101010101010102]);
     let mut rng = StdRng::seed_from_u64(16);
     for dtype in DType::ALL {
         let bytes: Vec<u8> = (0..24).map(|_| rng.random()).collect();
         let buf = CpuBuffer::from_le_bytes(dtype, &bytes);
-        assert_eq!(
-            (buf.dtype(), buf.len(), buf.byte_len()),
-            (dtype, 24 / dtype.size_of(), 24)
-        );
+        assert_eq!((buf.dtype(), buf.len(), buf.byte_len()), (dtype, 24 / dtype.size_of(), 24));
         assert_eq!(buf.to_le_bytes(), bytes, "{dtype}");
     }
 }

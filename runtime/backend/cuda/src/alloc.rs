@@ -61,10 +61,7 @@ pub(crate) struct Pool {
 
 impl Pool {
     pub(crate) fn new(ctx: Arc<CudaContext>) -> Arc<Pool> {
-        Arc::new(Pool {
-            ctx,
-            state: Mutex::new(PoolState::default()),
-        })
+        Arc::new(Pool { ctx, state: Mutex::new(PoolState::default()) })
     }
 
     fn lock(&self) -> MutexGuard<'_, PoolState> {
@@ -76,24 +73,10 @@ impl Pool {
     }
 
     /// A buffer of at least `bytes` bytes for work on `stream`, contents undefined.
-    pub(crate) fn alloc(
-        self: &Arc<Self>,
-        stream: usize,
-        bytes: usize,
-    ) -> Result<CudaBuffer, CudaError> {
+    pub(crate) fn alloc(self: &Arc<Self>, stream: usize, bytes: usize) -> Result<CudaBuffer, CudaError> {
         let size = bucket_size(bytes);
-        let ptr = if size == 0 {
-            0
-        } else {
-            self.block(stream, size)?
-        };
-        Ok(CudaBuffer(Arc::new(Inner {
-            ptr,
-            bytes,
-            size,
-            stream,
-            pool: self.clone(),
-        })))
+        let ptr = if size == 0 { 0 } else { self.block(stream, size)? };
+        Ok(CudaBuffer(Arc::new(Inner { ptr, bytes, size, stream, pool: self.clone() })))
     }
 
     fn block(&self, stream: usize, size: usize) -> Result<CUdeviceptr, CudaError> {
@@ -106,26 +89,17 @@ impl Pool {
                 return Ok(ptr);
             }
         }
-        self.ctx
-            .bind_to_thread()
-            .map_err(|e| CudaError::driver("binding the context", e))?;
+        self.ctx.bind_to_thread().map_err(|e| CudaError::driver("binding the context", e))?;
         // SAFETY: a plain allocation in the bound context.
         let ptr = match unsafe { result::malloc_sync(size) } {
             Ok(p) => p,
             Err(e) if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
                 let released = self.release_cached()?;
-                tracing::debug!(
-                    released,
-                    size,
-                    "cuda allocator: out of memory, cache released"
-                );
+                tracing::debug!(released, size, "cuda allocator: out of memory, cache released");
                 // SAFETY: as above.
                 unsafe { result::malloc_sync(size) }.map_err(|e| {
                     let st = self.stats();
-                    let what = format!(
-                        "allocating {size} bytes ({} bytes in use by live tensors)",
-                        st.in_use
-                    );
+                    let what = format!("allocating {size} bytes ({} bytes in use by live tensors)", st.in_use);
                     CudaError::driver(&what, e)
                 })?
             }
@@ -142,23 +116,17 @@ impl Pool {
         let blocks: Vec<(CUdeviceptr, u64)> = {
             let mut st = self.lock();
             st.stats.cached = 0;
-            st.free
-                .drain()
-                .flat_map(|((_, size), v)| v.into_iter().map(move |p| (p, size as u64)))
-                .collect()
+            st.free.drain().flat_map(|((_, size), v)| v.into_iter().map(move |p| (p, size as u64))).collect()
         };
         if blocks.is_empty() {
             return Ok(0);
         }
-        self.ctx
-            .bind_to_thread()
-            .map_err(|e| CudaError::driver("binding the context", e))?;
+        self.ctx.bind_to_thread().map_err(|e| CudaError::driver("binding the context", e))?;
         let mut freed = 0u64;
         for (ptr, size) in blocks {
             // SAFETY: cached blocks belong to no buffer; stream order was kept by the
             // caller's work and cuMemFree synchronizes.
-            unsafe { result::free_sync(ptr) }
-                .map_err(|e| CudaError::driver("freeing cached memory", e))?;
+            unsafe { result::free_sync(ptr) }.map_err(|e| CudaError::driver("freeing cached memory", e))?;
             freed += size;
         }
         Ok(freed)
@@ -252,10 +220,7 @@ mod tests {
         for n in (1..5_000_000usize).step_by(997) {
             let b = bucket_size(n);
             assert!(b >= n && b.is_multiple_of(MIN_BLOCK), "{n} -> {b}");
-            assert!(
-                (b - n) as f64 <= (n as f64 / 16.0).max(MIN_BLOCK as f64),
-                "{n} -> {b}"
-            );
+            assert!((b - n) as f64 <= (n as f64 / 16.0).max(MIN_BLOCK as f64), "{n} -> {b}");
             assert!(b >= prev, "buckets are monotonic");
             prev = b;
         }

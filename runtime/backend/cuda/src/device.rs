@@ -73,26 +73,18 @@ impl CudaDevice {
             CudaUnavailable::Init(format!("{what}: {}", crate::error::describe_driver(&e)))
         };
         result::init().map_err(|e| match e.0 {
-            cudarc::driver::sys::CUresult::CUDA_ERROR_NO_DEVICE => CudaUnavailable::NoDevice {
-                ordinal: opts.ordinal,
-                count: 0,
-            },
+            cudarc::driver::sys::CUresult::CUDA_ERROR_NO_DEVICE => {
+                CudaUnavailable::NoDevice { ordinal: opts.ordinal, count: 0 }
+            }
             _ => init("cuInit", e),
         })?;
-        let count = result::device::get_count()
-            .map_err(|e| init("cuDeviceGetCount", e))?
-            .max(0) as usize;
+        let count = result::device::get_count().map_err(|e| init("cuDeviceGetCount", e))?.max(0) as usize;
         if opts.ordinal >= count {
-            return Err(CudaUnavailable::NoDevice {
-                ordinal: opts.ordinal,
-                count,
-            });
+            return Err(CudaUnavailable::NoDevice { ordinal: opts.ordinal, count });
         }
         let ctx = CudaContext::new(opts.ordinal).map_err(|e| init("creating the context", e))?;
         let stream = ctx.new_stream().map_err(|e| init("creating a stream", e))?;
-        let (major, minor) = ctx
-            .compute_capability()
-            .map_err(|e| init("compute capability", e))?;
+        let (major, minor) = ctx.compute_capability().map_err(|e| init("compute capability", e))?;
         let sm_count = ctx
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(|e| init("SM count", e))?;
@@ -108,15 +100,9 @@ impl CudaDevice {
             cc: (major as u32, minor as u32),
             driver_version,
         };
-        let nvrtc_version =
-            nvrtc_cache::nvrtc_version().map_err(|e| CudaUnavailable::Init(e.to_string()))?;
-        let target = Target {
-            arch: nvrtc_cache::arch_for(info.cc.0, info.cc.1),
-            driver_version,
-            nvrtc_version,
-        };
-        let blas = CudaBlas::new(stream.clone())
-            .map_err(|e| CudaUnavailable::Init(format!("cuBLAS: {e:?}")))?;
+        let nvrtc_version = nvrtc_cache::nvrtc_version().map_err(|e| CudaUnavailable::Init(e.to_string()))?;
+        let target = Target { arch: nvrtc_cache::arch_for(info.cc.0, info.cc.1), driver_version, nvrtc_version };
+        let blas = CudaBlas::new(stream.clone()).map_err(|e| CudaUnavailable::Init(format!("cuBLAS: {e:?}")))?;
         tracing::info!(
             ordinal = opts.ordinal,
             name = %info.name,
@@ -211,10 +197,7 @@ impl CudaDevice {
     ) -> Result<CudaBuffer, CudaError> {
         for (i, (buf, meta)) in inputs.iter().enumerate() {
             if !buf.belongs_to(&self.pool) {
-                return Err(CudaError::failure(format!(
-                    "{} input {i} lives on another device",
-                    op.name()
-                )));
+                return Err(CudaError::failure(format!("{} input {i} lives on another device", op.name())));
             }
             if buf.byte_len() < meta.byte_len() {
                 return Err(CudaError::failure(format!(
@@ -227,8 +210,7 @@ impl CudaDevice {
             }
         }
         debug_assert_eq!(
-            sluice_host_api::infer(op, &inputs.iter().map(|(_, m)| *m).collect::<Vec<_>>())
-                .as_ref(),
+            sluice_host_api::infer(op, &inputs.iter().map(|(_, m)| *m).collect::<Vec<_>>()).as_ref(),
             Ok(out),
             "launch of {op:?} did not pass infer"
         );
@@ -239,19 +221,14 @@ impl CudaDevice {
     pub fn download(&self, buf: &CudaBuffer, meta: &TensorMeta) -> Result<Vec<u8>, CudaError> {
         let n = meta.byte_len();
         if buf.byte_len() < n {
-            return Err(CudaError::failure(format!(
-                "download of {n} bytes from a {}-byte buffer",
-                buf.byte_len()
-            )));
+            return Err(CudaError::failure(format!("download of {n} bytes from a {}-byte buffer", buf.byte_len())));
         }
         let mut out = vec![0u8; n];
         if n > 0 {
             self.bind()?;
             // SAFETY: `out` has `n` bytes and stays alive until the synchronize below.
-            unsafe {
-                result::memcpy_dtoh_async(&mut out, buf.device_ptr(), self.stream.cu_stream())
-            }
-            .map_err(|e| CudaError::driver("copying from the device", e))?;
+            unsafe { result::memcpy_dtoh_async(&mut out, buf.device_ptr(), self.stream.cu_stream()) }
+                .map_err(|e| CudaError::driver("copying from the device", e))?;
         }
         self.synchronize()?;
         Ok(out)
@@ -260,15 +237,11 @@ impl CudaDevice {
     /// Waits until everything queued on the device's stream has run; reports a kernel
     /// fault of any earlier op.
     pub fn synchronize(&self) -> Result<(), CudaError> {
-        self.stream
-            .synchronize()
-            .map_err(|e| CudaError::driver("synchronizing the stream", e))
+        self.stream.synchronize().map_err(|e| CudaError::driver("synchronizing the stream", e))
     }
 
     pub(crate) fn bind(&self) -> Result<(), CudaError> {
-        self.ctx
-            .bind_to_thread()
-            .map_err(|e| CudaError::driver("binding the context", e))
+        self.ctx.bind_to_thread().map_err(|e| CudaError::driver("binding the context", e))
     }
 
     /// A buffer of `bytes` bytes from the pool, for work on this device's stream.
@@ -283,10 +256,8 @@ impl CudaDevice {
         }
         self.bind()?;
         // SAFETY: the buffer holds `byte_len` bytes.
-        unsafe {
-            result::memset_d8_async(buf.device_ptr(), 0, buf.byte_len(), self.stream.cu_stream())
-        }
-        .map_err(|e| CudaError::driver("zero fill", e))
+        unsafe { result::memset_d8_async(buf.device_ptr(), 0, buf.byte_len(), self.stream.cu_stream()) }
+            .map_err(|e| CudaError::driver("zero fill", e))
     }
 }
 

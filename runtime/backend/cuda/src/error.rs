@@ -45,11 +45,7 @@ impl CudaError {
     /// A driver error with what was being done; out-of-memory keeps its own variant.
     pub(crate) fn driver(what: &str, e: DriverError) -> Self {
         let text = format!("{what}: {}", describe_driver(&e));
-        if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
-            CudaError::OutOfMemory(text)
-        } else {
-            CudaError::Failure(text)
-        }
+        if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY { CudaError::OutOfMemory(text) } else { CudaError::Failure(text) }
     }
 
     pub(crate) fn cublas(what: &str, e: CublasError) -> Self {

@@ -85,15 +85,14 @@ impl MatmulPlan {
         let (ar, br) = (a.rank(), b.rank());
         let (m, k) = dims2(&a.shape[ar - 2..], args.transpose_a);
         let (_, n) = dims2(&b.shape[br - 2..], args.transpose_b);
-        let batch_shape = broadcast_shapes(&a.shape[..ar - 2], &b.shape[..br - 2])
-            .expect("matmul shapes were checked by infer");
+        let batch_shape =
+            broadcast_shapes(&a.shape[..ar - 2], &b.shape[..br - 2]).expect("matmul shapes were checked by infer");
         let batch: u64 = batch_shape.iter().map(|&d| d as u64).product();
         let operand = |shape: &[u32]| {
             let own = &shape[..shape.len() - 2];
             let count: u64 = own.iter().map(|&d| d as u64).product();
-            let padded: Vec<u32> = std::iter::repeat_n(1, batch_shape.len() - own.len())
-                .chain(own.iter().copied())
-                .collect();
+            let padded: Vec<u32> =
+                std::iter::repeat_n(1, batch_shape.len() - own.len()).chain(own.iter().copied()).collect();
             if count == 1 {
                 Operand::Shared
             } else if padded == batch_shape {
@@ -106,27 +105,13 @@ impl MatmulPlan {
         };
         let (oa, ob) = (operand(&a.shape), operand(&b.shape));
         let fold = batch > 1 && oa == Operand::Dense && ob == Operand::Shared && !args.transpose_a;
-        MatmulPlan {
-            batch,
-            m,
-            n,
-            k,
-            a: oa,
-            b: ob,
-            fold,
-        }
+        MatmulPlan { batch, m, n, k, a: oa, b: ob, fold }
     }
 
     /// The single cuBLAS call this plan makes once operands are materialized.
     pub fn call(&self, args: &MatmulArgs) -> GemmCall {
         if self.fold {
-            return GemmCall::row_major(
-                self.batch * self.m,
-                self.n,
-                self.k,
-                false,
-                args.transpose_b,
-            );
+            return GemmCall::row_major(self.batch * self.m, self.n, self.k, false, args.transpose_b);
         }
         let mut c = GemmCall::row_major(self.m, self.n, self.k, args.transpose_a, args.transpose_b);
         let stride = |o: &Operand, size: u64| if *o == Operand::Shared { 0 } else { size };
@@ -162,14 +147,9 @@ pub(crate) fn matmul(
         dev.memset_zero(&c)?;
         return Ok(c);
     }
-    let materialize = |buf: &CudaBuffer,
-                       meta: &TensorMeta,
-                       o: &Operand|
-     -> Result<Option<CudaBuffer>, CudaError> {
+    let materialize = |buf: &CudaBuffer, meta: &TensorMeta, o: &Operand| -> Result<Option<CudaBuffer>, CudaError> {
         match o {
-            Operand::Materialize(full) => {
-                crate::ops::indexing::broadcast_to(dev, buf, meta, full).map(Some)
-            }
+            Operand::Materialize(full) => crate::ops::indexing::broadcast_to(dev, buf, meta, full).map(Some),
             _ => Ok(None),
         }
     };
@@ -178,16 +158,8 @@ pub(crate) fn matmul(
     let a_ptr = a_full.as_ref().unwrap_or(a).device_ptr();
     let b_ptr = b_full.as_ref().unwrap_or(b).device_ptr();
     // cuBLAS's A is our B.
-    gemm(
-        dev,
-        out.dtype,
-        &plan.call(args),
-        b_ptr,
-        a_ptr,
-        c.device_ptr(),
-        0.0,
-    )
-    .map_err(|e| annotate(e, &format!("matmul {:?} x {:?}", am.shape, bm.shape)))?;
+    gemm(dev, out.dtype, &plan.call(args), b_ptr, a_ptr, c.device_ptr(), 0.0)
+        .map_err(|e| annotate(e, &format!("matmul {:?} x {:?}", am.shape, bm.shape)))?;
     // The temporaries go back to the pool now; the stream keeps the GEMM ordered before
     // any reuse.
     drop((a_full, b_full));
@@ -202,8 +174,7 @@ fn annotate(e: CudaError, what: &str) -> CudaError {
 }
 
 fn int(v: u64, what: &str) -> Result<i32, CudaError> {
-    i32::try_from(v.max(1))
-        .map_err(|_| CudaError::failure(format!("GEMM {what} = {v} exceeds cuBLAS's 32-bit limit")))
+    i32::try_from(v.max(1)).map_err(|_| CudaError::failure(format!("GEMM {what} = {v} exceeds cuBLAS's 32-bit limit")))
 }
 
 /// Runs one call (`C = A·B + beta·C` in cuBLAS terms, alpha 1) on the device's stream.
@@ -217,49 +188,26 @@ pub(crate) fn gemm(
     beta: f32,
 ) -> Result<(), CudaError> {
     let (ty, compute) = match dtype {
-        DType::F32 if dev.allow_tf32 => (
-            cudaDataType::CUDA_R_32F,
-            cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
-        ),
-        DType::F32 => (
-            cudaDataType::CUDA_R_32F,
-            cublasComputeType_t::CUBLAS_COMPUTE_32F,
-        ),
-        DType::F16 => (
-            cudaDataType::CUDA_R_16F,
-            cublasComputeType_t::CUBLAS_COMPUTE_32F,
-        ),
-        DType::BF16 => (
-            cudaDataType::CUDA_R_16BF,
-            cublasComputeType_t::CUBLAS_COMPUTE_32F,
-        ),
+        DType::F32 if dev.allow_tf32 => (cudaDataType::CUDA_R_32F, cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32),
+        DType::F32 => (cudaDataType::CUDA_R_32F, cublasComputeType_t::CUBLAS_COMPUTE_32F),
+        DType::F16 => (cudaDataType::CUDA_R_16F, cublasComputeType_t::CUBLAS_COMPUTE_32F),
+        DType::BF16 => (cudaDataType::CUDA_R_16BF, cublasComputeType_t::CUBLAS_COMPUTE_32F),
         other => {
-            return Err(CudaError::failure(format!(
-                "GEMM is not defined on {other}"
-            )));
+            return Err(CudaError::failure(format!("GEMM is not defined on {other}")));
         }
     };
     let op = |t: bool| {
-        if t {
-            cublasOperation_t::CUBLAS_OP_T
-        } else {
-            cublasOperation_t::CUBLAS_OP_N
-        }
+        if t { cublasOperation_t::CUBLAS_OP_T } else { cublasOperation_t::CUBLAS_OP_N }
     };
     let (m, n, k) = (int(c.m, "m")?, int(c.n, "n")?, int(c.k, "k")?);
     let (lda, ldb, ldc) = (int(c.lda, "lda")?, int(c.ldb, "ldb")?, int(c.ldc, "ldc")?);
     let batch = int(c.batch, "batch")?;
     let alpha = 1.0f32;
     let blas_handle = dev.blas.lock().unwrap_or_else(|p| p.into_inner());
-    dev.ctx
-        .bind_to_thread()
-        .map_err(|e| CudaError::driver("binding the context", e))?;
+    dev.ctx.bind_to_thread().map_err(|e| CudaError::driver("binding the context", e))?;
     let handle = *blas_handle.handle();
     let algo = cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT;
-    let (alpha_p, beta_p) = (
-        &alpha as *const f32 as *const c_void,
-        &beta as *const f32 as *const c_void,
-    );
+    let (alpha_p, beta_p) = (&alpha as *const f32 as *const c_void, &beta as *const f32 as *const c_void);
     let (a, b, out) = (a as *const c_void, b as *const c_void, out as *mut c_void);
     // SAFETY: the pointers are live device buffers of the sizes the call describes
     // (checked by `infer` and the allocator); alpha/beta are host f32 as the compute type

@@ -39,14 +39,8 @@ pub const UNARY_OPS: [UnaryOp; 11] = [
     UnaryOp::Neg,
     UnaryOp::Abs,
 ];
-pub const BINARY_OPS: [BinaryOp; 6] = [
-    BinaryOp::Add,
-    BinaryOp::Sub,
-    BinaryOp::Mul,
-    BinaryOp::Div,
-    BinaryOp::Maximum,
-    BinaryOp::Minimum,
-];
+pub const BINARY_OPS: [BinaryOp; 6] =
+    [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum, BinaryOp::Minimum];
 pub const REDUCE_OPS: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min];
 const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
@@ -59,12 +53,7 @@ pub enum CopyKind {
     Broadcast,
 }
 
-pub const COPY_KINDS: [CopyKind; 4] = [
-    CopyKind::Permute,
-    CopyKind::Slice,
-    CopyKind::Concat,
-    CopyKind::Broadcast,
-];
+pub const COPY_KINDS: [CopyKind; 4] = [CopyKind::Permute, CopyKind::Slice, CopyKind::Concat, CopyKind::Broadcast];
 
 impl Module {
     pub const ALL: [Module; 9] = [
@@ -113,10 +102,7 @@ impl Module {
         match self {
             Module::Unary => {
                 for u in UNARY_OPS {
-                    for d in DType::ALL
-                        .into_iter()
-                        .filter(|d| d.is_float() || u.accepts_integers())
-                    {
+                    for d in DType::ALL.into_iter().filter(|d| d.is_float() || u.accepts_integers()) {
                         let s = unary_symbol(u, d);
                         v.push((s.clone(), format!("UNARY({s}, U_{u:?}, {})", ctype(d))));
                     }
@@ -138,21 +124,14 @@ impl Module {
                 for from in DType::ALL {
                     for to in DType::ALL {
                         let s = cast_symbol(from, to);
-                        v.push((
-                            s.clone(),
-                            format!("CAST({s}, {}, {})", ctype(from), ctype(to)),
-                        ));
+                        v.push((s.clone(), format!("CAST({s}, {}, {})", ctype(from), ctype(to))));
                     }
                 }
             }
             Module::Reduce => {
                 for op in REDUCE_OPS {
-                    for d in DType::ALL
-                        .into_iter()
-                        .filter(|d| d.is_float() || op != ReduceOp::Mean)
-                    {
-                        let (cols, rows) =
-                            (reduce_symbol(op, d, false), reduce_symbol(op, d, true));
+                    for d in DType::ALL.into_iter().filter(|d| d.is_float() || op != ReduceOp::Mean) {
+                        let (cols, rows) = (reduce_symbol(op, d, false), reduce_symbol(op, d, true));
                         let line = format!("REDUCE({cols}, {rows}, R_{op:?}, {})", ctype(d));
                         v.push((cols, line));
                         v.push((rows, String::new()));
@@ -175,10 +154,7 @@ impl Module {
                 for d in FLOATS {
                     for i in [DType::I32, DType::I64] {
                         let s = embedding_symbol(d, i);
-                        v.push((
-                            s.clone(),
-                            format!("EMBEDDING({s}, {}, {})", ctype(d), ctype(i)),
-                        ));
+                        v.push((s.clone(), format!("EMBEDDING({s}, {}, {})", ctype(d), ctype(i))));
                     }
                 }
                 for c in COPY_KINDS {
@@ -199,11 +175,7 @@ impl Module {
                 for d in FLOATS {
                     for k in [PoolKind::Max, PoolKind::Avg] {
                         let s = pool_symbol(k, d);
-                        let mac = if k == PoolKind::Max {
-                            "MAX_POOL"
-                        } else {
-                            "AVG_POOL"
-                        };
+                        let mac = if k == PoolKind::Max { "MAX_POOL" } else { "AVG_POOL" };
                         v.push((s.clone(), format!("{mac}({s}, {})", ctype(d))));
                     }
                 }
@@ -288,11 +260,7 @@ pub fn reduce_symbol(op: ReduceOp, d: DType, rows: bool) -> String {
         ReduceOp::Max => "max",
         ReduceOp::Min => "min",
     };
-    if rows {
-        format!("reduce_rows_{name}_{d}")
-    } else {
-        format!("reduce_{name}_{d}")
-    }
+    if rows { format!("reduce_rows_{name}_{d}") } else { format!("reduce_{name}_{d}") }
 }
 
 pub fn embedding_symbol(table: DType, ids: DType) -> String {
@@ -340,11 +308,7 @@ pub const BLOCK: u32 = 256;
 pub fn elementwise_config(n: u64, sm_count: u32) -> LaunchConfig {
     let cap = (sm_count.max(1) as u64) * 32;
     let blocks = n.div_ceil(BLOCK as u64).clamp(1, cap) as u32;
-    LaunchConfig {
-        grid_dim: (blocks, 1, 1),
-        block_dim: (BLOCK, 1, 1),
-        shared_mem_bytes: 0,
-    }
+    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 }
 }
 
 /// One block per row of `len` elements: the row length rounded up to a warp multiple,
@@ -352,11 +316,7 @@ pub fn elementwise_config(n: u64, sm_count: u32) -> LaunchConfig {
 pub fn rows_config(rows: u64, len: u64) -> LaunchConfig {
     let threads = len.div_ceil(32).clamp(1, 32) as u32 * 32;
     let blocks = rows.clamp(1, 1 << 20) as u32;
-    LaunchConfig {
-        grid_dim: (blocks, 1, 1),
-        block_dim: (threads, 1, 1),
-        shared_mem_bytes: 0,
-    }
+    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }
 }
 
 #[cfg(test)]
@@ -396,21 +356,13 @@ mod tests {
         let mut all = std::collections::HashSet::new();
         for m in Module::ALL {
             let src = m.source();
-            assert!(
-                !src.contains("#include"),
-                "{} must not need headers",
-                m.name()
-            );
+            assert!(!src.contains("#include"), "{} must not need headers", m.name());
             for (sym, _) in m.instances() {
                 assert!(all.insert(sym.clone()), "symbol {sym} defined twice");
                 assert!(sym.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
             }
         }
-        assert!(
-            all.contains("gelu_tanh_bf16")
-                && all.contains("cast_i64_f16")
-                && all.contains("reduce_rows_max_u8")
-        );
+        assert!(all.contains("gelu_tanh_bf16") && all.contains("cast_i64_f16") && all.contains("reduce_rows_max_u8"));
         assert!(!all.contains("gelu_i32") && !all.contains("reduce_mean_i64"));
     }
 
@@ -423,20 +375,12 @@ mod tests {
                     continue;
                 }
                 let mac = &line[..line.find('(').unwrap()];
-                assert!(
-                    file.contains(&format!("#define {mac}(")),
-                    "{mac} missing in {}.cu",
-                    m.name()
-                );
+                assert!(file.contains(&format!("#define {mac}(")), "{mac} missing in {}.cu", m.name());
                 for functor in line
                     .split([',', '(', ')', ' '])
                     .filter(|t| t.starts_with("U_") || t.starts_with("B_") || t.starts_with("R_"))
                 {
-                    assert!(
-                        file.contains(&format!("struct {functor} ")),
-                        "{functor} missing in {}.cu",
-                        m.name()
-                    );
+                    assert!(file.contains(&format!("struct {functor} ")), "{functor} missing in {}.cu", m.name());
                 }
             }
         }

@@ -25,10 +25,7 @@ pub fn contiguous_strides(shape: &[u32]) -> Vec<u64> {
 ///
 /// Panics if `shape` does not broadcast to `target`; callers pass shapes `infer` checked.
 pub fn broadcast_strides(shape: &[u32], target: &[u32]) -> Vec<u64> {
-    assert!(
-        shape.len() <= target.len(),
-        "{shape:?} does not broadcast to {target:?}"
-    );
+    assert!(shape.len() <= target.len(), "{shape:?} does not broadcast to {target:?}");
     let own = contiguous_strides(shape);
     let lead = target.len() - shape.len();
     (0..target.len())
@@ -37,15 +34,8 @@ pub fn broadcast_strides(shape: &[u32], target: &[u32]) -> Vec<u64> {
                 0
             } else {
                 let d = shape[i - lead];
-                assert!(
-                    d == target[i] || d == 1,
-                    "{shape:?} does not broadcast to {target:?}"
-                );
-                if d == 1 && target[i] != 1 {
-                    0
-                } else {
-                    own[i - lead]
-                }
+                assert!(d == target[i] || d == 1, "{shape:?} does not broadcast to {target:?}");
+                if d == 1 && target[i] != 1 { 0 } else { own[i - lead] }
             }
         })
         .collect()
@@ -91,10 +81,7 @@ impl Layout {
             }
             axes.push((d, sa[i], sb[i]));
         }
-        let mut l = Layout {
-            rank: axes.len() as u32,
-            ..Layout::default()
-        };
+        let mut l = Layout { rank: axes.len() as u32, ..Layout::default() };
         for (i, (d, a, b)) in axes.into_iter().enumerate() {
             // A merged axis can exceed u32 only when the tensor exceeds MAX_ELEMENTS.
             l.dims[i] = u32::try_from(d).expect("axis larger than u32::MAX");
@@ -106,10 +93,7 @@ impl Layout {
 
     /// Number of elements the layout walks.
     pub fn numel(&self) -> u64 {
-        self.dims[..self.rank as usize]
-            .iter()
-            .map(|&d| d as u64)
-            .product()
+        self.dims[..self.rank as usize].iter().map(|&d| d as u64).product()
     }
 
     /// The two offsets of element `i` (what the kernels compute), for tests.
@@ -158,11 +142,7 @@ mod tests {
     #[test]
     fn broadcast_offsets_follow_numpy() {
         let (a, b, out) = ([2u32, 1, 4], [3u32, 1], [2u32, 3, 4]);
-        let l = Layout::new(
-            &out,
-            &broadcast_strides(&a, &out),
-            &broadcast_strides(&b, &out),
-        );
+        let l = Layout::new(&out, &broadcast_strides(&a, &out), &broadcast_strides(&b, &out));
         assert_eq!(l.numel(), 24);
         for i in 0..24u64 {
             let (x, y, z) = (i / 12, (i / 4) % 3, i % 4);

@@ -25,13 +25,7 @@ pub(crate) struct ModuleCache {
 
 impl ModuleCache {
     pub(crate) fn new(ctx: Arc<CudaContext>, target: Target, dir: Option<PathBuf>) -> Self {
-        ModuleCache {
-            ctx,
-            target,
-            dir,
-            modules: Mutex::default(),
-            functions: Mutex::default(),
-        }
+        ModuleCache { ctx, target, dir, modules: Mutex::default(), functions: Mutex::default() }
     }
 
     pub(crate) fn target(&self) -> &Target {
@@ -40,25 +34,14 @@ impl ModuleCache {
 
     /// The function `symbol` of `module`, loading the module if needed.
     pub(crate) fn function(&self, module: Module, symbol: &str) -> Result<CudaFunction, CudaError> {
-        if let Some(f) = self
-            .functions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(symbol)
-        {
+        if let Some(f) = self.functions.lock().unwrap_or_else(|p| p.into_inner()).get(symbol) {
             return Ok(f.clone());
         }
         let m = self.module(module)?;
-        let f = m.load_function(symbol).map_err(|e| {
-            CudaError::driver(
-                &format!("kernel {symbol} not found in module {}", module.name()),
-                e,
-            )
-        })?;
-        self.functions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(symbol.to_string(), f.clone());
+        let f = m
+            .load_function(symbol)
+            .map_err(|e| CudaError::driver(&format!("kernel {symbol} not found in module {}", module.name()), e))?;
+        self.functions.lock().unwrap_or_else(|p| p.into_inner()).insert(symbol.to_string(), f.clone());
         Ok(f)
     }
 
@@ -77,10 +60,7 @@ impl ModuleCache {
     fn load(&self, module: Module) -> Result<Arc<CudaModule>, CudaError> {
         let source = module.source();
         let key = nvrtc_cache::cache_key(&source, &self.target);
-        let path = self
-            .dir
-            .as_ref()
-            .map(|d| nvrtc_cache::cache_path(d, module.name(), &key));
+        let path = self.dir.as_ref().map(|d| nvrtc_cache::cache_path(d, module.name(), &key));
         let t0 = Instant::now();
         if let Some(cubin) = path.as_deref().and_then(nvrtc_cache::read_cached) {
             match self.ctx.load_module(Ptx::from_binary(cubin)) {

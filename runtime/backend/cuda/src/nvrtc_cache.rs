@@ -31,10 +31,7 @@ pub struct Target {
 impl Target {
     /// The NVRTC options used for every module.
     pub fn options(&self) -> Vec<String> {
-        vec![
-            format!("--gpu-architecture={}", self.arch),
-            "--std=c++17".to_string(),
-        ]
+        vec![format!("--gpu-architecture={}", self.arch), "--std=c++17".to_string()]
     }
 }
 
@@ -112,8 +109,7 @@ impl Drop for Program {
 
 /// Compiles `source` (named `name` in messages) to CUBIN for `target`.
 pub fn compile_cubin(name: &str, source: &str, target: &Target) -> Result<Vec<u8>, CudaError> {
-    let src =
-        CString::new(source).map_err(|_| CudaError::failure(format!("{name}: NUL in source")))?;
+    let src = CString::new(source).map_err(|_| CudaError::failure(format!("{name}: NUL in source")))?;
     let file = CString::new(format!("{name}.cu")).expect("module names have no NUL");
     let prog = Program(
         nvrtc::create_program(&src, Some(&file))
@@ -125,11 +121,7 @@ pub fn compile_cubin(name: &str, source: &str, target: &Target) -> Result<Vec<u8
         // SAFETY: as above.
         let log = unsafe { nvrtc::get_program_log(prog.0) }
             .map(|raw| {
-                let bytes: Vec<u8> = raw
-                    .iter()
-                    .take_while(|&&c| c != 0)
-                    .map(|&c| c as u8)
-                    .collect();
+                let bytes: Vec<u8> = raw.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
                 String::from_utf8_lossy(&bytes).into_owned()
             })
             .unwrap_or_default();
@@ -162,11 +154,7 @@ mod tests {
     use super::*;
 
     fn target() -> Target {
-        Target {
-            arch: arch_for(9, 0),
-            driver_version: 13000,
-            nvrtc_version: (13, 0),
-        }
+        Target { arch: arch_for(9, 0), driver_version: 13000, nvrtc_version: (13, 0) }
     }
 
     #[test]
@@ -183,68 +171,22 @@ mod tests {
         assert_eq!(k.len(), 64);
         assert_eq!(k, cache_key("src", &t), "deterministic");
         assert_ne!(k, cache_key("src ", &t));
-        assert_ne!(
-            k,
-            cache_key(
-                "src",
-                &Target {
-                    arch: arch_for(8, 0),
-                    ..t.clone()
-                }
-            )
-        );
-        assert_ne!(
-            k,
-            cache_key(
-                "src",
-                &Target {
-                    driver_version: 12080,
-                    ..t.clone()
-                }
-            )
-        );
-        assert_ne!(
-            k,
-            cache_key(
-                "src",
-                &Target {
-                    nvrtc_version: (13, 1),
-                    ..t.clone()
-                }
-            )
-        );
+        assert_ne!(k, cache_key("src", &Target { arch: arch_for(8, 0), ..t.clone() }));
+        assert_ne!(k, cache_key("src", &Target { driver_version: 12080, ..t.clone() }));
+        assert_ne!(k, cache_key("src", &Target { nvrtc_version: (13, 1), ..t.clone() }));
         // Length prefixes keep field boundaries apart.
-        let a = Target {
-            arch: "sm_9".into(),
-            ..t.clone()
-        };
-        assert_ne!(
-            cache_key("x0", &a),
-            cache_key(
-                "x",
-                &Target {
-                    arch: "0sm_9".into(),
-                    ..t
-                }
-            )
-        );
+        let a = Target { arch: "sm_9".into(), ..t.clone() };
+        assert_ne!(cache_key("x0", &a), cache_key("x", &Target { arch: "0sm_9".into(), ..t }));
     }
 
     #[test]
     fn cache_files_round_trip() {
-        let dir =
-            std::env::temp_dir().join(format!("sluice-cuda-cache-test-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("sluice-cuda-cache-test-{}", std::process::id()));
         let path = cache_path(&dir, "unary", &cache_key("s", &target()));
         assert!(read_cached(&path).is_none());
         write_cached(&path, b"\x7fELF...");
         assert_eq!(read_cached(&path).as_deref(), Some(&b"\x7fELF..."[..]));
-        assert!(
-            path.file_name()
-                .unwrap()
-                .to_str()
-                .unwrap()
-                .starts_with("unary-")
-        );
+        assert!(path.file_name().unwrap().to_str().unwrap().starts_with("unary-"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -13,8 +13,8 @@ use std::sync::OnceLock;
 use sluice_backend_cpu::CpuBuffer;
 use sluice_backend_cuda::{CudaBuffer, CudaDevice, CudaOptions};
 use sluice_host_api::{
-    BinaryOp, Conv2dArgs, DType, MatmulArgs, Op, Pool2dArgs, PoolKind, ReduceArgs, ReduceOp,
-    SliceArgs, TensorMeta, UnaryOp, infer,
+    BinaryOp, Conv2dArgs, DType, MatmulArgs, Op, Pool2dArgs, PoolKind, ReduceArgs, ReduceOp, SliceArgs, TensorMeta,
+    UnaryOp, infer,
 };
 
 /// The shared device, or `None` (after printing why) when the test should skip.
@@ -75,13 +75,9 @@ fn values(rng: &mut Rng, meta: &TensorMeta, g: Gen) -> CpuBuffer {
             match (g, meta.dtype) {
                 (Gen::Index(n), _) => ((u * n as f32) as u32).min(n - 1) as f32,
                 (Gen::Positive, _) => 0.1 + 2.0 * u,
-                (Gen::NonZero, d) if d.is_float() => {
-                    (0.5 + 1.5 * u) * if rng.next() & 1 == 0 { 1.0 } else { -1.0 }
-                }
+                (Gen::NonZero, d) if d.is_float() => (0.5 + 1.5 * u) * if rng.next() & 1 == 0 { 1.0 } else { -1.0 },
                 (Gen::NonZero, DType::U8) => (1.0 + u * 254.0).floor(),
-                (Gen::NonZero, _) => {
-                    (1.0 + u * 60.0).floor() * if rng.next() & 1 == 0 { 1.0 } else { -1.0 }
-                }
+                (Gen::NonZero, _) => (1.0 + u * 60.0).floor() * if rng.next() & 1 == 0 { 1.0 } else { -1.0 },
                 (Gen::Any, d) if d.is_float() => 4.0 * u - 2.0,
                 (Gen::Any, DType::U8) => (u * 256.0).floor().min(255.0),
                 (Gen::Any, _) => (u * 201.0).floor() - 100.0,
@@ -110,12 +106,7 @@ fn case(op: Op, shapes: &[&[u32]]) -> Case {
 
 fn cases() -> Vec<Case> {
     let mut v = Vec::new();
-    let mm = |ta, tb| {
-        Op::Matmul(MatmulArgs {
-            transpose_a: ta,
-            transpose_b: tb,
-        })
-    };
+    let mm = |ta, tb| Op::Matmul(MatmulArgs { transpose_a: ta, transpose_b: tb });
     v.push(case(mm(false, false), &[&[3, 33], &[33, 4]]));
     v.push(case(mm(true, false), &[&[33, 3], &[33, 4]]));
     v.push(case(mm(false, true), &[&[3, 33], &[4, 33]]));
@@ -125,20 +116,8 @@ fn cases() -> Vec<Case> {
     v.push(case(mm(true, false), &[&[17, 3], &[4, 17, 5]]));
     v.push(case(mm(false, false), &[&[2, 1, 3, 17], &[3, 17, 5]]));
     v.push(case(mm(false, false), &[&[2, 3, 0], &[0, 5]]));
-    for b in [
-        BinaryOp::Add,
-        BinaryOp::Sub,
-        BinaryOp::Mul,
-        BinaryOp::Div,
-        BinaryOp::Maximum,
-        BinaryOp::Minimum,
-    ] {
-        for shapes in [
-            &[&[3u32, 4][..], &[3, 4]][..],
-            &[&[2, 3, 4], &[4]],
-            &[&[2, 1, 4], &[3, 1]],
-            &[&[1], &[3, 4]],
-        ] {
+    for b in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum, BinaryOp::Minimum] {
+        for shapes in [&[&[3u32, 4][..], &[3, 4]][..], &[&[2, 3, 4], &[4]], &[&[2, 1, 4], &[3, 1]], &[&[1], &[3, 4]]] {
             let mut c = case(Op::Binary(b), shapes);
             if b == BinaryOp::Div {
                 c.gens[1] = Gen::NonZero;
@@ -165,28 +144,16 @@ fn cases() -> Vec<Case> {
         }
         v.push(c);
     }
-    v.push(case(
-        Op::Affine {
-            scale: 0.5,
-            bias: -1.25,
-        },
-        &[&[3, 37]],
-    ));
+    v.push(case(Op::Affine { scale: 0.5, bias: -1.25 }, &[&[3, 37]]));
     for to in DType::ALL {
         v.push(case(Op::Cast(to), &[&[50]]));
     }
     v.push(case(Op::Softmax { scale: 1.0 }, &[&[2, 3, 37]]));
-    v.push(case(
-        Op::Softmax { scale: 0.125 },
-        &[&[2, 3, 37], &[2, 1, 37]],
-    ));
+    v.push(case(Op::Softmax { scale: 0.125 }, &[&[2, 3, 37], &[2, 1, 37]]));
     v.push(case(Op::Softmax { scale: 0.5 }, &[&[2, 3, 37], &[3, 1]]));
     v.push(case(Op::Softmax { scale: 0.3 }, &[&[4, 1500]]));
     v.push(case(Op::LayerNorm { eps: 1e-5 }, &[&[4, 37], &[37], &[37]]));
-    v.push(case(
-        Op::LayerNorm { eps: 1e-12 },
-        &[&[2, 3, 384], &[384], &[384]],
-    ));
+    v.push(case(Op::LayerNorm { eps: 1e-12 }, &[&[2, 3, 384], &[384], &[384]]));
     for ids in [DType::I32, DType::I64] {
         let mut c = case(Op::Embedding, &[&[11, 7], &[2, 3]]);
         c.gens[1] = Gen::Index(11);
@@ -196,73 +163,25 @@ fn cases() -> Vec<Case> {
     for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {
         for axis in 0..3 {
             for keep_dim in [false, true] {
-                v.push(case(
-                    Op::Reduce(ReduceArgs { op, axis, keep_dim }),
-                    &[&[3, 5, 7]],
-                ));
+                v.push(case(Op::Reduce(ReduceArgs { op, axis, keep_dim }), &[&[3, 5, 7]]));
             }
         }
-        v.push(case(
-            Op::Reduce(ReduceArgs {
-                op,
-                axis: 1,
-                keep_dim: false,
-            }),
-            &[&[2, 1500]],
-        ));
+        v.push(case(Op::Reduce(ReduceArgs { op, axis: 1, keep_dim: false }), &[&[2, 1500]]));
     }
     v.push(case(Op::Reshape(vec![12]), &[&[3, 4]]));
     v.push(case(Op::Permute(vec![2, 0, 1]), &[&[2, 3, 4]]));
     v.push(case(Op::Permute(vec![0, 2, 1]), &[&[2, 3, 4]]));
-    v.push(case(
-        Op::Slice(SliceArgs {
-            axis: 1,
-            start: 1,
-            end: 3,
-        }),
-        &[&[2, 5, 3]],
-    ));
-    v.push(case(
-        Op::Slice(SliceArgs {
-            axis: 0,
-            start: 1,
-            end: 2,
-        }),
-        &[&[2, 5, 3]],
-    ));
+    v.push(case(Op::Slice(SliceArgs { axis: 1, start: 1, end: 3 }), &[&[2, 5, 3]]));
+    v.push(case(Op::Slice(SliceArgs { axis: 0, start: 1, end: 2 }), &[&[2, 5, 3]]));
     v.push(case(Op::Concat { axis: 1 }, &[&[2, 3], &[2, 1], &[2, 4]]));
     v.push(case(Op::Concat { axis: 0 }, &[&[1, 3], &[2, 3]]));
-    let conv = Conv2dArgs {
-        stride: (2, 1),
-        padding: (1, 0),
-        dilation: (1, 2),
-        groups: 2,
-    };
-    v.push(case(
-        Op::Conv2d(conv),
-        &[&[2, 4, 7, 6], &[6, 2, 3, 3], &[6]],
-    ));
-    let plain = Conv2dArgs {
-        stride: (1, 1),
-        padding: (1, 1),
-        dilation: (1, 1),
-        groups: 1,
-    };
+    let conv = Conv2dArgs { stride: (2, 1), padding: (1, 0), dilation: (1, 2), groups: 2 };
+    v.push(case(Op::Conv2d(conv), &[&[2, 4, 7, 6], &[6, 2, 3, 3], &[6]]));
+    let plain = Conv2dArgs { stride: (1, 1), padding: (1, 1), dilation: (1, 1), groups: 1 };
     v.push(case(Op::Conv2d(plain), &[&[3, 3, 5, 5], &[4, 3, 3, 3]]));
-    v.push(case(
-        Op::Conv2d(Conv2dArgs {
-            padding: (0, 0),
-            ..plain
-        }),
-        &[&[2, 8, 4, 4], &[5, 8, 1, 1], &[5]],
-    ));
+    v.push(case(Op::Conv2d(Conv2dArgs { padding: (0, 0), ..plain }), &[&[2, 8, 4, 4], &[5, 8, 1, 1], &[5]]));
     for kind in [PoolKind::Max, PoolKind::Avg] {
-        let p = Pool2dArgs {
-            kind,
-            kernel: (3, 2),
-            stride: (2, 2),
-            padding: (1, 1),
-        };
+        let p = Pool2dArgs { kind, kernel: (3, 2), stride: (2, 2), padding: (1, 1) };
         v.push(case(Op::Pool2d(p), &[&[2, 3, 7, 6]]));
     }
     v
@@ -282,11 +201,7 @@ fn compare(dtype: DType, cuda: &CpuBuffer, cpu: &CpuBuffer) -> Result<f32, Strin
         return if cuda.to_le_bytes() == cpu.to_le_bytes() {
             Ok(0.0)
         } else {
-            Err(format!(
-                "integers differ: cuda {:?} vs cpu {:?}",
-                cuda.to_f32_vec(),
-                cpu.to_f32_vec()
-            ))
+            Err(format!("integers differ: cuda {:?} vs cpu {:?}", cuda.to_f32_vec(), cpu.to_f32_vec()))
         };
     }
     let (g, w) = (cuda.to_f32_vec(), cpu.to_f32_vec());
@@ -295,11 +210,7 @@ fn compare(dtype: DType, cuda: &CpuBuffer, cpu: &CpuBuffer) -> Result<f32, Strin
         if a.is_nan() {
             return Err(format!("NaN at element {i} (cpu {b})"));
         }
-        let err = if a == b {
-            0.0
-        } else {
-            (a - b).abs() / b.abs().max(1.0)
-        };
+        let err = if a == b { 0.0 } else { (a - b).abs() / b.abs().max(1.0) };
         if err.is_nan() || err > worst.0 {
             worst = (if err.is_nan() { f32::INFINITY } else { err }, i);
         }
@@ -308,45 +219,22 @@ fn compare(dtype: DType, cuda: &CpuBuffer, cpu: &CpuBuffer) -> Result<f32, Strin
         Ok(worst.0)
     } else {
         let i = worst.1;
-        Err(format!(
-            "element {i}: cuda {} vs cpu {} (rel err {:e})",
-            g[i], w[i], worst.0
-        ))
+        Err(format!("element {i}: cuda {} vs cpu {} (rel err {:e})", g[i], w[i], worst.0))
     }
 }
 
 /// Runs one case in one dtype on both backends; `None` if `infer` refuses it.
-fn run_case(
-    dev: &CudaDevice,
-    c: &Case,
-    dtype: DType,
-    rng: &mut Rng,
-) -> Option<Result<f32, String>> {
+fn run_case(dev: &CudaDevice, c: &Case, dtype: DType, rng: &mut Rng) -> Option<Result<f32, String>> {
     let metas: Vec<TensorMeta> = c
         .shapes
         .iter()
         .enumerate()
-        .map(|(i, s)| {
-            TensorMeta::new(
-                if i == 0 {
-                    dtype
-                } else {
-                    c.other_dtype.unwrap_or(dtype)
-                },
-                s.clone(),
-            )
-            .unwrap()
-        })
+        .map(|(i, s)| TensorMeta::new(if i == 0 { dtype } else { c.other_dtype.unwrap_or(dtype) }, s.clone()).unwrap())
         .collect();
     let refs: Vec<&TensorMeta> = metas.iter().collect();
     let out = infer(&c.op, &refs).ok()?;
-    let host: Vec<CpuBuffer> = metas
-        .iter()
-        .zip(&c.gens)
-        .map(|(m, &g)| values(rng, m, g))
-        .collect();
-    let want =
-        sluice_backend_cpu::launch(&c.op, &host.iter().zip(&metas).collect::<Vec<_>>(), &out);
+    let host: Vec<CpuBuffer> = metas.iter().zip(&c.gens).map(|(m, &g)| values(rng, m, g)).collect();
+    let want = sluice_backend_cpu::launch(&c.op, &host.iter().zip(&metas).collect::<Vec<_>>(), &out);
     let want = match want {
         Ok(w) => w,
         Err(e) => return Some(Err(format!("cpu backend failed: {e}"))),
@@ -359,9 +247,7 @@ fn run_case(
             .collect::<Result<_, _>>()
             .map_err(|e| e.to_string())?;
         let inputs: Vec<(&CudaBuffer, &TensorMeta)> = bufs.iter().zip(&metas).collect();
-        let y = dev
-            .launch(&c.op, &inputs, &out)
-            .map_err(|e| e.to_string())?;
+        let y = dev.launch(&c.op, &inputs, &out).map_err(|e| e.to_string())?;
         let bytes = dev.download(&y, &out).map_err(|e| e.to_string())?;
         Ok(CpuBuffer::from_le_bytes(out.dtype, &bytes))
     };
@@ -401,17 +287,9 @@ fn every_op_matches_the_cpu_backend() {
             }
         }
     }
-    println!(
-        "{passed} passed, {} failed, ops covered: {ops_seen:?}",
-        failures.len()
-    );
+    println!("{passed} passed, {} failed, ops covered: {ops_seen:?}", failures.len());
     assert_eq!(ops_seen.len(), 15, "every op family must be exercised");
-    assert!(
-        failures.is_empty(),
-        "{} case(s) failed:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} case(s) failed:\n{}", failures.len(), failures.join("\n"));
 }
 
 #[test]
@@ -423,12 +301,7 @@ fn upload_download_round_trips_every_dtype() {
             let meta = TensorMeta::new(d, shape).unwrap();
             let bytes = values(&mut rng, &meta, Gen::Any).to_le_bytes();
             let buf = dev.upload(&meta, &bytes).unwrap();
-            assert_eq!(
-                dev.download(&buf, &meta).unwrap(),
-                bytes,
-                "{d} {:?}",
-                meta.shape
-            );
+            assert_eq!(dev.download(&buf, &meta).unwrap(), bytes, "{d} {:?}", meta.shape);
         }
     }
 }
@@ -445,10 +318,7 @@ fn memory_returns_to_the_pool() {
         dev.download(&y, &meta).unwrap();
     }
     let s = dev.memory_stats();
-    assert!(
-        s.cache_hits >= 8,
-        "repeated same-size allocations come from the cache: {s:?}"
-    );
+    assert!(s.cache_hits >= 8, "repeated same-size allocations come from the cache: {s:?}");
     assert!(s.cached >= 2 * meta.byte_len() as u64, "{s:?}");
     println!("{s:?}");
 }
@@ -457,13 +327,7 @@ fn memory_returns_to_the_pool() {
 fn kernel_cache_survives_a_restart() {
     let Some(_) = device() else { return };
     let dir = std::env::temp_dir().join(format!("sluice-kcache-{}", std::process::id()));
-    let open = || {
-        CudaDevice::open(CudaOptions {
-            kernel_cache_dir: Some(dir.clone()),
-            ..Default::default()
-        })
-        .unwrap()
-    };
+    let open = || CudaDevice::open(CudaOptions { kernel_cache_dir: Some(dir.clone()), ..Default::default() }).unwrap();
     let t0 = std::time::Instant::now();
     assert_eq!(open().warm_up().unwrap(), 9);
     let cold = t0.elapsed();
@@ -473,9 +337,6 @@ fn kernel_cache_survives_a_restart() {
     open().warm_up().unwrap();
     let warm = t1.elapsed();
     println!("kernel modules: cold {cold:?} (NVRTC), warm {warm:?} (disk cache)");
-    assert!(
-        warm < cold,
-        "loading from the disk cache must be faster than compiling"
-    );
+    assert!(warm < cold, "loading from the disk cache must be faster than compiling");
     std::fs::remove_dir_all(&dir).unwrap();
 }

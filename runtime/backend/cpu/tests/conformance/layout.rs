@@ -6,12 +6,7 @@ use super::*;
 #[test]
 fn reductions() {
     let mut rng = StdRng::seed_from_u64(11);
-    let ops = [
-        (ReduceOp::Sum, "sum"),
-        (ReduceOp::Mean, "mean"),
-        (ReduceOp::Max, "max"),
-        (ReduceOp::Min, "min"),
-    ];
+    let ops = [(ReduceOp::Sum, "sum"), (ReduceOp::Mean, "mean"), (ReduceOp::Max, "max"), (ReduceOp::Min, "min")];
     let shapes: &[&[usize]] = &[&[2, 3, 4], &[5], &[1, 6], &[0, 3], &[3, 0], &[300, 300]];
     for dtype in FLOATS.into_iter().chain(INTS) {
         for &shape in shapes {
@@ -30,13 +25,8 @@ fn reductions() {
                     }
                     for keep_dim in [false, true] {
                         let ctx = format!("{name} {dtype} {shape:?} axis {axis} keep {keep_dim}");
-                        let reduce = Op::Reduce(ReduceArgs {
-                            op,
-                            axis: axis as u32,
-                            keep_dim,
-                        });
-                        let (out_shape, want, mags) =
-                            r::reduce(&x.vals, shape, axis, name, keep_dim);
+                        let reduce = Op::Reduce(ReduceArgs { op, axis: axis as u32, keep_dim });
+                        let (out_shape, want, mags) = r::reduce(&x.vals, shape, axis, name, keep_dim);
                         let got = run(&reduce, &[&x], &out_shape);
                         if dtype.is_float() {
                             check(&ctx, &values(&got), &want, Some(&mags), tol(dtype), 1e-6);
@@ -75,25 +65,13 @@ fn reductions() {
 #[test]
 fn reshape_and_permute() {
     let mut rng = StdRng::seed_from_u64(12);
-    let shapes: &[&[usize]] = &[
-        &[],
-        &[5],
-        &[2, 3],
-        &[2, 1, 3],
-        &[3, 0, 2],
-        &[2, 3, 4, 5],
-        &[1, 2, 1, 3, 2],
-        &[64, 40, 30],
-    ];
+    let shapes: &[&[usize]] =
+        &[&[], &[5], &[2, 3], &[2, 1, 3], &[3, 0, 2], &[2, 3, 4, 5], &[1, 2, 1, 3, 2], &[64, 40, 30]];
     for dtype in DType::ALL {
         for &shape in shapes {
             let x = small_ints(&mut rng, dtype, shape);
             let flat = Op::Reshape(vec![r::numel(shape) as u32]);
-            assert_eq!(
-                values(&run(&flat, &[&x], &[r::numel(shape)])),
-                x.vals,
-                "reshape {dtype} {shape:?}"
-            );
+            assert_eq!(values(&run(&flat, &[&x], &[r::numel(shape)])), x.vals, "reshape {dtype} {shape:?}");
             for _ in 0..4 {
                 let mut perm: Vec<usize> = (0..shape.len()).collect();
                 for i in (1..perm.len()).rev() {
@@ -101,11 +79,7 @@ fn reshape_and_permute() {
                 }
                 let (out_shape, want) = r::permute(&x.vals, shape, &perm);
                 let op = Op::Permute(perm.iter().map(|&p| p as u32).collect());
-                assert_eq!(
-                    values(&run(&op, &[&x], &out_shape)),
-                    want,
-                    "permute {dtype} {shape:?} {perm:?}"
-                );
+                assert_eq!(values(&run(&op, &[&x], &out_shape)), want, "permute {dtype} {shape:?} {perm:?}");
             }
         }
     }
@@ -116,14 +90,7 @@ fn slice_and_concat() {
     let mut rng = StdRng::seed_from_u64(13);
     for dtype in DType::ALL {
         let x = small_ints(&mut rng, dtype, &[4, 5, 6]);
-        for (axis, start, end) in [
-            (0, 1, 3),
-            (1, 0, 5),
-            (1, 2, 2),
-            (2, 5, 6),
-            (2, 0, 3),
-            (0, 0, 4),
-        ] {
+        for (axis, start, end) in [(0, 1, 3), (1, 0, 5), (1, 2, 2), (2, 5, 6), (2, 0, 3), (0, 0, 4)] {
             let mut out_shape = vec![4, 5, 6];
             out_shape[axis] = end - start;
             let want: Vec<f64> = (0..r::numel(&out_shape))
@@ -133,16 +100,8 @@ fn slice_and_concat() {
                     x.vals[r::ravel(&idx, &[4, 5, 6])]
                 })
                 .collect();
-            let op = Op::Slice(SliceArgs {
-                axis: axis as u32,
-                start: start as u32,
-                end: end as u32,
-            });
-            assert_eq!(
-                values(&run(&op, &[&x], &out_shape)),
-                want,
-                "slice {dtype} {axis} {start}..{end}"
-            );
+            let op = Op::Slice(SliceArgs { axis: axis as u32, start: start as u32, end: end as u32 });
+            assert_eq!(values(&run(&op, &[&x], &out_shape)), want, "slice {dtype} {axis} {start}..{end}");
         }
         let cases: &[(usize, &[&[usize]])] = &[
             (1, &[&[2, 3], &[2, 0], &[2, 4]]),
@@ -152,27 +111,15 @@ fn slice_and_concat() {
             (0, &[&[0, 3], &[0, 3]]),
         ];
         for &(axis, shapes) in cases {
-            let parts: Vec<Input> = shapes
-                .iter()
-                .map(|s| small_ints(&mut rng, dtype, s))
-                .collect();
+            let parts: Vec<Input> = shapes.iter().map(|s| small_ints(&mut rng, dtype, s)).collect();
             let (out_shape, want) = r::concat(
                 &parts
                     .iter()
-                    .map(|p| {
-                        (
-                            p.vals.clone(),
-                            p.meta.shape.iter().map(|&d| d as usize).collect(),
-                        )
-                    })
+                    .map(|p| (p.vals.clone(), p.meta.shape.iter().map(|&d| d as usize).collect()))
                     .collect::<Vec<_>>(),
                 axis,
             );
-            let got = run(
-                &Op::Concat { axis: axis as u32 },
-                &parts.iter().collect::<Vec<_>>(),
-                &out_shape,
-            );
+            let got = run(&Op::Concat { axis: axis as u32 }, &parts.iter().collect::<Vec<_>>(), &out_shape);
             assert_eq!(values(&got), want, "concat {dtype} {axis} {shapes:?}");
         }
     }
@@ -205,36 +152,14 @@ fn cast_between_every_pair() {
     let int_vals = |d: DType| -> Vec<f64> {
         match d {
             DType::U8 => vec![0.0, 1.0, 127.0, 128.0, 255.0],
-            DType::I32 => vec![
-                0.0,
-                1.0,
-                -1.0,
-                255.0,
-                256.0,
-                -129.0,
-                65519.0,
-                16_777_217.0,
-                i32::MIN as f64,
-                i32::MAX as f64,
-            ],
-            _ => vec![
-                0.0,
-                -1.0,
-                256.0,
-                -129.0,
-                16_777_217.0,
-                1099511627775.0,
-                -4294967297.0,
-                i64::MIN as f64,
-            ],
+            DType::I32 => {
+                vec![0.0, 1.0, -1.0, 255.0, 256.0, -129.0, 65519.0, 16_777_217.0, i32::MIN as f64, i32::MAX as f64]
+            }
+            _ => vec![0.0, -1.0, 256.0, -129.0, 16_777_217.0, 1099511627775.0, -4294967297.0, i64::MIN as f64],
         }
     };
     for from in DType::ALL {
-        let vals = if from.is_float() {
-            float_vals.to_vec()
-        } else {
-            int_vals(from)
-        };
+        let vals = if from.is_float() { float_vals.to_vec() } else { int_vals(from) };
         let x = input(from, &[vals.len()], vals);
         let src_ints = (!from.is_float()).then(|| ints(&x.buf));
         for to in DType::ALL {
@@ -255,21 +180,13 @@ fn cast_between_every_pair() {
                             DType::I64 => (i64::MIN as f64, i64::MAX as f64),
                             _ => (0.0, 255.0),
                         };
-                        if v.is_nan() {
-                            0.0
-                        } else {
-                            v.trunc().clamp(lo, hi)
-                        }
+                        if v.is_nan() { 0.0 } else { v.trunc().clamp(lo, hi) }
                     }
                 })
                 .collect();
             let got = values(&got);
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert!(
-                    g == w || (g.is_nan() && w.is_nan()),
-                    "cast {from}→{to} of {}: got {g}, want {w}",
-                    x.vals[i]
-                );
+                assert!(g == w || (g.is_nan() && w.is_nan()), "cast {from}→{to} of {}: got {g}, want {w}", x.vals[i]);
             }
         }
     }

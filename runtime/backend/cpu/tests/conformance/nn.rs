@@ -33,10 +33,7 @@ fn matmul_transposes_and_batch_broadcast() {
             let a = random(&mut rng, dtype, ash, -1.0, 1.0);
             let b = random(&mut rng, dtype, bsh, -1.0, 1.0);
             let (shape, want, mags) = r::matmul(&a.vals, ash, &b.vals, bsh, ta, tb);
-            let op = Op::Matmul(MatmulArgs {
-                transpose_a: ta,
-                transpose_b: tb,
-            });
+            let op = Op::Matmul(MatmulArgs { transpose_a: ta, transpose_b: tb });
             let got = run(&op, &[&a, &b], &shape);
             check(
                 &format!("matmul {dtype} {ash:?}{ta} {bsh:?}{tb}"),
@@ -56,19 +53,12 @@ fn matmul_row_blocks_partition_the_product() {
     for (ta, ash) in [(false, [2, 3, 10, 7]), (true, [2, 3, 7, 10])] {
         let a = random(&mut rng, DType::F32, &ash, -1.0, 1.0);
         let b = random(&mut rng, DType::F32, &[7, 5], -1.0, 1.0);
-        let args = MatmulArgs {
-            transpose_a: ta,
-            transpose_b: false,
-        };
+        let args = MatmulArgs { transpose_a: ta, transpose_b: false };
         let out = infer(&Op::Matmul(args), &[&a.meta, &b.meta]).unwrap();
         let (_, want, mags) = r::matmul(&a.vals, &ash, &b.vals, &[7, 5], ta, false);
         let blocks: Vec<Vec<f64>> = [0..4, 4..4, 4..9, 9..10]
             .into_iter()
-            .map(|rows| {
-                values(
-                    &matmul_rows(&args, (&a.buf, &a.meta), (&b.buf, &b.meta), &out, rows).unwrap(),
-                )
-            })
+            .map(|rows| values(&matmul_rows(&args, (&a.buf, &a.meta), (&b.buf, &b.meta), &out, rows).unwrap()))
             .collect();
         // Reassemble along M: batch-major, then each block's rows.
         let mut got = vec![];
@@ -77,14 +67,7 @@ fn matmul_row_blocks_partition_the_product() {
                 got.extend_from_slice(&blk[batch * len * 5..(batch + 1) * len * 5]);
             }
         }
-        check(
-            &format!("matmul_rows ta={ta}"),
-            &got,
-            &want,
-            Some(&mags),
-            1e-5,
-            0.0,
-        );
+        check(&format!("matmul_rows ta={ta}"), &got, &want, Some(&mags), 1e-5, 0.0);
         assert!(matmul_rows(&args, (&a.buf, &a.meta), (&b.buf, &b.meta), &out, 3..11).is_err());
     }
 }
@@ -123,25 +106,13 @@ fn softmax_with_scale_and_mask() {
                 &x.vals,
                 shape,
                 scale as f64,
-                mask.as_ref()
-                    .zip(mask_shape)
-                    .map(|(m, ms)| (&m.vals[..], ms)),
+                mask.as_ref().zip(mask_shape).map(|(m, ms)| (&m.vals[..], ms)),
             );
             let inputs: Vec<&Input> = std::iter::once(&x).chain(mask.as_ref()).collect();
             let got = run(&Op::Softmax { scale }, &inputs, shape);
-            check(
-                &format!("softmax {dtype} {shape:?} {mask_shape:?}"),
-                &values(&got),
-                &want,
-                None,
-                tol(dtype),
-                1e-3,
-            );
+            check(&format!("softmax {dtype} {shape:?} {mask_shape:?}"), &values(&got), &want, None, tol(dtype), 1e-3);
             if mask_shape == Some(&[3, 5]) {
-                assert!(
-                    values(&got)[5..10].iter().all(|&v| v == 0.0),
-                    "fully masked row is zeros"
-                );
+                assert!(values(&got)[5..10].iter().all(|&v| v == 0.0), "fully masked row is zeros");
             }
         }
     }
@@ -159,14 +130,7 @@ fn layer_norm() {
             let eps = 1e-5f32;
             let (want, mags) = r::layer_norm(&x.vals, d, &g.vals, &b.vals, eps as f64);
             let got = run(&Op::LayerNorm { eps }, &[&x, &g, &b], shape);
-            check(
-                &format!("layer-norm {dtype} {shape:?}"),
-                &values(&got),
-                &want,
-                Some(&mags),
-                tol(dtype),
-                0.0,
-            );
+            check(&format!("layer-norm {dtype} {shape:?}"), &values(&got), &want, Some(&mags), tol(dtype), 0.0);
         }
     }
 }
@@ -177,19 +141,12 @@ fn embedding_gathers_rows_and_rejects_bad_ids() {
     for dtype in FLOATS {
         let table = random(&mut rng, dtype, &[10, 4], -1.0, 1.0);
         for id_dtype in [DType::I32, DType::I64] {
-            for (shape, ids) in [
-                (&[2, 3][..], vec![0.0, 9.0, 3.0, 3.0, 7.0, 1.0]),
-                (&[], vec![5.0]),
-                (&[0], vec![]),
-            ] {
+            for (shape, ids) in [(&[2, 3][..], vec![0.0, 9.0, 3.0, 3.0, 7.0, 1.0]), (&[], vec![5.0]), (&[0], vec![])] {
                 let ids = input(id_dtype, shape, ids);
                 let mut out_shape = shape.to_vec();
                 out_shape.push(4);
-                let want: Vec<f64> = ids
-                    .vals
-                    .iter()
-                    .flat_map(|&i| table.vals[i as usize * 4..][..4].to_vec())
-                    .collect();
+                let want: Vec<f64> =
+                    ids.vals.iter().flat_map(|&i| table.vals[i as usize * 4..][..4].to_vec()).collect();
                 assert_eq!(
                     values(&run(&Op::Embedding, &[&table, &ids], &out_shape)),
                     want,
@@ -199,10 +156,7 @@ fn embedding_gathers_rows_and_rejects_bad_ids() {
             for bad in [10.0, -1.0] {
                 let ids = input(id_dtype, &[3], vec![1.0, bad, 2.0]);
                 let err = try_run(&Op::Embedding, &[&table, &ids]).unwrap_err();
-                assert!(
-                    err.0.contains("embedding id") && err.0.contains("0..10"),
-                    "{err}"
-                );
+                assert!(err.0.contains("embedding id") && err.0.contains("0..10"), "{err}");
             }
         }
     }
@@ -211,15 +165,7 @@ fn embedding_gathers_rows_and_rejects_bad_ids() {
 #[test]
 fn conv2d_stride_padding_dilation_groups() {
     let mut rng = StdRng::seed_from_u64(14);
-    type Case = (
-        [usize; 4],
-        [usize; 4],
-        (usize, usize),
-        (usize, usize),
-        (usize, usize),
-        usize,
-        bool,
-    );
+    type Case = ([usize; 4], [usize; 4], (usize, usize), (usize, usize), (usize, usize), usize, bool);
     #[rustfmt::skip]
     let cases: &[Case] = &[
         ([1, 1, 5, 5], [1, 1, 3, 3], (1, 1), (0, 0), (1, 1), 1, false),
@@ -241,31 +187,14 @@ fn conv2d_stride_padding_dilation_groups() {
             let x = random(&mut rng, dtype, &xsh, -1.0, 1.0);
             let w = random(&mut rng, dtype, &wsh, -1.0, 1.0);
             let b = random(&mut rng, dtype, &[wsh[0]], -1.0, 1.0);
-            let (shape, want, mags) = r::conv2d(
-                &x.vals,
-                xsh,
-                &w.vals,
-                wsh,
-                with_bias.then_some(&b.vals[..]),
-                stride,
-                pad,
-                dil,
-                groups,
-            );
+            let (shape, want, mags) =
+                r::conv2d(&x.vals, xsh, &w.vals, wsh, with_bias.then_some(&b.vals[..]), stride, pad, dil, groups);
             let u = |p: (usize, usize)| (p.0 as u32, p.1 as u32);
-            let op = Op::Conv2d(Conv2dArgs {
-                stride: u(stride),
-                padding: u(pad),
-                dilation: u(dil),
-                groups: groups as u32,
-            });
-            let inputs: Vec<&Input> = [&x, &w]
-                .into_iter()
-                .chain(with_bias.then_some(&b))
-                .collect();
+            let op =
+                Op::Conv2d(Conv2dArgs { stride: u(stride), padding: u(pad), dilation: u(dil), groups: groups as u32 });
+            let inputs: Vec<&Input> = [&x, &w].into_iter().chain(with_bias.then_some(&b)).collect();
             let got = run(&op, &inputs, &shape);
-            let ctx =
-                format!("conv2d {dtype} x{xsh:?} w{wsh:?} s{stride:?} p{pad:?} d{dil:?} g{groups}");
+            let ctx = format!("conv2d {dtype} x{xsh:?} w{wsh:?} s{stride:?} p{pad:?} d{dil:?} g{groups}");
             check(&ctx, &values(&got), &want, Some(&mags), tol(dtype), 0.0);
         }
     }
@@ -288,12 +217,7 @@ fn pool2d_max_and_avg() {
             for (kind, max) in [(PoolKind::Max, true), (PoolKind::Avg, false)] {
                 let (shape, want) = r::pool2d(&x.vals, xsh, max, k, stride, pad);
                 let u = |p: (usize, usize)| (p.0 as u32, p.1 as u32);
-                let op = Op::Pool2d(Pool2dArgs {
-                    kind,
-                    kernel: u(k),
-                    stride: u(stride),
-                    padding: u(pad),
-                });
+                let op = Op::Pool2d(Pool2dArgs { kind, kernel: u(k), stride: u(stride), padding: u(pad) });
                 let got = run(&op, &[&x], &shape);
                 let ctx = format!("pool2d {kind:?} {dtype} {xsh:?} k{k:?} s{stride:?} p{pad:?}");
                 check(&ctx, &values(&got), &want, None, tol(dtype), 1.0);

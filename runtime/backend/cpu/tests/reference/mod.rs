@@ -34,16 +34,8 @@ pub fn broadcast(a: &[usize], b: &[usize]) -> Vec<usize> {
     let r = a.len().max(b.len());
     (0..r)
         .map(|i| {
-            let da = if i + a.len() >= r {
-                a[i + a.len() - r]
-            } else {
-                1
-            };
-            let db = if i + b.len() >= r {
-                b[i + b.len() - r]
-            } else {
-                1
-            };
+            let da = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
+            let db = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
             if da == 1 { db } else { da }
         })
         .collect()
@@ -52,20 +44,12 @@ pub fn broadcast(a: &[usize], b: &[usize]) -> Vec<usize> {
 /// Flat index into `shape` of the element that broadcasts to output index `out_idx`.
 pub fn broadcast_index(out_idx: &[usize], shape: &[usize]) -> usize {
     let off = out_idx.len() - shape.len();
-    let idx: Vec<usize> = (0..shape.len())
-        .map(|a| if shape[a] == 1 { 0 } else { out_idx[off + a] })
-        .collect();
+    let idx: Vec<usize> = (0..shape.len()).map(|a| if shape[a] == 1 { 0 } else { out_idx[off + a] }).collect();
     ravel(&idx, shape)
 }
 
 /// Elementwise `f` over broadcast operands.
-pub fn binary(
-    a: &[f64],
-    ash: &[usize],
-    b: &[f64],
-    bsh: &[usize],
-    f: impl Fn(f64, f64) -> f64,
-) -> Vec<f64> {
+pub fn binary(a: &[f64], ash: &[usize], b: &[f64], bsh: &[usize], f: impl Fn(f64, f64) -> f64) -> Vec<f64> {
     let out = broadcast(ash, bsh);
     (0..numel(&out))
         .map(|i| {
@@ -100,11 +84,7 @@ pub fn matmul(
     tb: bool,
 ) -> (Vec<usize>, Vec<f64>, Vec<f64>) {
     let (ar, br) = (ash.len(), bsh.len());
-    let (m, k) = if ta {
-        (ash[ar - 1], ash[ar - 2])
-    } else {
-        (ash[ar - 2], ash[ar - 1])
-    };
+    let (m, k) = if ta { (ash[ar - 1], ash[ar - 2]) } else { (ash[ar - 2], ash[ar - 1]) };
     let n = if tb { bsh[br - 2] } else { bsh[br - 1] };
     let batch = broadcast(&ash[..ar - 2], &bsh[..br - 2]);
     let mut shape = batch.clone();
@@ -118,16 +98,8 @@ pub fn matmul(
             for j in 0..n {
                 let (mut s, mut mag) = (0.0, 0.0);
                 for p in 0..k {
-                    let x = if ta {
-                        a[a0 + p * m + i]
-                    } else {
-                        a[a0 + i * k + p]
-                    };
-                    let y = if tb {
-                        b[b0 + j * k + p]
-                    } else {
-                        b[b0 + p * n + j]
-                    };
+                    let x = if ta { a[a0 + p * m + i] } else { a[a0 + i * k + p] };
+                    let y = if tb { b[b0 + j * k + p] } else { b[b0 + p * n + j] };
                     s += x * y;
                     mag += (x * y).abs();
                 }
@@ -140,12 +112,7 @@ pub fn matmul(
 }
 
 /// Softmax over the last axis of `x * scale + mask`; fully masked rows are zeros.
-pub fn softmax(
-    x: &[f64],
-    shape: &[usize],
-    scale: f64,
-    mask: Option<(&[f64], &[usize])>,
-) -> Vec<f64> {
+pub fn softmax(x: &[f64], shape: &[usize], scale: f64, mask: Option<(&[f64], &[usize])>) -> Vec<f64> {
     let z: Vec<f64> = match mask {
         Some((m, msh)) => binary(x, shape, m, msh, |x, m| x * scale + m),
         None => x.iter().map(|v| v * scale).collect(),
@@ -182,13 +149,7 @@ pub fn layer_norm(x: &[f64], d: usize, g: &[f64], b: &[f64], eps: f64) -> (Vec<f
 }
 
 /// Reduction of `axis`: "sum" | "mean" | "max" | "min"; returns (shape, values, |x| sums).
-pub fn reduce(
-    x: &[f64],
-    shape: &[usize],
-    axis: usize,
-    op: &str,
-    keep: bool,
-) -> (Vec<usize>, Vec<f64>, Vec<f64>) {
+pub fn reduce(x: &[f64], shape: &[usize], axis: usize, op: &str, keep: bool) -> (Vec<usize>, Vec<f64>, Vec<f64>) {
     let mut out_shape = shape.to_vec();
     out_shape[axis] = 1;
     let (mut vals, mut mags) = (vec![], vec![]);
@@ -283,10 +244,7 @@ pub fn conv2d(
                                 if iy < 0 || ix < 0 || iy >= h as isize || ix >= wd as isize {
                                     continue;
                                 }
-                                let xv = x[ravel(
-                                    &[ni, g * cg + ci, iy as usize, ix as usize],
-                                    &[n, c, h, wd],
-                                )];
+                                let xv = x[ravel(&[ni, g * cg + ci, iy as usize, ix as usize], &[n, c, h, wd])];
                                 let wv = w[ravel(&[oc, ci, i, j], &[o, cg, kh, kw])];
                                 s += xv * wv;
                                 mag += (xv * wv).abs();

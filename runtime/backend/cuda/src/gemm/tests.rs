@@ -9,25 +9,14 @@ fn t(shape: &[u32]) -> TensorMeta {
 /// Evaluates a GemmCall on the CPU exactly as cuBLAS defines it (column-major).
 fn cublas_reference(c: &GemmCall, a: &[f64], b: &[f64], out: &mut [f64]) {
     for bi in 0..c.batch as usize {
-        let (a, b) = (
-            &a[bi * c.stride_a as usize..],
-            &b[bi * c.stride_b as usize..],
-        );
+        let (a, b) = (&a[bi * c.stride_a as usize..], &b[bi * c.stride_b as usize..]);
         let o = &mut out[bi * c.stride_c as usize..];
         for j in 0..c.n as usize {
             for i in 0..c.m as usize {
                 let mut s = 0.0;
                 for p in 0..c.k as usize {
-                    let av = if c.trans_a {
-                        a[p + i * c.lda as usize]
-                    } else {
-                        a[i + p * c.lda as usize]
-                    };
-                    let bv = if c.trans_b {
-                        b[j + p * c.ldb as usize]
-                    } else {
-                        b[p + j * c.ldb as usize]
-                    };
+                    let av = if c.trans_a { a[p + i * c.lda as usize] } else { a[i + p * c.lda as usize] };
+                    let bv = if c.trans_b { b[j + p * c.ldb as usize] } else { b[p + j * c.ldb as usize] };
                     s += av * bv;
                 }
                 o[i + j * c.ldc as usize] = s;
@@ -45,10 +34,7 @@ fn row_major_reference(
     b: &[f64],
     out: &TensorMeta,
 ) -> Vec<f64> {
-    let (m, n) = (
-        out.shape[out.rank() - 2] as usize,
-        out.shape[out.rank() - 1] as usize,
-    );
+    let (m, n) = (out.shape[out.rank() - 2] as usize, out.shape[out.rank() - 1] as usize);
     let k = dims2(&am.shape[am.rank() - 2..], args.transpose_a).1 as usize;
     let obatch = &out.shape[..out.rank() - 2];
     let batch: usize = obatch.iter().map(|&d| d as usize).product();
@@ -70,16 +56,8 @@ fn row_major_reference(
             for j in 0..n {
                 let mut s = 0.0;
                 for p in 0..k {
-                    let av = if args.transpose_a {
-                        a[ao + p * m + i]
-                    } else {
-                        a[ao + i * k + p]
-                    };
-                    let bv = if args.transpose_b {
-                        b[bo + j * k + p]
-                    } else {
-                        b[bo + p * n + j]
-                    };
+                    let av = if args.transpose_a { a[ao + p * m + i] } else { a[ao + i * k + p] };
+                    let bv = if args.transpose_b { b[bo + j * k + p] } else { b[bo + p * n + j] };
                     s += av * bv;
                 }
                 r[ob * m * n + i * n + j] = s;
@@ -100,10 +78,7 @@ fn column_major_calls_compute_the_row_major_product() {
     ];
     for &(ash, bsh) in cases {
         for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
-            let args = MatmulArgs {
-                transpose_a: ta,
-                transpose_b: tb,
-            };
+            let args = MatmulArgs { transpose_a: ta, transpose_b: tb };
             let swap = |s: &[u32], t: bool| {
                 let mut v = s.to_vec();
                 let r = v.len();
@@ -113,23 +88,16 @@ fn column_major_calls_compute_the_row_major_product() {
                 v
             };
             let (am, bm) = (t(&swap(ash, ta)), t(&swap(bsh, tb)));
-            let out =
-                sluice_host_api::infer(&sluice_host_api::Op::Matmul(args), &[&am, &bm]).unwrap();
+            let out = sluice_host_api::infer(&sluice_host_api::Op::Matmul(args), &[&am, &bm]).unwrap();
             let plan = MatmulPlan::new(&args, &am, &bm);
-            assert!(
-                !matches!(plan.a, Operand::Materialize(_))
-                    && !matches!(plan.b, Operand::Materialize(_))
-            );
+            assert!(!matches!(plan.a, Operand::Materialize(_)) && !matches!(plan.b, Operand::Materialize(_)));
             let a: Vec<f64> = (0..am.numel()).map(|i| (i as f64 * 0.37).sin()).collect();
             let b: Vec<f64> = (0..bm.numel()).map(|i| (i as f64 * 0.11).cos()).collect();
             let mut got = vec![0.0; out.numel()];
             cublas_reference(&plan.call(&args), &b, &a, &mut got);
             let want = row_major_reference(&args, &am, &a, &bm, &b, &out);
             for (g, w) in got.iter().zip(&want) {
-                assert!(
-                    (g - w).abs() < 1e-9,
-                    "{ash:?}{ta} x {bsh:?}{tb}: {got:?} vs {want:?}"
-                );
+                assert!((g - w).abs() < 1e-9, "{ash:?}{ta} x {bsh:?}{tb}: {got:?} vs {want:?}");
             }
         }
     }
@@ -145,18 +113,8 @@ fn plans() {
     assert_eq!(p.a, Operand::Materialize(vec![2, 5, 3, 4]));
     assert_eq!(p.b, Operand::Materialize(vec![2, 5, 4, 6]));
     let p = MatmulPlan::new(&args, &t(&[3, 4]), &t(&[7, 4, 6]));
-    assert_eq!(
-        (p.a.clone(), p.b.clone(), p.fold),
-        (Operand::Shared, Operand::Dense, false)
-    );
+    assert_eq!((p.a.clone(), p.b.clone(), p.fold), (Operand::Shared, Operand::Dense, false));
     assert_eq!(p.call(&args).stride_b, 0);
-    let p = MatmulPlan::new(
-        &MatmulArgs {
-            transpose_a: true,
-            transpose_b: false,
-        },
-        &t(&[2, 4, 3]),
-        &t(&[4, 5]),
-    );
+    let p = MatmulPlan::new(&MatmulArgs { transpose_a: true, transpose_b: false }, &t(&[2, 4, 3]), &t(&[4, 5]));
     assert!(!p.fold, "a transposed per batch cannot fold into m");
 }

@@ -78,12 +78,7 @@ pub(crate) fn conv2d(
     let dt = xm.dtype;
     let es = dt.size_of() as u64;
     let (n, c, h, wd) = (xm.shape[0] as u64, xm.shape[1], xm.shape[2], xm.shape[3]);
-    let (o, cg, kh, kw) = (
-        wm.shape[0] as u64,
-        wm.shape[1] as u64,
-        wm.shape[2],
-        wm.shape[3],
-    );
+    let (o, cg, kh, kw) = (wm.shape[0] as u64, wm.shape[1] as u64, wm.shape[2], wm.shape[3]);
     let (oh, ow) = (out.shape[2], out.shape[3]);
     let g = args.groups as u64;
     let (og, l, kg) = (o / g, oh as u64 * ow as u64, cg * kh as u64 * kw as u64);
@@ -94,17 +89,7 @@ pub(crate) fn conv2d(
             let total = out.numel() as u64;
             let (bp, yp) = (b.device_ptr(), y.device_ptr());
             let cfg = elementwise_config(total, dev.sm_count());
-            launch_kernel!(
-                dev,
-                Module::Conv,
-                kernels::bias_fill_symbol(dt),
-                cfg,
-                &bp,
-                &yp,
-                &total,
-                &o,
-                &l
-            )?;
+            launch_kernel!(dev, Module::Conv, kernels::bias_fill_symbol(dt), cfg, &bp, &yp, &total, &o, &l)?;
             1.0
         }
         None => 0.0,
@@ -135,28 +120,14 @@ pub(crate) fn conv2d(
     let per_image = ck * l;
     let chunk = images_per_chunk(n, per_image * es);
     let col = dev.alloc((chunk * per_image * es) as usize)?;
-    let (xp, wp, yp, cp) = (
-        x.device_ptr(),
-        w.device_ptr(),
-        y.device_ptr(),
-        col.device_ptr(),
-    );
+    let (xp, wp, yp, cp) = (x.device_ptr(), w.device_ptr(), y.device_ptr(), col.device_ptr());
     let image_in = c as u64 * h as u64 * wd as u64;
     let mut start = 0u64;
     while start < n {
         let count = chunk.min(n - start);
         let xs = xp + start * image_in * es;
         let cfg = elementwise_config(count * per_image, dev.sm_count());
-        launch_kernel!(
-            dev,
-            Module::Conv,
-            kernels::im2col_symbol(dt),
-            cfg,
-            &xs,
-            &cp,
-            &count,
-            &geom
-        )?;
+        launch_kernel!(dev, Module::Conv, kernels::im2col_symbol(dt), cfg, &xs, &cp, &count, &geom)?;
         let out_at = |img: u64| yp + (start + img) * o * l * es;
         if g == 1 {
             // Row-major out[img] (o × l) = W (o × kg) · col[img] (kg × l); cuBLAS A = col.
@@ -173,15 +144,7 @@ pub(crate) fn conv2d(
                 call.stride_b = og * kg;
                 call.stride_c = og * l;
                 call.batch = g;
-                gemm(
-                    dev,
-                    dt,
-                    &call,
-                    cp + img * per_image * es,
-                    wp,
-                    out_at(img),
-                    beta,
-                )?;
+                gemm(dev, dt, &call, cp + img * per_image * es, wp, out_at(img), beta)?;
             }
         }
         start += count;

@@ -19,15 +19,7 @@ pub(crate) fn unary(
     if n > 0 {
         let (xp, yp) = (x.device_ptr(), y.device_ptr());
         let cfg = elementwise_config(n, dev.sm_count());
-        launch_kernel!(
-            dev,
-            Module::Unary,
-            kernels::unary_symbol(op, xm.dtype),
-            cfg,
-            &xp,
-            &yp,
-            &n
-        )?;
+        launch_kernel!(dev, Module::Unary, kernels::unary_symbol(op, xm.dtype), cfg, &xp, &yp, &n)?;
     }
     Ok(y)
 }
@@ -44,17 +36,7 @@ pub(crate) fn affine(
     if n > 0 {
         let (xp, yp) = (x.device_ptr(), y.device_ptr());
         let cfg = elementwise_config(n, dev.sm_count());
-        launch_kernel!(
-            dev,
-            Module::Unary,
-            kernels::affine_symbol(xm.dtype),
-            cfg,
-            &xp,
-            &yp,
-            &n,
-            &scale,
-            &bias
-        )?;
+        launch_kernel!(dev, Module::Unary, kernels::affine_symbol(xm.dtype), cfg, &xp, &yp, &n, &scale, &bias)?;
     }
     Ok(y)
 }
@@ -70,15 +52,7 @@ pub(crate) fn cast(
     if n > 0 {
         let (xp, yp) = (x.device_ptr(), y.device_ptr());
         let cfg = elementwise_config(n, dev.sm_count());
-        launch_kernel!(
-            dev,
-            Module::Cast,
-            kernels::cast_symbol(xm.dtype, to),
-            cfg,
-            &xp,
-            &yp,
-            &n
-        )?;
+        launch_kernel!(dev, Module::Cast, kernels::cast_symbol(xm.dtype, to), cfg, &xp, &yp, &n)?;
     }
     Ok(y)
 }
@@ -87,10 +61,7 @@ pub(crate) fn cast(
 /// the output's shape.
 pub fn binary_layout(a: &[u32], b: &[u32], out: &[u32]) -> (Layout, bool) {
     let contiguous = a == out && b == out;
-    (
-        Layout::new(out, &broadcast_strides(a, out), &broadcast_strides(b, out)),
-        contiguous,
-    )
+    (Layout::new(out, &broadcast_strides(a, out), &broadcast_strides(b, out)), contiguous)
 }
 
 pub(crate) fn binary(

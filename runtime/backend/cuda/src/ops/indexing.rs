@@ -21,18 +21,7 @@ pub(crate) fn embedding(
         let (tp, ip, yp) = (table.device_ptr(), ids.device_ptr(), y.device_ptr());
         let cfg = elementwise_config(n_ids * dim, dev.sm_count());
         let sym = kernels::embedding_symbol(tm.dtype, im.dtype);
-        launch_kernel!(
-            dev,
-            Module::Indexing,
-            sym,
-            cfg,
-            &tp,
-            &ip,
-            &yp,
-            &n_ids,
-            &dim,
-            &vocab
-        )?;
+        launch_kernel!(dev, Module::Indexing, sym, cfg, &tp, &ip, &yp, &n_ids, &dim, &vocab)?;
     }
     Ok(y)
 }
@@ -84,16 +73,7 @@ pub(crate) fn permute(
     out: &TensorMeta,
 ) -> Result<CudaBuffer, CudaError> {
     let y = dev.alloc(out.byte_len())?;
-    copy(
-        dev,
-        CopyKind::Permute,
-        xm,
-        x,
-        &y,
-        &permute_layout(&xm.shape, perm),
-        0,
-        0,
-    )?;
+    copy(dev, CopyKind::Permute, xm, x, &y, &permute_layout(&xm.shape, perm), 0, 0)?;
     Ok(y)
 }
 
@@ -141,11 +121,7 @@ pub(crate) fn concat(
 ) -> Result<CudaBuffer, CudaError> {
     let y = dev.alloc(out.byte_len())?;
     let shapes: Vec<&[u32]> = inputs.iter().map(|(_, m)| m.shape.as_slice()).collect();
-    for ((x, xm), (layout, off)) in
-        inputs
-            .iter()
-            .zip(concat_layouts(&shapes, axis as usize, &out.shape))
-    {
+    for ((x, xm), (layout, off)) in inputs.iter().zip(concat_layouts(&shapes, axis as usize, &out.shape)) {
         copy(dev, CopyKind::Concat, xm, x, &y, &layout, 0, off)?;
     }
     Ok(y)
@@ -161,11 +137,7 @@ pub(crate) fn broadcast_to(
 ) -> Result<CudaBuffer, CudaError> {
     let n: u64 = shape.iter().map(|&d| d as u64).product();
     let y = dev.alloc(n as usize * xm.dtype.size_of())?;
-    let layout = Layout::new(
-        shape,
-        &broadcast_strides(&xm.shape, shape),
-        &contiguous_strides(shape),
-    );
+    let layout = Layout::new(shape, &broadcast_strides(&xm.shape, shape), &contiguous_strides(shape));
     copy(dev, CopyKind::Broadcast, xm, x, &y, &layout, 0, 0)?;
     Ok(y)
 }
@@ -177,14 +149,7 @@ mod tests {
     #[test]
     fn slice_and_concat_offsets() {
         // x [2, 5, 3], slice axis 1 2..4 -> [2, 2, 3].
-        let (l, off) = slice_layout(
-            &[2, 5, 3],
-            &SliceArgs {
-                axis: 1,
-                start: 2,
-                end: 4,
-            },
-        );
+        let (l, off) = slice_layout(&[2, 5, 3], &SliceArgs { axis: 1, start: 2, end: 4 });
         assert_eq!(off, 6);
         let got: Vec<u64> = (0..12).map(|i| off + l.offsets(i).0).collect();
         assert_eq!(got, vec![6, 7, 8, 9, 10, 11, 21, 22, 23, 24, 25, 26]);

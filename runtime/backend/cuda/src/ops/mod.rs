@@ -40,11 +40,7 @@ pub(crate) fn launch(
 ) -> Result<CudaBuffer, CudaError> {
     let arity = |n: usize| {
         if inputs.len() < n {
-            Err(CudaError::failure(format!(
-                "{} got {} input(s)",
-                op.name(),
-                inputs.len()
-            )))
+            Err(CudaError::failure(format!("{} got {} input(s)", op.name(), inputs.len())))
         } else {
             Ok(())
         }
@@ -105,14 +101,7 @@ pub(crate) fn launch(
         }
         Op::Conv2d(args) => {
             arity(2)?;
-            conv::conv2d(
-                dev,
-                args,
-                inputs[0],
-                inputs[1],
-                inputs.get(2).map(|(b, _)| *b),
-                out,
-            )
+            conv::conv2d(dev, args, inputs[0], inputs[1], inputs.get(2).map(|(b, _)| *b), out)
         }
         Op::Pool2d(args) => {
             arity(1)?;
@@ -135,13 +124,7 @@ pub fn plan(op: &Op, dtypes: &[DType]) -> Vec<Step> {
     let d = dtypes[0];
     let k = |m: Module, s: String| Step::Kernel(m, s);
     match op {
-        Op::Matmul(_) => vec![
-            Step::Cublas,
-            k(
-                Module::Indexing,
-                kernels::copy_symbol(CopyKind::Broadcast, d),
-            ),
-        ],
+        Op::Matmul(_) => vec![Step::Cublas, k(Module::Indexing, kernels::copy_symbol(CopyKind::Broadcast, d))],
         Op::Binary(b) => vec![k(Module::Binary, kernels::binary_symbol(*b, d))],
         Op::Unary(u) => vec![k(Module::Unary, kernels::unary_symbol(*u, d))],
         Op::Affine { .. } => vec![k(Module::Unary, kernels::affine_symbol(d))],
@@ -154,18 +137,9 @@ pub fn plan(op: &Op, dtypes: &[DType]) -> Vec<Step> {
             k(Module::Reduce, kernels::reduce_symbol(a.op, d, true)),
         ],
         Op::Reshape(_) => vec![Step::Alias],
-        Op::Permute(_) => vec![k(
-            Module::Indexing,
-            kernels::copy_symbol(CopyKind::Permute, d),
-        )],
-        Op::Slice(_) => vec![k(
-            Module::Indexing,
-            kernels::copy_symbol(CopyKind::Slice, d),
-        )],
-        Op::Concat { .. } => vec![k(
-            Module::Indexing,
-            kernels::copy_symbol(CopyKind::Concat, d),
-        )],
+        Op::Permute(_) => vec![k(Module::Indexing, kernels::copy_symbol(CopyKind::Permute, d))],
+        Op::Slice(_) => vec![k(Module::Indexing, kernels::copy_symbol(CopyKind::Slice, d))],
+        Op::Concat { .. } => vec![k(Module::Indexing, kernels::copy_symbol(CopyKind::Concat, d))],
         Op::Conv2d(_) => vec![
             Step::Cublas,
             k(Module::Conv, kernels::im2col_symbol(d)),

@@ -75,12 +75,7 @@ pub(crate) fn layer_norm(
     if rows == 0 {
         return Ok(y);
     }
-    let (xp, gp, bp, yp) = (
-        x.device_ptr(),
-        gamma.device_ptr(),
-        beta.device_ptr(),
-        y.device_ptr(),
-    );
+    let (xp, gp, bp, yp) = (x.device_ptr(), gamma.device_ptr(), beta.device_ptr(), y.device_ptr());
     let cfg = rows_config(rows, len);
     launch_kernel!(
         dev,
@@ -116,9 +111,6 @@ mod tests {
         for row in 0..6u64 {
             assert_eq!(l.offsets(row * 4).0, row % 3);
         }
-        assert_eq!(
-            rows_of(&TensorMeta::new(sluice_host_api::DType::F32, vec![2, 3, 0]).unwrap()),
-            (0, 0)
-        );
+        assert_eq!(rows_of(&TensorMeta::new(sluice_host_api::DType::F32, vec![2, 3, 0]).unwrap()), (0, 0));
     }
 }

@@ -11,11 +11,7 @@ use crate::{CudaBuffer, CudaDevice, CudaError};
 /// `[outer, len, inner]` of reducing `axis` of `shape`.
 pub fn split(shape: &[u32], axis: usize) -> (u64, u64, u64) {
     let prod = |s: &[u32]| s.iter().map(|&d| d as u64).product::<u64>();
-    (
-        prod(&shape[..axis]),
-        shape[axis] as u64,
-        prod(&shape[axis + 1..]),
-    )
+    (prod(&shape[..axis]), shape[axis] as u64, prod(&shape[axis + 1..]))
 }
 
 pub(crate) fn reduce(

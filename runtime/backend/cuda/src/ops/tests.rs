@@ -4,8 +4,7 @@
 use std::collections::{HashMap, HashSet};
 
 use sluice_host_api::{
-    Conv2dArgs, DType, MatmulArgs, Op, Pool2dArgs, PoolKind, ReduceArgs, SliceArgs, TensorMeta,
-    infer,
+    Conv2dArgs, DType, MatmulArgs, Op, Pool2dArgs, PoolKind, ReduceArgs, SliceArgs, TensorMeta, infer,
 };
 
 use super::{Step, plan};
@@ -17,74 +16,29 @@ fn t(d: DType, shape: &[u32]) -> TensorMeta {
 
 /// A representative launch of every op variant (and every sub-op) for dtype `d`.
 fn launches(d: DType) -> Vec<(Op, Vec<TensorMeta>)> {
-    let mut v = vec![(
-        Op::Matmul(MatmulArgs::default()),
-        vec![t(d, &[2, 3]), t(d, &[3, 4])],
-    )];
+    let mut v = vec![(Op::Matmul(MatmulArgs::default()), vec![t(d, &[2, 3]), t(d, &[3, 4])])];
     v.extend(BINARY_OPS.map(|b| (Op::Binary(b), vec![t(d, &[2, 3]), t(d, &[3])])));
     v.extend(UNARY_OPS.map(|u| (Op::Unary(u), vec![t(d, &[4])])));
-    v.push((
-        Op::Affine {
-            scale: 2.0,
-            bias: 1.0,
-        },
-        vec![t(d, &[4])],
-    ));
+    v.push((Op::Affine { scale: 2.0, bias: 1.0 }, vec![t(d, &[4])]));
     v.extend(DType::ALL.map(|to| (Op::Cast(to), vec![t(d, &[4])])));
     v.push((Op::Softmax { scale: 1.0 }, vec![t(d, &[2, 4])]));
-    v.push((
-        Op::Softmax { scale: 1.0 },
-        vec![t(d, &[2, 4]), t(d, &[1, 4])],
-    ));
-    v.push((
-        Op::LayerNorm { eps: 1e-5 },
-        vec![t(d, &[2, 4]), t(d, &[4]), t(d, &[4])],
-    ));
+    v.push((Op::Softmax { scale: 1.0 }, vec![t(d, &[2, 4]), t(d, &[1, 4])]));
+    v.push((Op::LayerNorm { eps: 1e-5 }, vec![t(d, &[2, 4]), t(d, &[4]), t(d, &[4])]));
     for ids in [DType::I32, DType::I64] {
         v.push((Op::Embedding, vec![t(d, &[5, 4]), t(ids, &[3])]));
     }
     for op in REDUCE_OPS {
-        v.push((
-            Op::Reduce(ReduceArgs {
-                op,
-                axis: 1,
-                keep_dim: false,
-            }),
-            vec![t(d, &[2, 3])],
-        ));
+        v.push((Op::Reduce(ReduceArgs { op, axis: 1, keep_dim: false }), vec![t(d, &[2, 3])]));
     }
     v.push((Op::Reshape(vec![6]), vec![t(d, &[2, 3])]));
     v.push((Op::Permute(vec![1, 0]), vec![t(d, &[2, 3])]));
-    v.push((
-        Op::Slice(SliceArgs {
-            axis: 1,
-            start: 1,
-            end: 3,
-        }),
-        vec![t(d, &[2, 3])],
-    ));
+    v.push((Op::Slice(SliceArgs { axis: 1, start: 1, end: 3 }), vec![t(d, &[2, 3])]));
     v.push((Op::Concat { axis: 0 }, vec![t(d, &[2, 3]), t(d, &[1, 3])]));
-    let conv = Conv2dArgs {
-        stride: (1, 1),
-        padding: (1, 1),
-        dilation: (1, 1),
-        groups: 1,
-    };
-    v.push((
-        Op::Conv2d(conv),
-        vec![t(d, &[1, 2, 4, 4]), t(d, &[3, 2, 3, 3])],
-    ));
-    v.push((
-        Op::Conv2d(conv),
-        vec![t(d, &[1, 2, 4, 4]), t(d, &[3, 2, 3, 3]), t(d, &[3])],
-    ));
+    let conv = Conv2dArgs { stride: (1, 1), padding: (1, 1), dilation: (1, 1), groups: 1 };
+    v.push((Op::Conv2d(conv), vec![t(d, &[1, 2, 4, 4]), t(d, &[3, 2, 3, 3])]));
+    v.push((Op::Conv2d(conv), vec![t(d, &[1, 2, 4, 4]), t(d, &[3, 2, 3, 3]), t(d, &[3])]));
     for kind in [PoolKind::Max, PoolKind::Avg] {
-        let p = Pool2dArgs {
-            kind,
-            kernel: (2, 2),
-            stride: (2, 2),
-            padding: (0, 0),
-        };
+        let p = Pool2dArgs { kind, kernel: (2, 2), stride: (2, 2), padding: (0, 0) };
         v.push((Op::Pool2d(p), vec![t(d, &[1, 2, 4, 4])]));
     }
     v
@@ -92,10 +46,8 @@ fn launches(d: DType) -> Vec<(Op, Vec<TensorMeta>)> {
 
 #[test]
 fn every_accepted_op_maps_to_defined_kernels() {
-    let defined: HashMap<Module, HashSet<String>> = Module::ALL
-        .iter()
-        .map(|&m| (m, m.instances().into_iter().map(|(s, _)| s).collect()))
-        .collect();
+    let defined: HashMap<Module, HashSet<String>> =
+        Module::ALL.iter().map(|&m| (m, m.instances().into_iter().map(|(s, _)| s).collect())).collect();
     let mut covered = HashSet::new();
     let mut accepted = 0;
     for d in DType::ALL {
@@ -138,10 +90,7 @@ fn every_accepted_op_maps_to_defined_kernels() {
         "pool2d",
     ];
     for name in all {
-        assert!(
-            covered.contains(name),
-            "op {name} never accepted by infer in this test"
-        );
+        assert!(covered.contains(name), "op {name} never accepted by infer in this test");
     }
     assert!(accepted > 150, "only {accepted} launches accepted");
 }
@@ -152,16 +101,6 @@ fn integer_ops_only_where_infer_allows() {
     let x = t(DType::I32, &[4]);
     assert!(infer(&Op::Unary(sluice_host_api::UnaryOp::Exp), &[&x]).is_err());
     assert!(infer(&Op::Unary(sluice_host_api::UnaryOp::Abs), &[&x]).is_ok());
-    assert!(
-        Module::Unary
-            .instances()
-            .iter()
-            .any(|(s, _)| s == "abs_i32")
-    );
-    assert!(
-        !Module::Unary
-            .instances()
-            .iter()
-            .any(|(s, _)| s == "exp_i32")
-    );
+    assert!(Module::Unary.instances().iter().any(|(s, _)| s == "abs_i32"));
+    assert!(!Module::Unary.instances().iter().any(|(s, _)| s == "exp_i32"));
 }
