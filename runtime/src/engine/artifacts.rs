@@ -1,10 +1,13 @@
 //! Artifacts of one function version on one device, and its shared weights.
 //!
-//! Raw artifacts (vocabularies, configs) are read from their blob files on demand.
-//! Tensors of safetensors artifacts are loaded on first use, converted to the asked
-//! dtype, uploaded once and shared read-only by every invocation of the version:
-//! later `load-tensor` calls get a handle to the same device tensor. The weights are
-//! charged once to the account given at creation (the tenant's).
+//! Artifact files are memory-mapped, not read into the heap: blobs are immutable
+//! (content-addressed, written once), so the map is safe to share, and the pages
+//! belong to the OS page cache. Raw artifacts (vocabularies, configs) are copied to
+//! the guest on demand. Tensors of safetensors artifacts are loaded on first use,
+//! converted to the asked dtype, uploaded once and shared read-only by every
+//! invocation of the version: later `load-tensor` calls get a handle to the same
+//! device tensor. The weights are charged once to the account given at creation
+//! (the tenant's).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -34,7 +37,7 @@ pub struct ArtifactStats {
 pub struct ArtifactSet {
     files: HashMap<String, PathBuf>,
     account: Arc<MemoryAccount>,
-    file_bytes: Mutex<HashMap<String, Arc<Vec<u8>>>>,
+    maps: Mutex<HashMap<String, Arc<memmap2::Mmap>>>,
     weights: Mutex<HashMap<WeightKey, (Arc<Allocation>, TensorMeta)>>,
     loaded: AtomicU64,
     loaded_bytes: AtomicU64,
@@ -47,7 +50,7 @@ impl ArtifactSet {
         Arc::new(ArtifactSet {
             files,
             account,
-            file_bytes: Mutex::new(HashMap::new()),
+            maps: Mutex::new(HashMap::new()),
             weights: Mutex::new(HashMap::new()),
             loaded: AtomicU64::new(0),
             loaded_bytes: AtomicU64::new(0),
@@ -74,8 +77,8 @@ impl ArtifactSet {
         self.files.keys().map(String::as_str)
     }
 
-    fn bytes(&self, artifact: &str) -> Result<Arc<Vec<u8>>, ApiError> {
-        if let Some(b) = self.file_bytes.lock().get(artifact) {
+    fn bytes(&self, artifact: &str) -> Result<Arc<memmap2::Mmap>, ApiError> {
+        if let Some(b) = self.maps.lock().get(artifact) {
             return Ok(b.clone());
         }
         let path = self.files.get(artifact).ok_or_else(|| {
@@ -83,11 +86,16 @@ impl ArtifactSet {
             names.sort();
             ApiError::new(ErrorCode::NotFound, format!("no artifact named {artifact:?} (this function has: {names:?})"))
         })?;
-        let bytes = std::fs::read(path)
-            .map_err(|e| ApiError::new(ErrorCode::DeviceFailure, format!("reading artifact {artifact:?}: {e}")))?;
-        let bytes = Arc::new(bytes);
-        self.file_bytes.lock().insert(artifact.to_owned(), bytes.clone());
-        Ok(bytes)
+        let failed = |e: std::io::Error| {
+            ApiError::new(ErrorCode::DeviceFailure, format!("reading artifact {artifact:?}: {e}"))
+        };
+        let file = std::fs::File::open(path).map_err(failed)?;
+        // SAFETY: artifact files are content-addressed blobs, written once (temporary
+        // file, fsync, rename) and never modified or truncated while referenced, so
+        // the mapped bytes cannot change under us.
+        let map = Arc::new(unsafe { memmap2::Mmap::map(&file) }.map_err(failed)?);
+        self.maps.lock().insert(artifact.to_owned(), map.clone());
+        Ok(map)
     }
 
     /// The raw bytes of an artifact, up to `limit` bytes.
@@ -103,7 +111,7 @@ impl ArtifactSet {
                 ),
             ));
         }
-        Ok(self.bytes(artifact)?.as_ref().clone())
+        Ok(self.bytes(artifact)?.to_vec())
     }
 
     /// The shared device tensor `name` of safetensors artifact `artifact`,
