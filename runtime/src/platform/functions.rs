@@ -167,6 +167,7 @@ impl Platform {
         if let Some(fns) = self.functions.write().get_mut(tenant) {
             fns.remove(name);
         }
+        self.metrics.forget(tenant, Some(name));
         self.collect_garbage();
         Ok(())
     }
@@ -202,6 +203,7 @@ impl Platform {
     pub(crate) fn forget_tenant(&self, tenant: &str) {
         self.functions.write().remove(tenant);
         self.tenants.lock().remove(tenant);
+        self.metrics.forget(tenant, None);
     }
 
     /// The compiled component of `v`: from the registry's compiled form for this

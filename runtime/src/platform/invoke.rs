@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{LimitScope, LoadedFunction, Platform, PlatformError, Result};
+use super::{LimitScope, LoadedFunction, Platform, PlatformError, Result, UNKNOWN_FUNCTION};
 use crate::engine::{InvocationContext, InvocationOutput, IoTensor};
 use crate::scheduler::{MemoryAccount, PriorityClass, SchedulingInfo};
 
@@ -36,11 +36,22 @@ impl Drop for InFlight<'_> {
 impl Platform {
     /// Runs the serving version of `tenant/name` once on `inputs`.
     pub async fn invoke(self: &Arc<Self>, tenant: &str, name: &str, inputs: Vec<IoTensor>) -> Result<Invocation> {
+        let admitted = Instant::now();
         let result = self.invoke_inner(tenant, name, inputs).await;
         match &result {
-            Ok(_) => self.count(|c| &c.invocations),
-            Err(PlatformError::Overloaded { .. }) => self.count(|c| &c.rejected),
-            Err(_) => self.count(|c| &c.invocation_errors),
+            Ok(invocation) => {
+                self.count(|c| &c.invocations);
+                self.metrics.record_ok(tenant, name, admitted.elapsed(), invocation);
+            }
+            Err(e) => {
+                match e {
+                    PlatformError::Overloaded { .. } => self.count(|c| &c.rejected),
+                    _ => self.count(|c| &c.invocation_errors),
+                }
+                // Only deployed names become label values (a caller picks the name).
+                let function = if self.cached(tenant, name).is_some() { name } else { UNKNOWN_FUNCTION };
+                self.metrics.record_error(tenant, function, e.code());
+            }
         }
         result
     }

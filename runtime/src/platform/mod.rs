@@ -10,7 +10,8 @@
 //! - [`invoke`]: admission control (`try_acquire` on the tenant's and the global
 //!   semaphore, so an overloaded server answers at once instead of queueing) and one
 //!   invocation in a fresh instance on a blocking thread;
-//! - [`tenants`]: the admin operations.
+//! - [`tenants`]: the admin operations;
+//! - [`metrics`]: Prometheus metrics of invocations, plus the status at scrape time.
 //!
 //! Methods that touch the disk or compile are synchronous: the HTTP layer calls them on
 //! the blocking pool. Errors are [`PlatformError`]s with stable codes.
@@ -18,6 +19,7 @@
 mod error;
 mod functions;
 mod invoke;
+mod metrics;
 mod tenants;
 
 use std::collections::HashMap;
@@ -39,6 +41,7 @@ use crate::scheduler::{DeviceQueue, MemoryAccount};
 pub use error::{LimitScope, PlatformError, Result};
 pub use functions::{FunctionInfo, LoadedFunction, WarmReport};
 pub use invoke::Invocation;
+pub use metrics::{DURATION_BUCKETS, Metrics, UNKNOWN_FUNCTION};
 pub use tenants::IssuedKey;
 
 /// Settings of a platform instance.
@@ -137,6 +140,7 @@ pub struct Platform {
     tenants: Mutex<HashMap<String, Arc<TenantRuntime>>>,
     global: Arc<Semaphore>,
     counters: Counters,
+    metrics: Metrics,
     ready: AtomicBool,
     shutting_down: AtomicBool,
     started: Instant,
@@ -172,6 +176,7 @@ impl Platform {
             functions: RwLock::new(HashMap::new()),
             tenants: Mutex::new(HashMap::new()),
             counters: Counters::default(),
+            metrics: Metrics::default(),
             ready: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
             started: Instant::now(),
@@ -216,6 +221,16 @@ impl Platform {
     /// Invocations running now.
     pub fn in_flight(&self) -> u64 {
         self.counters.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Its Prometheus metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The metrics text for `GET /metrics`: every tenant's series (admin only).
+    pub async fn render_metrics(&self) -> String {
+        self.metrics.render(&self.status(&Principal::Admin).await)
     }
 
     /// State and counters; tenant usage is the caller's own, or everyone's for the admin.

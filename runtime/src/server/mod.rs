@@ -5,7 +5,8 @@
 //! `docs/openapi.yaml`):
 //!
 //! - health, no key: `GET /v2/health/live`, `GET /v2/health/ready`;
-//! - admin key: `/v1/tenants[/{id}[/keys[/{key_id}]]]`;
+//! - admin key: `/v1/tenants[/{id}[/keys[/{key_id}]]]`, and `GET /metrics` (Prometheus,
+//!   OpenMetrics text; admin only because it names every tenant and function);
 //! - tenant key: `/v1/functions[/{name}[/invoke|/artifacts/{artifact}]]` and the Open
 //!   Inference Protocol's `/v2`, `/v2/models/{name}[/ready|/infer]`;
 //! - any key: `GET /v1/status`.
@@ -24,14 +25,14 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::header::CONTENT_LENGTH;
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post, put};
 use axum::{Json, serve::ListenerExt};
 
 use crate::platform::{Platform, Status};
-use auth::Caller;
+use auth::{AdminCaller, Caller};
 
 /// Largest request bodies, per kind of endpoint.
 #[derive(Clone, Copy, Debug)]
@@ -59,6 +60,7 @@ pub fn app(platform: Arc<Platform>, limits: BodyLimits) -> Router {
         .route("/v1/tenants/{id}", get(tenants::get).delete(tenants::delete))
         .route("/v1/tenants/{id}/keys", get(tenants::list_keys).post(tenants::issue_key))
         .route("/v1/tenants/{id}/keys/{key_id}", axum::routing::delete(tenants::revoke_key))
+        .route("/metrics", get(metrics))
         .layer(DefaultBodyLimit::max(limits.json_bytes));
     let functions = Router::new()
         .route("/v1/functions", get(functions::list))
@@ -105,6 +107,13 @@ async fn refuse_declared_oversize(State(limit): State<usize>, request: Request, 
 
 async fn status(State(platform): State<Arc<Platform>>, Caller(principal): Caller) -> Json<Status> {
     Json(platform.status(&principal).await)
+}
+
+/// The OpenMetrics text format, which Prometheus scrapes natively.
+pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+async fn metrics(State(platform): State<Arc<Platform>>, _: AdminCaller) -> Response {
+    ([(CONTENT_TYPE, METRICS_CONTENT_TYPE)], platform.render_metrics().await).into_response()
 }
 
 /// Serves `app` on `listener` until SIGINT or SIGTERM, then stops accepting, lets

@@ -1,0 +1,282 @@
+//! Prometheus metrics, named after Triton's conventions with a `sluice_` prefix.
+//!
+//! [`Metrics`] holds what only the invocation path knows (outcomes, latencies, kernel
+//! launches), updated as invocations finish. Everything the platform can already report
+//! (device schedulers, tenant accounts, functions loaded, compilations, in flight) is read
+//! from a [`Status`] snapshot at scrape time, so it is never stale and needs no hooks.
+//! [`Metrics::render`] writes both in the OpenMetrics text format (which Prometheus
+//! scrapes), ending in `# EOF`:
+//!
+//! | family | type | labels |
+//! |---|---|---|
+//! | `sluice_invocations_total` | counter | `tenant`, `function`, `outcome` (`ok` or the error code) |
+//! | `sluice_invocation_duration_seconds` | histogram | `tenant`, `function` (successful ones, admission to result) |
+//! | `sluice_queue_duration_seconds` | histogram | `tenant`, `function` (admission → instantiation) |
+//! | `sluice_instantiate_duration_seconds` | histogram | `tenant`, `function` |
+//! | `sluice_execute_duration_seconds` | histogram | `tenant`, `function` (the guest's `run`) |
+//! | `sluice_kernel_launches_total` | counter | `tenant`, `function` |
+//! | `sluice_functions_loaded`, `sluice_in_flight` | gauge | — |
+//! | `sluice_compilations_total` | counter | — |
+//! | `sluice_device_queued`, `sluice_device_active_invocations`, `sluice_device_resident_bytes` | gauge | `device` |
+//! | `sluice_device_kernels_total`, `sluice_device_busy_seconds_total`, `sluice_device_preemptions_total`, `sluice_device_sliced_kernels_total` | counter | `device` |
+//! | `sluice_tenant_device_seconds_total` | counter | `device`, `tenant`, `class` |
+//! | `sluice_tenant_memory_used_bytes`, `sluice_tenant_memory_quota_bytes` | gauge | `tenant` |
+//!
+//! Label values are bounded: tenants and functions exist in the registry (an invocation
+//! of a name that is not deployed counts under `function="(unknown)"`), outcomes are the
+//! stable error codes, and a deleted function's or tenant's series are removed.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use prometheus_client::encoding::{EncodeLabelSet, text};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Metric, Registry, Unit};
+
+use super::{Invocation, Status};
+use crate::scheduler::PriorityClass;
+
+/// The `function` label of an invocation whose name did not resolve to a deployed function.
+pub const UNKNOWN_FUNCTION: &str = "(unknown)";
+
+/// Upper bounds of the duration histograms' buckets, in seconds: 100 µs to 60 s.
+pub const DURATION_BUCKETS: [f64; 18] =
+    [1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FunctionLabels {
+    tenant: String,
+    function: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    tenant: String,
+    function: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeviceLabels {
+    device: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeviceTenantLabels {
+    device: String,
+    tenant: String,
+    class: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantLabels {
+    tenant: String,
+}
+
+type Histograms = Family<FunctionLabels, Histogram, fn() -> Histogram>;
+
+fn duration_histogram() -> Histogram {
+    Histogram::new(DURATION_BUCKETS)
+}
+
+/// The platform's invocation metrics. Cheap to update from many threads at once.
+#[derive(Debug)]
+pub struct Metrics {
+    invocations: Family<OutcomeLabels, Counter>,
+    invocation_duration: Histograms,
+    queue_duration: Histograms,
+    instantiate_duration: Histograms,
+    execute_duration: Histograms,
+    kernel_launches: Family<FunctionLabels, Counter>,
+    /// tenant → every `(function, outcome)` with a series, to remove them on delete
+    /// (a `Family` cannot be iterated). Written only when a series is created.
+    series: Mutex<HashMap<String, HashSet<(String, &'static str)>>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let histograms = || Histograms::new_with_constructor(duration_histogram as fn() -> Histogram);
+        Metrics {
+            invocations: Family::default(),
+            invocation_duration: histograms(),
+            queue_duration: histograms(),
+            instantiate_duration: histograms(),
+            execute_duration: histograms(),
+            kernel_launches: Family::default(),
+            series: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl Metrics {
+    /// Records a successful invocation of `tenant/function` that took `total` from
+    /// admission to result.
+    pub(crate) fn record_ok(&self, tenant: &str, function: &str, total: Duration, invocation: &Invocation) {
+        let labels = FunctionLabels { tenant: tenant.to_owned(), function: function.to_owned() };
+        let out = &invocation.output;
+        self.invocation_duration.get_or_create(&labels).observe(total.as_secs_f64());
+        self.queue_duration.get_or_create(&labels).observe(invocation.queue.as_secs_f64());
+        self.instantiate_duration.get_or_create(&labels).observe(out.instantiate.as_secs_f64());
+        self.execute_duration.get_or_create(&labels).observe(out.execute.as_secs_f64());
+        self.kernel_launches.get_or_create(&labels).inc_by(out.launches);
+        self.count(labels, "ok");
+    }
+
+    /// Records a failed (or refused) invocation with the error's stable code.
+    pub(crate) fn record_error(&self, tenant: &str, function: &str, code: &'static str) {
+        self.count(FunctionLabels { tenant: tenant.to_owned(), function: function.to_owned() }, code);
+    }
+
+    fn count(&self, labels: FunctionLabels, outcome: &'static str) {
+        let FunctionLabels { tenant, function } = labels;
+        let labels = OutcomeLabels { tenant, function, outcome };
+        if let Some(counter) = self.invocations.get(&labels) {
+            counter.inc();
+            return;
+        }
+        let mut series = self.series.lock();
+        series.entry(labels.tenant.clone()).or_default().insert((labels.function.clone(), outcome));
+        self.invocations.get_or_create(&labels).inc();
+    }
+
+    /// Drops the series of one function of `tenant`, or of all its functions (`None`),
+    /// after a delete.
+    pub(crate) fn forget(&self, tenant: &str, function: Option<&str>) {
+        let removed: Vec<(String, &'static str)> = {
+            let mut series = self.series.lock();
+            match (function, series.get_mut(tenant)) {
+                (_, None) => return,
+                (None, Some(_)) => series.remove(tenant).unwrap_or_default().into_iter().collect(),
+                (Some(f), Some(set)) => {
+                    let gone: Vec<_> = set.iter().filter(|(name, _)| name == f).cloned().collect();
+                    set.retain(|(name, _)| name != f);
+                    gone
+                }
+            }
+        };
+        for (function, outcome) in removed {
+            let labels = FunctionLabels { tenant: tenant.to_owned(), function };
+            let histograms = [&self.invocation_duration, &self.queue_duration, &self.instantiate_duration];
+            for family in histograms.into_iter().chain([&self.execute_duration]) {
+                family.remove(&labels);
+            }
+            self.kernel_launches.remove(&labels);
+            let FunctionLabels { tenant, function } = labels;
+            self.invocations.remove(&OutcomeLabels { tenant, function, outcome });
+        }
+    }
+
+    /// The metrics text: these families plus the scrape-time ones from `status` (taken
+    /// with the admin's view, so every tenant is in it).
+    pub fn render(&self, status: &Status) -> String {
+        let mut r = Registry::with_prefix("sluice");
+        r.register("invocations", "Invocations by outcome: ok or the error code", self.invocations.clone());
+        r.register_with_unit(
+            "invocation_duration",
+            "Successful invocations, admission to result",
+            Unit::Seconds,
+            self.invocation_duration.clone(),
+        );
+        let histograms = [
+            ("queue_duration", "Admission to the start of instantiation", &self.queue_duration),
+            ("instantiate_duration", "Creating the store and instance", &self.instantiate_duration),
+            ("execute_duration", "The guest's run, including waits for the device", &self.execute_duration),
+        ];
+        for (name, help, family) in histograms {
+            r.register_with_unit(name, help, Unit::Seconds, family.clone());
+        }
+        r.register("kernel_launches", "Ops launched by successful invocations", self.kernel_launches.clone());
+
+        let loaded = Gauge::<u64, AtomicU64>::default();
+        loaded.set(status.functions_loaded as u64);
+        r.register("functions_loaded", "Functions loaded and serving", loaded);
+        let compilations = Counter::<u64>::default();
+        compilations.inc_by(status.compilations);
+        r.register("compilations", "Components compiled by this process", compilations);
+        let in_flight = Gauge::<u64, AtomicU64>::default();
+        in_flight.set(status.in_flight);
+        r.register("in_flight", "Invocations running now", in_flight);
+
+        let devices = || status.devices.iter().enumerate().map(|(i, d)| (DeviceLabels { device: i.to_string() }, d));
+        let per_device = |f: fn(&crate::scheduler::DeviceStatus) -> u64| devices().map(move |(l, d)| (l, f(d)));
+        gauge(&mut r, "device_queued", "Kernels and uploads waiting", None, per_device(|d| d.queued as u64));
+        let active = per_device(|d| d.active_invocations as u64);
+        gauge(&mut r, "device_active_invocations", "Invocations with an open stream", None, active);
+        let resident = per_device(|d| d.resident_bytes);
+        gauge(&mut r, "device_resident", "Device memory held by resident tensors", Some(Unit::Bytes), resident);
+        counter(&mut r, "device_kernels", "Kernels run (a sliced kernel counts once)", per_device(|d| d.kernels));
+        seconds(&mut r, "device_busy", "Device time spent in kernels", per_device(|d| d.busy_us));
+        let help = "Times latency work was picked while best-effort work waited";
+        counter(&mut r, "device_preemptions", help, per_device(|d| d.preemptions));
+        counter(&mut r, "device_sliced_kernels", "Best-effort kernels run in slices", per_device(|d| d.sliced_kernels));
+        let tenant_time = devices().flat_map(|(l, d)| {
+            d.tenants.iter().map(move |t| {
+                let class = match t.class {
+                    PriorityClass::Latency => "latency",
+                    PriorityClass::Batch => "batch",
+                };
+                let labels = DeviceTenantLabels { device: l.device.clone(), tenant: t.tenant.clone(), class };
+                (labels, t.device_time_us)
+            })
+        });
+        seconds(&mut r, "tenant_device", "Measured device time of a tenant's kernels", tenant_time);
+
+        let tenants = || status.tenants.iter().map(|t| (TenantLabels { tenant: t.tenant.clone() }, t));
+        let used = tenants().map(|(l, t)| (l, t.memory_used_bytes));
+        gauge(&mut r, "tenant_memory_used", "Device memory a tenant holds", Some(Unit::Bytes), used);
+        let quota = tenants().filter_map(|(l, t)| Some((l, t.memory_quota_bytes?)));
+        gauge(&mut r, "tenant_memory_quota", "A tenant's device-memory quota", Some(Unit::Bytes), quota);
+
+        let mut out = String::new();
+        text::encode(&mut out, &r).expect("writing to a String cannot fail");
+        out
+    }
+}
+
+/// Registers a scrape-time family of gauges.
+fn gauge<S>(r: &mut Registry, name: &str, help: &str, unit: Option<Unit>, samples: impl IntoIterator<Item = (S, u64)>)
+where
+    S: Labels,
+{
+    let family = Family::<S, Gauge<u64, AtomicU64>>::default();
+    for (labels, v) in samples {
+        family.get_or_create(&labels).set(v);
+    }
+    register(r, name, help, unit, family);
+}
+
+/// Registers a scrape-time family of counters, read from totals the platform keeps.
+fn counter<S: Labels>(r: &mut Registry, name: &str, help: &str, samples: impl IntoIterator<Item = (S, u64)>) {
+    let family = Family::<S, Counter>::default();
+    for (labels, v) in samples {
+        family.get_or_create(&labels).inc_by(v);
+    }
+    r.register(name, help, family);
+}
+
+/// Registers a scrape-time family of counters of seconds, from totals in microseconds.
+fn seconds<S: Labels>(r: &mut Registry, name: &str, help: &str, samples: impl IntoIterator<Item = (S, u64)>) {
+    let family = Family::<S, Counter<f64, AtomicU64>>::default();
+    for (labels, us) in samples {
+        family.get_or_create(&labels).inc_by(us as f64 / 1e6);
+    }
+    r.register_with_unit(name, help, Unit::Seconds, family);
+}
+
+fn register(r: &mut Registry, name: &str, help: &str, unit: Option<Unit>, metric: impl Metric) {
+    match unit {
+        Some(unit) => r.register_with_unit(name, help, unit, metric),
+        None => r.register(name, help, metric),
+    }
+}
+
+/// A label set of a scrape-time family.
+trait Labels: Clone + Hash + Eq + EncodeLabelSet + Debug + Send + Sync + 'static {}
+impl<T: Clone + Hash + Eq + EncodeLabelSet + Debug + Send + Sync + 'static> Labels for T {}
