@@ -105,12 +105,7 @@ impl Registry {
         let data_dir = data_dir.as_ref().to_path_buf();
         std::fs::create_dir_all(&data_dir)
             .map_err(|e| RegistryError::storage(format!("creating {}", data_dir.display()), e))?;
-        let db = sled::Config::new().path(data_dir.join("db")).open().map_err(|e| match e {
-            sled::Error::Io(ref io) if io.to_string().contains("could not acquire lock") => {
-                RegistryError::InUse { path: data_dir.clone() }
-            }
-            e => RegistryError::storage(format!("opening sled in {}", data_dir.display()), e),
-        })?;
+        let db = open_sled(&data_dir)?;
         match db.get(SCHEMA_KEY)? {
             None => {
                 db.insert(SCHEMA_KEY, SCHEMA_VERSION)?;
@@ -262,4 +257,26 @@ pub(crate) fn tx_put<T: Serialize>(tree: &TransactionalTree, key: &[u8], value: 
     let bytes = encode(value).map_err(ConflictableTransactionError::Abort)?;
     tree.insert(key, bytes)?;
     Ok(())
+}
+
+/// How long [`open_sled`] waits for another holder of the lock to let go: sled's
+/// flusher thread keeps the file lock for a moment after a `Db` is dropped, and a
+/// restarting server may find its predecessor still exiting.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Opens the sled database of `data_dir`, retrying while its lock is held.
+fn open_sled(data_dir: &Path) -> Result<sled::Db> {
+    let started = std::time::Instant::now();
+    loop {
+        match sled::Config::new().path(data_dir.join("db")).open() {
+            Ok(db) => return Ok(db),
+            Err(sled::Error::Io(ref io)) if io.to_string().contains("could not acquire lock") => {
+                if started.elapsed() >= LOCK_WAIT {
+                    return Err(RegistryError::InUse { path: data_dir.to_path_buf() });
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => return Err(RegistryError::storage(format!("opening sled in {}", data_dir.display()), e)),
+        }
+    }
 }
