@@ -1,15 +1,18 @@
-//! all-MiniLM-L6-v2 (fp32) through sluice on the CPU device, side by side with a NumPy
-//! implementation of the same model, in one run on one machine.
+//! all-MiniLM-L6-v2 through sluice. On the CPU device (default, fp32): side by side
+//! with a NumPy implementation of the same model, in one run on one machine. On CUDA
+//! (`SLUICE_BENCH_DEVICE=cuda`): f32 and f16 at batch 1, 8 and 32 × 128 tokens, p50/p99
+//! per invocation and kernel launches per invocation; PyTorch is the baseline there
+//! (`bench/gpu/minilm_torch.py`, run by `bench/gpu/run.sh`), not NumPy.
 //!
-//! Cases (the reference sentences of `tests/data/minilm_ref_visible.json`):
+//! CPU cases (the reference sentences of `tests/data/minilm_ref_visible.json`):
 //! - `seq128`: batch 1, 128 tokens: the first record longer than 128 tokens, cut at the
 //!   longest word prefix that tokenizes to ≤ 128 tokens; its token ids must equal the
 //!   record's `input_ids_max_len_128` (what NumPy runs and is checked against);
 //! - `seq256`: batch 1, the longest record (256 tokens after truncation);
 //! - `batch16`: the 16 records in one invocation (padded to the longest), as throughput.
 //!
-//! Each case is checked against the reference embeddings (cosine ≥ 0.9999) before it is
-//! timed, then timed as whole invocations (p50) after warm-up. The NumPy side is
+//! Each CPU case is checked against the reference embeddings (cosine ≥ 0.9999) before it
+//! is timed, then timed as whole invocations (p50) after warm-up. The NumPy side is
 //! `bench/minilm_numpy.py`, run in a virtual environment at `target/bench-venv`
 //! (created with numpy from PyPI when missing; `SLUICE_BENCH_PYTHON` names another
 //! interpreter with numpy); it checks its own embeddings and prints JSON timings.
@@ -18,22 +21,33 @@
 //! breakdown of each case and the time spent outside kernels (guest code, host calls,
 //! instantiation). Needs `cargo xtask build-functions` and `cargo xtask fetch-model`;
 //! `cargo xtask bench` runs it with everything set up. Asserts nothing about time.
+//!
+//! CUDA cases (`common/minilm_cuda.rs`): the `seq128` text repeated `batch` times. The weights may be random
+//! (`bench/gpu/make_weights.py`), so each case is checked against the CPU device's f32
+//! embedding of the same text and weights (cosine ≥ 0.9999 for f32, ≥ 0.995 for f16),
+//! and every row of a batch against the first. Prints a table, one JSON line per case
+//! (`{"bench":"sluice-minilm",…}`), and writes `$SLUICE_BENCH_DUMP` (token ids and
+//! batch-1 embeddings, for the PyTorch side's cross-check) when set. `SLUICE_BENCH_RUNS`
+//! and `SLUICE_BENCH_WARMUP` set the timed and warm-up runs per case (default 100, 10).
+//! Exit status 1 if a case failed. `SLUICE_BENCH_GPU_PATH=1` runs this path on the CPU
+//! device (a dry run without a GPU).
 
-use std::collections::{BTreeMap, HashMap};
-use std::ops::Range;
+mod common;
+#[path = "common/minilm_cuda.rs"]
+mod cuda;
+
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::{KernelTimes, TimedDevice, machine, ms, print_rows};
 use serde_json::Value;
-use sluice_host_api::{MatmulArgs, Op, TensorMeta};
-use sluice_runtime::backend::{Buffer, CpuDevice, Device, DeviceError, DeviceInfo};
+use sluice_runtime::backend::{Device, DeviceChoice};
 use sluice_runtime::engine::{
-    ArtifactSet, Engine, EngineConfig, FunctionImage, FunctionLimits, InvocationContext, InvocationOutput, IoData,
-    IoTensor,
+    ArtifactSet, Engine, EngineConfig, FunctionImage, FunctionLimits, InvocationOutput, IoData, IoTensor,
 };
-use sluice_runtime::scheduler::{DeviceQueue, MemoryAccount, PriorityClass, SchedulingInfo};
+use sluice_runtime::scheduler::{DeviceQueue, MemoryAccount, PriorityClass};
 use tokio::runtime::Runtime;
 
 /// Timed invocations of each batch-1 case, and of the batch-16 case.
@@ -46,20 +60,20 @@ const HIDDEN: usize = 384;
 const MIN_COSINE: f64 = 0.9999;
 
 fn main() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = common::repo_root();
     let reference_path = root.join("tests/data/minilm_ref_visible.json");
     let reference: Value =
         serde_json::from_slice(&std::fs::read(&reference_path).expect("reference data")).expect("reference JSON");
-    let model_dir = model_dir();
+    let choice = common::device_choice();
+    if common::gpu_path(choice) {
+        std::process::exit(cuda::cuda_main(&reference, choice));
+    }
+    let model_dir = common::model_dir();
 
     let kernels = KernelTimes::default();
-    let device = TimedDevice { inner: CpuDevice::new(), times: kernels.clone() };
-    let bench = Bench {
-        engine: Engine::new(EngineConfig::default()).expect("engine"),
-        queue: DeviceQueue::start(Box::new(device)),
-        rt: tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime"),
-    };
-    let image = bench.prepare(&model_dir);
+    let device = TimedDevice { inner: common::open("minilm bench", DeviceChoice::Cpu, None), times: kernels.clone() };
+    let bench = Bench::new(Box::new(device));
+    let image = bench.prepare();
 
     let cases = bench.cases(&image, &reference);
     let fixed = bench.fixed_cost(&image);
@@ -133,32 +147,41 @@ struct Bench {
 }
 
 impl Bench {
-    fn prepare(&self, model_dir: &Path) -> FunctionImage {
-        let files: HashMap<String, PathBuf> =
-            [("model", "model.safetensors"), ("vocab", "vocab.txt"), ("config", "config.json")]
-                .into_iter()
-                .map(|(name, file)| (name.to_owned(), model_dir.join(file)))
-                .collect();
-        let component = self.engine.compile(&component("minilm_embed")).expect("compile minilm_embed");
-        let artifacts = ArtifactSet::new(files, MemoryAccount::new("minilm weights", None, None));
+    fn new(device: Box<dyn Device>) -> Bench {
+        Bench {
+            engine: Engine::new(EngineConfig::default()).expect("engine"),
+            queue: DeviceQueue::start(device),
+            rt: tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime"),
+        }
+    }
+
+    fn prepare(&self) -> FunctionImage {
+        let component = self.engine.compile(&common::component("minilm_embed")).expect("compile minilm_embed");
+        let artifacts = ArtifactSet::new(common::minilm_files(), MemoryAccount::new("minilm weights", None, None));
         self.engine.prepare("minilm-embed", &component, artifacts, FunctionLimits::default()).expect("prepare")
     }
 
-    fn invoke(&self, image: &FunctionImage, texts: &[String], return_tokens: bool) -> InvocationOutput {
-        let mut inputs = vec![IoTensor {
-            name: "text".into(),
-            shape: vec![texts.len() as u64],
-            data: IoData::Bytes(texts.iter().map(|t| t.as_bytes().to_vec()).collect()),
-        }];
+    fn try_invoke(
+        &self,
+        image: &FunctionImage,
+        texts: &[String],
+        precision: Option<&str>,
+        return_tokens: bool,
+    ) -> Result<InvocationOutput, String> {
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let mut inputs = vec![common::bytes_input("text", &texts)];
+        if let Some(p) = precision {
+            inputs.push(common::bytes_input("precision", &[p]));
+        }
         if return_tokens {
             inputs.push(IoTensor { name: "return_tokens".into(), shape: vec![1], data: IoData::U8(vec![1]) });
         }
-        let ctx = InvocationContext {
-            queue: self.queue.clone(),
-            account: MemoryAccount::new("bench", None, None),
-            scheduling: SchedulingInfo { tenant: "bench".into(), class: PriorityClass::Latency, weight: 1 },
-        };
-        self.rt.block_on(self.engine.invoke(image, ctx, &inputs)).unwrap_or_else(|e| panic!("minilm-embed: {e}"))
+        let ctx = common::ctx(&self.queue, "bench", PriorityClass::Latency);
+        self.rt.block_on(self.engine.invoke(image, ctx, &inputs)).map_err(|e| format!("minilm-embed: {e}"))
+    }
+
+    fn invoke(&self, image: &FunctionImage, texts: &[String], return_tokens: bool) -> InvocationOutput {
+        self.try_invoke(image, texts, None, return_tokens).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// sluice's token ids of `text` (one row, without padding).
@@ -168,6 +191,27 @@ impl Bench {
             IoData::I64(ids) => ids.clone(),
             other => panic!("input_ids is not INT64: {other:?}"),
         }
+    }
+
+    /// The longest word prefix of `full` that tokenizes to at most `max` tokens.
+    fn fit_prefix(&self, image: &FunctionImage, full: &str, max: usize) -> String {
+        let ends: Vec<usize> = full
+            .char_indices()
+            .filter(|&(i, c)| {
+                !c.is_whitespace() && full[i + c.len_utf8()..].chars().next().is_none_or(char::is_whitespace)
+            })
+            .map(|(i, c)| i + c.len_utf8())
+            .collect();
+        let (mut lo, mut hi) = (0, ends.len() - 1); // invariant: prefix `ends[lo]` fits
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if self.token_ids(image, &full[..ends[mid]]).len() <= max {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        full[..ends[lo]].to_owned()
     }
 
     /// The three cases, chosen from the reference data by the rules in the file header.
@@ -184,24 +228,7 @@ impl Bench {
             .find(|r| r["input_ids_max_len_128"].as_array().is_some_and(|a| a.len() == 128))
             .expect("a record with input_ids_max_len_128");
         let want_ids = ids(&long["input_ids_max_len_128"]);
-        let full = text(long);
-        let ends: Vec<usize> = full
-            .char_indices()
-            .filter(|&(i, c)| {
-                !c.is_whitespace() && full[i + c.len_utf8()..].chars().next().is_none_or(char::is_whitespace)
-            })
-            .map(|(i, c)| i + c.len_utf8())
-            .collect();
-        let (mut lo, mut hi) = (0, ends.len() - 1); // invariant: prefix `ends[lo]` fits
-        while lo < hi {
-            let mid = (lo + hi).div_ceil(2);
-            if self.token_ids(image, &full[..ends[mid]]).len() <= 128 {
-                lo = mid;
-            } else {
-                hi = mid - 1;
-            }
-        }
-        let prefix = full[..ends[lo]].to_owned();
+        let prefix = self.fit_prefix(image, &text(long), 128);
         let got = self.token_ids(image, &prefix);
         assert_eq!(got, want_ids, "the 128-token prefix {prefix:?} does not tokenize to input_ids_max_len_128");
 
@@ -304,94 +331,6 @@ fn cosine(got: &[f32], want: &[f64]) -> f64 {
     let ng = got.iter().map(|g| f64::from(*g).powi(2)).sum::<f64>().sqrt();
     let nw = want.iter().map(|w| w * w).sum::<f64>().sqrt();
     dot / (ng * nw)
-}
-
-/// Kernel time by op, shared between the device thread and the bench.
-#[derive(Clone, Default)]
-struct KernelTimes(Arc<Mutex<BTreeMap<String, (u64, Duration)>>>);
-
-impl KernelTimes {
-    fn add(&self, op: String, elapsed: Duration) {
-        let mut map = self.0.lock().expect("kernel times");
-        let entry = map.entry(op).or_default();
-        entry.0 += 1;
-        entry.1 += elapsed;
-    }
-
-    fn reset(&self) {
-        self.0.lock().expect("kernel times").clear();
-    }
-
-    fn take(&self) -> BTreeMap<String, (u64, Duration)> {
-        std::mem::take(&mut *self.0.lock().expect("kernel times"))
-    }
-}
-
-/// The CPU device, timing every upload, kernel and download it runs.
-struct TimedDevice {
-    inner: CpuDevice,
-    times: KernelTimes,
-}
-
-/// The breakdown's name for an op: the family, the elementwise op, and for products
-/// whether the right operand is a weight matrix (a linear layer) or an activation.
-fn op_key(op: &Op, inputs: &[(&Buffer, &TensorMeta)]) -> String {
-    match op {
-        Op::Matmul(_) if inputs.get(1).is_some_and(|(_, m)| m.rank() == 2) => "matmul (linear)".into(),
-        Op::Matmul(_) => "matmul (attention)".into(),
-        Op::Binary(b) => format!("{b:?}").to_lowercase(),
-        Op::Unary(u) => format!("{u:?}").to_lowercase(),
-        other => other.name().into(),
-    }
-}
-
-impl Device for TimedDevice {
-    fn info(&self) -> DeviceInfo {
-        self.inner.info()
-    }
-
-    fn upload(&self, meta: &TensorMeta, bytes: &[u8]) -> Result<Buffer, DeviceError> {
-        let t0 = Instant::now();
-        let result = self.inner.upload(meta, bytes);
-        self.times.add("upload".into(), t0.elapsed());
-        result
-    }
-
-    fn launch(&self, op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> Result<Buffer, DeviceError> {
-        let t0 = Instant::now();
-        let result = self.inner.launch(op, inputs, out);
-        self.times.add(op_key(op, inputs), t0.elapsed());
-        result
-    }
-
-    fn download(&self, buffer: &Buffer, meta: &TensorMeta) -> Result<Vec<u8>, DeviceError> {
-        let t0 = Instant::now();
-        let result = self.inner.download(buffer, meta);
-        self.times.add("download".into(), t0.elapsed());
-        result
-    }
-
-    fn synchronize(&self) -> Result<(), DeviceError> {
-        self.inner.synchronize()
-    }
-
-    fn matmul_rows(
-        &self,
-        args: &MatmulArgs,
-        a: (&Buffer, &TensorMeta),
-        b: (&Buffer, &TensorMeta),
-        out: &TensorMeta,
-        rows: Range<usize>,
-    ) -> Option<Result<Buffer, DeviceError>> {
-        let t0 = Instant::now();
-        let result = self.inner.matmul_rows(args, a, b, out, rows);
-        self.times.add(op_key(&Op::Matmul(*args), &[a, b]), t0.elapsed());
-        result
-    }
-
-    fn partition(&self) -> String {
-        self.inner.partition()
-    }
 }
 
 /// Runs case `case` of `bench/minilm_numpy.py` and returns its JSON report.
@@ -516,68 +455,4 @@ fn print_breakdown(cases: &[Case], results: &[CaseResult]) {
     whole.extend(results.iter().map(|r| padded(cell(r.mean, r.mean))));
     rows.extend([totals, outside, inst, whole]);
     print_rows(&rows);
-}
-
-/// Prints rows as an aligned table: first column left-aligned, the others right-aligned,
-/// a rule under the header.
-fn print_rows<R: AsRef<[String]>>(rows: &[R]) {
-    let columns = rows.iter().map(|r| r.as_ref().len()).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| rows.iter().filter_map(|r| r.as_ref().get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
-        .collect();
-    for (i, row) in rows.iter().enumerate() {
-        let cells: Vec<String> = row
-            .as_ref()
-            .iter()
-            .enumerate()
-            .map(|(c, s)| {
-                let pad = " ".repeat(widths[c] - s.chars().count());
-                if c == 0 { format!("{s}{pad}") } else { format!("{pad}{s}") }
-            })
-            .collect();
-        println!("{}", cells.join("  ").trim_end());
-        if i == 0 {
-            println!("{}", "-".repeat(widths.iter().sum::<usize>() + 2 * (columns - 1)));
-        }
-    }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-fn model_dir() -> PathBuf {
-    let dir = std::env::var_os("SLUICE_MODEL_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/sluice/models/all-MiniLM-L6-v2")
-    });
-    assert!(
-        dir.join("model.safetensors").is_file(),
-        "the MiniLM model is not in {}: run `cargo xtask fetch-model` first",
-        dir.display()
-    );
-    dir
-}
-
-/// The bytes of function `name`, built by `cargo xtask build-functions`.
-fn component(name: &str) -> Vec<u8> {
-    let dir = std::env::var_os("SLUICE_FUNCTIONS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../functions/target/wasm32-wasip2/release"));
-    let path = dir.join(format!("{name}.wasm"));
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!("{}: {e}; build the functions first with `cargo xtask build-functions`", path.display())
-    })
-}
-
-/// CPU count and model, and the 1-minute load average (the machine may be shared).
-fn machine() -> String {
-    let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, m)| m.trim().to_owned()))
-        .unwrap_or_else(|| "unknown CPU".to_owned());
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load = load.split_whitespace().next().unwrap_or("?").to_owned();
-    format!("nproc {nproc}, {model}, load average {load} at the end")
 }

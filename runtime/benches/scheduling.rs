@@ -1,5 +1,6 @@
-//! Scheduling benchmarks on the CPU device: co-location of a latency tenant with a
-//! best-effort tenant under each policy, and the scheduler's own overhead.
+//! Scheduling benchmarks on the CPU device (default) or the GPU
+//! (`SLUICE_BENCH_DEVICE=cuda`): co-location of a latency tenant with a best-effort
+//! tenant under each policy, and the scheduler's own overhead.
 //!
 //! Co-location: the latency tenant invokes `minilm-embed` (batch 1, one short
 //! sentence) with think time between requests, first alone, then next to `gemm-burn`
@@ -8,7 +9,10 @@
 //! the latency tenant's p50/p99, preemption latency (arrival of its first kernel →
 //! that kernel starting, from the scheduler), and the best-effort tenant's GEMM
 //! throughput as a fraction of its solo throughput. All modes run in this one process,
-//! side by side.
+//! side by side. On CUDA the latency tenant runs f16 (`precision` input), the
+//! best-effort tenant 8192³ bf16 GEMMs (`size`, `dtype` inputs) from two concurrent
+//! invocations, and each result also prints as a JSON line (`{"bench":"sluice-colocation",…}`);
+//! the SM partition mode is not implemented yet (green contexts).
 //!
 //! Overhead: the same kernel stream (MiniLM-layer-sized GEMMs, bias adds and GELUs)
 //! dispatched directly on the device versus through the scheduler, one tenant, no
@@ -17,36 +21,92 @@
 //! Needs `cargo xtask build-functions` and `cargo xtask fetch-model`; `cargo xtask
 //! bench` sets both up. Prints tables; asserts nothing about time.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use serde_json::json;
 use sluice_host_api::{DType, MatmulArgs, Op, TensorMeta, UnaryOp};
-use sluice_runtime::backend::{CpuDevice, Device};
-use sluice_runtime::engine::{
-    ArtifactSet, Engine, EngineConfig, FunctionImage, FunctionLimits, InvocationContext, IoData, IoTensor,
-};
+use sluice_runtime::backend::{Device, DeviceChoice};
+use sluice_runtime::engine::{ArtifactSet, Engine, EngineConfig, FunctionImage, FunctionLimits, IoData};
 use sluice_runtime::scheduler::{DeviceQueue, MemoryAccount, Policy, PriorityClass, SchedulerConfig, SchedulingInfo};
 
-const LATENCY_REQUESTS: usize = 200;
+use common::{ctx, percentile};
+
 const THINK_TIME: Duration = Duration::from_millis(15);
-const GEMM_SIZE: i64 = 384;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+/// What the co-location runs on each device.
+struct Setup {
+    device: DeviceChoice,
+    /// The GPU configuration (on CUDA, or dry-run on the CPU: `SLUICE_BENCH_GPU_PATH=1`).
+    gpu: bool,
+    /// Latency requests per mode.
+    requests: usize,
+    /// `precision` input of the latency tenant (`None`: the function's f32 default).
+    precision: Option<&'static str>,
+    gemm_size: i64,
+    /// `dtype` input of the best-effort tenant (`None`: f32).
+    gemm_dtype: Option<&'static str>,
+    /// `duration_ms` of one gemm-burn invocation, and how many invoke concurrently (so
+    /// one's set-up — generating and uploading its matrix — never leaves the device idle).
+    burn_ms: i64,
+    burners: usize,
+    /// How long the best-effort tenant runs alone.
+    solo_window: Duration,
+    /// Linear memory of gemm-burn (an 8192² f32 matrix is 256 MiB).
+    burn_memory: usize,
+    /// Longest latency series of one mode (GPU: 30 s, so a pathological mode cannot eat
+    /// the device check's time; fewer requests are then reported).
+    mode_cap: Option<Duration>,
 }
 
-fn wasm(name: &str) -> Vec<u8> {
-    let path = repo().join(format!("functions/target/wasm32-wasip2/release/{name}.wasm"));
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}; run `cargo xtask build-functions`", path.display()))
-}
+impl Setup {
+    /// The configuration for `device`; `SLUICE_BENCH_REQUESTS` and
+    /// `SLUICE_BENCH_GEMM_SIZE` override the request count and the GEMM size.
+    fn new(device: DeviceChoice) -> Setup {
+        let gpu = common::gpu_path(device);
+        let requests = common::env_usize("SLUICE_BENCH_REQUESTS", if gpu { 400 } else { 200 }).max(1);
+        let gemm_size = common::env_usize("SLUICE_BENCH_GEMM_SIZE", if gpu { 8192 } else { 384 }) as i64;
+        if gpu {
+            Setup {
+                device,
+                gpu,
+                requests,
+                precision: Some("f16"),
+                gemm_size,
+                gemm_dtype: Some("bf16"),
+                burn_ms: 1000,
+                burners: 2,
+                solo_window: THINK_TIME * requests as u32,
+                burn_memory: 1 << 30,
+                mode_cap: Some(Duration::from_secs(30)),
+            }
+        } else {
+            Setup {
+                device,
+                gpu,
+                requests,
+                precision: None,
+                gemm_size,
+                gemm_dtype: None,
+                burn_ms: 200,
+                burners: 1,
+                solo_window: THINK_TIME * requests as u32 * 2,
+                burn_memory: FunctionLimits::default().sandbox.memory_bytes,
+                mode_cap: None,
+            }
+        }
+    }
 
-fn model_dir() -> PathBuf {
-    std::env::var_os("SLUICE_MODEL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/sluice/models/all-MiniLM-L6-v2"))
+    fn cuda(&self) -> bool {
+        self.gpu
+    }
+
+    fn open(&self) -> Box<dyn Device> {
+        common::open("scheduling bench", self.device, Some(device_threads()))
+    }
 }
 
 struct Images {
@@ -54,35 +114,61 @@ struct Images {
     burn: FunctionImage,
 }
 
-fn images(engine: &Engine) -> Images {
-    let dir = model_dir();
-    assert!(dir.join("model.safetensors").is_file(), "no model in {}: run `cargo xtask fetch-model`", dir.display());
-    let files: HashMap<String, PathBuf> =
-        [("model", "model.safetensors"), ("vocab", "vocab.txt"), ("config", "config.json")]
-            .into_iter()
-            .map(|(n, f)| (n.to_owned(), dir.join(f)))
-            .collect();
-    let minilm = engine.compile(&wasm("minilm_embed")).unwrap();
-    let burn = engine.compile(&wasm("gemm_burn")).unwrap();
+fn images(engine: &Engine, setup: &Setup) -> Images {
+    let minilm = engine.compile(&common::component("minilm_embed")).unwrap();
+    let burn = engine.compile(&common::component("gemm_burn")).unwrap();
     let weights = MemoryAccount::new("weights", None, None);
+    let mut burn_limits = FunctionLimits::default();
+    burn_limits.sandbox.memory_bytes = setup.burn_memory;
     Images {
         minilm: engine
-            .prepare("minilm-embed", &minilm, ArtifactSet::new(files, weights), FunctionLimits::default())
+            .prepare(
+                "minilm-embed",
+                &minilm,
+                ArtifactSet::new(common::minilm_files(), weights),
+                FunctionLimits::default(),
+            )
             .unwrap(),
-        burn: engine.prepare("gemm-burn", &burn, ArtifactSet::empty(), FunctionLimits::default()).unwrap(),
+        burn: engine.prepare("gemm-burn", &burn, ArtifactSet::empty(), burn_limits).unwrap(),
     }
 }
 
-fn ctx(queue: &DeviceQueue, tenant: &str, class: PriorityClass) -> InvocationContext {
-    InvocationContext {
-        queue: queue.clone(),
-        account: MemoryAccount::new("invocation", None, None),
-        scheduling: SchedulingInfo { tenant: tenant.into(), class, weight: 1 },
+/// Sets the flag when dropped.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+/// `run_mode`, a panic (a failed invocation or device error) turned into a failed
+/// result, so one failing mode does not cost the others.
+fn try_mode(
+    engine: &Arc<Engine>,
+    setup: &Setup,
+    policy: Policy,
+    (latency, burn): (bool, bool),
+    rt: &tokio::runtime::Runtime,
+) -> ModeResult {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_mode(engine, setup, policy, latency, burn, rt)))
+        .unwrap_or_else(|panic| {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_else(|| "panicked".to_owned());
+            ModeResult {
+                p50_ms: f64::NAN,
+                p99_ms: f64::NAN,
+                preempt_p99_us: f64::NAN,
+                gemms_per_s: f64::NAN,
+                partition: "?".into(),
+                device: "?".into(),
+                requests: 0,
+                error: Some(message),
+            }
+        })
 }
 
 struct ModeResult {
@@ -90,6 +176,12 @@ struct ModeResult {
     p99_ms: f64,
     preempt_p99_us: f64,
     gemms_per_s: f64,
+    partition: String,
+    device: String,
+    /// Latency requests completed.
+    requests: usize,
+    /// Why the mode failed.
+    error: Option<String>,
 }
 
 /// Runs the latency tenant (if `latency`) and the best-effort tenant (if `burn`) on a
@@ -97,42 +189,54 @@ struct ModeResult {
 /// gets its own queue and engine images.
 fn run_mode(
     engine: &Arc<Engine>,
+    setup: &Setup,
     policy: Policy,
     latency: bool,
     burn: bool,
     rt: &tokio::runtime::Runtime,
 ) -> ModeResult {
-    let device = CpuDevice::with_threads(device_threads());
-    let queue = DeviceQueue::start_with(Box::new(device), SchedulerConfig { policy, ..SchedulerConfig::default() });
-    let images = Arc::new(images(engine));
-    let text = [IoTensor {
-        name: "text".into(),
-        shape: vec![1],
-        data: IoData::Bytes(vec![b"The quick brown fox jumps over the lazy dog.".to_vec()]),
-    }];
+    let queue = DeviceQueue::start_with(setup.open(), SchedulerConfig { policy, ..SchedulerConfig::default() });
+    let images = Arc::new(images(engine, setup));
+    let mut text = vec![common::bytes_input("text", &["The quick brown fox jumps over the lazy dog."])];
+    text.extend(setup.precision.map(|p| common::bytes_input("precision", &[p])));
     // Warm the weights and the cost model.
     rt.block_on(engine.invoke(&images.minilm, ctx(&queue, "ls", PriorityClass::Latency), &text)).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
-    let burner = burn.then(|| {
-        let (engine, images, queue, stop) = (engine.clone(), images.clone(), queue.clone(), stop.clone());
-        rt.spawn(async move {
-            let inputs = [
-                IoTensor { name: "duration_ms".into(), shape: vec![1], data: IoData::I64(vec![200]) },
-                IoTensor { name: "size".into(), shape: vec![1], data: IoData::I64(vec![GEMM_SIZE]) },
-            ];
-            let (mut gemms, started) = (0i64, Instant::now());
-            while !stop.load(Ordering::Relaxed) {
-                let out = engine.invoke(&images.burn, ctx(&queue, "be", PriorityClass::Batch), &inputs).await.unwrap();
-                let IoData::I64(g) = &out.outputs[0].data else { unreachable!() };
-                gemms += g[0];
-            }
-            gemms as f64 / started.elapsed().as_secs_f64()
+    // Stops the burners also when this mode panics (a failed invocation), so they do not
+    // run on into the next mode.
+    let _stop_guard = StopOnDrop(stop.clone());
+    let mut burn_inputs =
+        vec![common::i64_input("duration_ms", setup.burn_ms), common::i64_input("size", setup.gemm_size)];
+    burn_inputs.extend(setup.gemm_dtype.map(|d| common::bytes_input("dtype", &[d])));
+    let burners: Vec<_> = (0..if burn { setup.burners } else { 0 })
+        .map(|_| {
+            let (engine, images, queue, stop, inputs) =
+                (engine.clone(), images.clone(), queue.clone(), stop.clone(), burn_inputs.clone());
+            rt.spawn(async move {
+                let (mut gemms, started) = (0i64, Instant::now());
+                while !stop.load(Ordering::Relaxed) {
+                    let out =
+                        engine.invoke(&images.burn, ctx(&queue, "be", PriorityClass::Batch), &inputs).await.unwrap();
+                    let IoData::I64(g) = &out.outputs[0].data else { unreachable!() };
+                    gemms += g[0];
+                }
+                (gemms, started.elapsed())
+            })
         })
-    });
+        .collect();
     let mut latencies = Vec::new();
     if latency {
         rt.block_on(async {
-            for _ in 0..LATENCY_REQUESTS {
+            let series = Instant::now();
+            for _ in 0..setup.requests {
+                if setup.mode_cap.is_some_and(|cap| series.elapsed() > cap) {
+                    eprintln!(
+                        "scheduling bench: stopped after {} requests ({:?} cap)",
+                        latencies.len(),
+                        setup.mode_cap
+                    );
+                    break;
+                }
                 tokio::time::sleep(THINK_TIME).await;
                 let started = Instant::now();
                 engine.invoke(&images.minilm, ctx(&queue, "ls", PriorityClass::Latency), &text).await.unwrap();
@@ -140,15 +244,30 @@ fn run_mode(
             }
         });
     } else {
-        std::thread::sleep(THINK_TIME * LATENCY_REQUESTS as u32 * 2);
+        std::thread::sleep(setup.solo_window);
     }
     stop.store(true, Ordering::Relaxed);
-    let gemms_per_s = burner.map(|h| rt.block_on(h).unwrap()).unwrap_or(0.0);
+    let (mut gemms, mut elapsed) = (0i64, Duration::ZERO);
+    for h in burners {
+        let (g, e) = rt.block_on(h).unwrap();
+        gemms += g;
+        elapsed = elapsed.max(e);
+    }
+    let gemms_per_s = if gemms > 0 { gemms as f64 / elapsed.as_secs_f64() } else { 0.0 };
     let status = queue.status_blocking();
     latencies.sort_by(f64::total_cmp);
     let (p50_ms, p99_ms) =
         if latencies.is_empty() { (0.0, 0.0) } else { (percentile(&latencies, 0.5), percentile(&latencies, 0.99)) };
-    ModeResult { p50_ms, p99_ms, preempt_p99_us: status.preemption_latency.p99_us, gemms_per_s }
+    ModeResult {
+        p50_ms,
+        p99_ms,
+        preempt_p99_us: status.preemption_latency.p99_us,
+        gemms_per_s,
+        partition: status.partition,
+        device: status.device.name,
+        requests: latencies.len(),
+        error: None,
+    }
 }
 
 /// Cores the CPU device's kernels may use: all but one, which stays with the host
@@ -160,27 +279,53 @@ fn device_threads() -> usize {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()).saturating_sub(1).max(1))
 }
 
-fn colocation(rt: &tokio::runtime::Runtime) {
+/// Runs and prints the co-location modes; returns whether one failed.
+fn colocation(setup: &Setup, rt: &tokio::runtime::Runtime) -> bool {
     let engine = Arc::new(Engine::new(EngineConfig::default()).unwrap());
     eprintln!("scheduling bench: solo runs …");
-    let solo_ls = run_mode(&engine, Policy::Priority, true, false, rt);
-    let solo_be = run_mode(&engine, Policy::Priority, false, true, rt);
+    let solo_ls = try_mode(&engine, setup, Policy::Priority, (true, false), rt);
+    let solo_be = try_mode(&engine, setup, Policy::Priority, (false, true), rt);
     eprintln!("scheduling bench: co-located, FIFO …");
-    let fifo = run_mode(&engine, Policy::Fifo, true, true, rt);
+    let fifo = try_mode(&engine, setup, Policy::Fifo, (true, true), rt);
     eprintln!("scheduling bench: co-located, priority + preemption …");
-    let prio = run_mode(&engine, Policy::Priority, true, true, rt);
+    let prio = try_mode(&engine, setup, Policy::Priority, (true, true), rt);
+    let failed = [&solo_ls, &solo_be, &fifo, &prio].iter().any(|r| r.error.is_some());
+    let size = setup.gemm_size;
     println!();
-    println!(
-        "co-location on the CPU device: latency tenant minilm-embed f32 batch 1 ({LATENCY_REQUESTS} requests, {} ms think time), \
-         best-effort tenant gemm-burn {GEMM_SIZE}³ f32; device kernels on {} core(s)",
-        THINK_TIME.as_millis(),
-        device_threads()
-    );
+    if setup.cuda() {
+        println!(
+            "co-location on {}: latency tenant minilm-embed {} batch 1 ({} requests, {} ms think time), \
+             best-effort tenant gemm-burn {size}³ {} ({} concurrent invocations of {} ms)",
+            [&solo_ls, &solo_be, &fifo, &prio].iter().map(|r| r.device.as_str()).find(|d| *d != "?").unwrap_or("?"),
+            setup.precision.unwrap_or("f32"),
+            setup.requests,
+            THINK_TIME.as_millis(),
+            setup.gemm_dtype.unwrap_or("f32"),
+            setup.burners,
+            setup.burn_ms,
+        );
+    } else {
+        println!(
+            "co-location on the CPU device: latency tenant minilm-embed f32 batch 1 ({} requests, {} ms think time), \
+             best-effort tenant gemm-burn {size}³ f32; device kernels on {} core(s)",
+            setup.requests,
+            THINK_TIME.as_millis(),
+            device_threads()
+        );
+    }
     println!(
         "{:<34} {:>9} {:>9} {:>10} {:>14} {:>12}",
         "mode", "LS p50", "LS p99", "p99/solo", "preempt p99", "BE thruput"
     );
-    let row = |name: &str, r: &ModeResult, ls: bool, be: bool| {
+    let tflops = |r: &ModeResult| r.gemms_per_s * 2.0 * (size as f64).powi(3) / 1e12;
+    let row = |name: &str, key: &str, r: &ModeResult, ls: bool, be: bool| {
+        if let Some(error) = &r.error {
+            println!("{name:<34} FAILED: {error}");
+            if setup.cuda() {
+                println!("{}", json!({ "bench": "sluice-colocation", "mode": key, "ok": false, "error": error }));
+            }
+            return;
+        }
         let ls_cols = if ls {
             format!(
                 "{:>7.2}ms {:>7.2}ms {:>9.2}× {:>12.0}µs",
@@ -198,15 +343,48 @@ fn colocation(rt: &tokio::runtime::Runtime) {
             format!("{:>12}", "—")
         };
         println!("{name:<34} {ls_cols} {be_col}");
+        if setup.cuda() {
+            let record = json!({
+                "bench": "sluice-colocation", "mode": key, "ls_p50_ms": ls.then_some(r.p50_ms),
+                "ls_p99_ms": ls.then_some(r.p99_ms), "p99_over_solo": ls.then(|| r.p99_ms / solo_ls.p99_ms),
+                "preempt_p99_us": ls.then_some(r.preempt_p99_us), "ls_requests": ls.then_some(r.requests), "be_gemms_per_s": be.then_some(r.gemms_per_s),
+                "be_tflops": be.then(|| tflops(r)), "be_fraction": be.then(|| r.gemms_per_s / solo_be.gemms_per_s),
+            });
+            println!("{record}");
+        }
     };
-    row("latency tenant alone", &solo_ls, true, false);
-    println!(
-        "{:<34} {:>9} {:>9} {:>10} {:>14} {:>9.1}/s",
-        "best-effort alone", "—", "—", "—", "—", solo_be.gemms_per_s
-    );
-    row("co-located, FIFO (no policy)", &fifo, true, true);
-    row("co-located, priority + preemption", &prio, true, true);
-    println!("{:<34} n/a on the CPU device (no spatial partitions)", "co-located, + SM partition");
+    row("latency tenant alone", "ls-solo", &solo_ls, true, false);
+    if solo_be.error.is_some() {
+        row("best-effort alone", "be-solo", &solo_be, false, true);
+    } else {
+        println!(
+            "{:<34} {:>9} {:>9} {:>10} {:>14} {:>9.1}/s",
+            "best-effort alone", "—", "—", "—", "—", solo_be.gemms_per_s
+        );
+    }
+    if setup.cuda() && solo_be.error.is_none() {
+        println!(
+            "{}",
+            json!({ "bench": "sluice-colocation", "mode": "be-solo", "be_gemms_per_s": solo_be.gemms_per_s,
+            "be_tflops": tflops(&solo_be), "be_fraction": 1.0 })
+        );
+        println!("  (best-effort alone: {:.1} TFLOP/s)", tflops(&solo_be));
+    }
+    row("co-located, FIFO (no policy)", "fifo", &fifo, true, true);
+    row("co-located, priority + preemption", "priority", &prio, true, true);
+    if setup.cuda() {
+        println!(
+            "{:<34} not implemented (green contexts); the scheduler reports: {}",
+            "co-located, + SM partition", prio.partition
+        );
+        println!(
+            "{}",
+            json!({ "bench": "sluice-colocation", "mode": "partition", "note": "not implemented (green contexts)" })
+        );
+    } else {
+        println!("{:<34} n/a on the CPU device (no spatial partitions)", "co-located, + SM partition");
+    }
+    failed
 }
 
 /// The kernel stream of the overhead benchmark: (op, which inputs) per kernel.
@@ -241,7 +419,7 @@ fn bytes(n: usize) -> Vec<u8> {
 }
 
 /// Direct dispatch: the device called in a loop on this thread.
-fn direct(device: &CpuDevice, s: &Stream) -> Duration {
+fn direct(device: &dyn Device, s: &Stream) -> Duration {
     let up = |m: &TensorMeta| device.upload(m, &bytes(m.numel())).unwrap();
     let (x, w, b) = (up(&s.x), up(&s.w), up(&s.b));
     let started = Instant::now();
@@ -297,22 +475,23 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 /// Direct dispatch versus the scheduler, one tenant, no contention; repetitions
 /// interleaved so both see the same machine.
-fn overhead() {
+fn overhead(setup: &Setup) {
     let s = stream();
     let threads = device_threads();
-    let device = CpuDevice::with_threads(threads);
-    let queue = DeviceQueue::start(Box::new(CpuDevice::with_threads(threads)));
+    let device = setup.open();
+    let queue = DeviceQueue::start(setup.open());
     let (mut d, mut q) = (Vec::new(), Vec::new());
     for _ in 0..OVERHEAD_REPS {
-        d.push(direct(&device, &s));
+        d.push(direct(device.as_ref(), &s));
         q.push(scheduled(&queue, &s));
     }
     let (direct, scheduled) = (median(d), median(q));
     let kernels = (ROUNDS * s.ops.len()) as f64;
     println!();
+    let on = if setup.cuda() { queue.info().name.clone() } else { format!("{threads} device core(s)") };
     println!(
         "scheduler overhead, one tenant, no contention: {ROUNDS} × (GEMM 128×384×384 + bias add + GELU), \
-         median of {OVERHEAD_REPS} interleaved runs, {threads} device core(s)"
+         median of {OVERHEAD_REPS} interleaved runs, {on}"
     );
     println!("{:<28} {:>12} {:>14}", "dispatch", "total", "per kernel");
     println!(
@@ -327,14 +506,25 @@ fn overhead() {
         scheduled.as_secs_f64() * 1e3,
         scheduled.as_secs_f64() * 1e6 / kernels
     );
-    println!(
-        "throughput overhead: {:+.2}% (target ≤ 2%)",
-        100.0 * (scheduled.as_secs_f64() / direct.as_secs_f64() - 1.0)
-    );
+    let overhead = 100.0 * (scheduled.as_secs_f64() / direct.as_secs_f64() - 1.0);
+    println!("throughput overhead: {overhead:+.2}% (target ≤ 2%)");
+    if setup.cuda() {
+        let per_kernel_us = |d: Duration| d.as_secs_f64() * 1e6 / kernels;
+        println!(
+            "{}",
+            json!({ "bench": "sluice-overhead", "direct_us_per_kernel": per_kernel_us(direct),
+                    "scheduled_us_per_kernel": per_kernel_us(scheduled), "overhead_pct": overhead })
+        );
+    }
 }
 
 fn main() {
+    let setup = Setup::new(common::device_choice());
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    overhead();
-    colocation(&rt);
+    // A panic in the overhead part (a device error) is reported and the co-location runs anyway.
+    let overhead_failed = std::panic::catch_unwind(|| overhead(&setup)).is_err();
+    let colocation_failed = colocation(&setup, &rt);
+    if overhead_failed || colocation_failed {
+        std::process::exit(1);
+    }
 }

@@ -205,8 +205,10 @@ fn sliced_kernels_give_the_same_result_and_bound_the_wait() {
     assert_eq!(queue.status_blocking().sliced_kernels, 1);
     drop(ls);
     let slices = log.lock().unwrap().iter().filter(|k| k.starts_with("matmul rows")).count();
-    // At least 8 slices fit 4 ms into 0.5 ms pieces; rounding down rows per slice may add a few.
-    assert!((8..=16).contains(&slices), "4 ms in slices of ≤ 0.5 ms: {slices} slices");
+    // The estimate is at least the 4 ms the kernel spins (more on a loaded machine),
+    // so each slice has at most 8 of the 64 rows: at least 8 slices, never finer than
+    // one row.
+    assert!((8..=64).contains(&slices), "4 ms in slices of ≤ 0.5 ms: {slices} slices");
     assert_eq!(sliced, whole, "slicing does not change the result");
     // And the reference: a plain triple loop.
     for (i, got) in whole.iter().enumerate() {

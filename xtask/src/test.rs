@@ -16,10 +16,14 @@ pub fn run(args: &[String]) -> Result<()> {
     cmd::run(
         cmd::cargo()
             .current_dir(&root)
-            .args(["test", "--workspace", "--all-targets"])
+            // Benchmarks are programs that print figures (harness = false): they are
+            // type-checked below, not run as tests.
+            .args(["test", "--workspace", "--no-fail-fast", "--lib", "--bins", "--tests"])
             .args(args)
             .env("SLUICE_MODEL_DIR", &model_dir),
     )?;
+    cmd::run(cmd::cargo().current_dir(&root).args(["test", "--workspace", "--doc"]))?;
+    cmd::run(cmd::cargo().current_dir(&root).args(["check", "--workspace", "--benches"]))?;
     // The guest workspace's pure-Rust crates also run natively.
     cmd::run(
         cmd::cargo()

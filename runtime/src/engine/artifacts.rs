@@ -86,9 +86,8 @@ impl ArtifactSet {
             names.sort();
             ApiError::new(ErrorCode::NotFound, format!("no artifact named {artifact:?} (this function has: {names:?})"))
         })?;
-        let failed = |e: std::io::Error| {
-            ApiError::new(ErrorCode::DeviceFailure, format!("reading artifact {artifact:?}: {e}"))
-        };
+        let failed =
+            |e: std::io::Error| ApiError::new(ErrorCode::DeviceFailure, format!("reading artifact {artifact:?}: {e}"));
         let file = std::fs::File::open(path).map_err(failed)?;
         // SAFETY: artifact files are content-addressed blobs, written once (temporary
         // file, fsync, rename) and never modified or truncated while referenced, so

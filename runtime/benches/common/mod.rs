@@ -1,0 +1,270 @@
+//! Helpers shared by the benchmarks: where the repository, the built functions and the
+//! model are; which device to run on (`SLUICE_BENCH_DEVICE`); a device wrapper that
+//! times every call; percentiles and table printing.
+//!
+//! The benchmark binaries also run on a machine without cargo or this checkout's paths
+//! (the H200 of `bench/gpu/run.sh`), so every location can be overridden:
+//! `SLUICE_REPO_ROOT` (the checkout, for `tests/data`), `SLUICE_FUNCTIONS_DIR` (the
+//! `*.wasm` of `cargo xtask build-functions`), `SLUICE_MODEL_DIR` (model.safetensors,
+//! vocab.txt, config.json), `SLUICE_KERNEL_CACHE_DIR` (compiled CUDA kernels).
+
+// Each benchmark uses a different part of this module.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sluice_host_api::{MatmulArgs, Op, TensorMeta};
+use sluice_runtime::backend::{Buffer, Device, DeviceChoice, DeviceError, DeviceInfo, DeviceSettings, open_device};
+use sluice_runtime::engine::{InvocationContext, IoData, IoTensor};
+use sluice_runtime::scheduler::{DeviceQueue, MemoryAccount, PriorityClass, SchedulingInfo};
+
+/// The checkout: `$SLUICE_REPO_ROOT`, else the one this binary was built from if it is
+/// still there, else the current directory.
+pub fn repo_root() -> PathBuf {
+    if let Some(root) = std::env::var_os("SLUICE_REPO_ROOT") {
+        return PathBuf::from(root);
+    }
+    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    if built.join("tests/data").is_dir() { built } else { PathBuf::from(".") }
+}
+
+/// The bytes of function `name` (`minilm_embed`, `gemm_burn`, …), built by
+/// `cargo xtask build-functions`.
+pub fn component(name: &str) -> Vec<u8> {
+    let dir = std::env::var_os("SLUICE_FUNCTIONS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("functions/target/wasm32-wasip2/release"));
+    let path = dir.join(format!("{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!("{}: {e}; build the functions first with `cargo xtask build-functions`", path.display())
+    })
+}
+
+/// The MiniLM model directory: `$SLUICE_MODEL_DIR`, else the cache of `cargo xtask
+/// fetch-model`; panics when it holds no model.safetensors.
+pub fn model_dir() -> PathBuf {
+    let dir = std::env::var_os("SLUICE_MODEL_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/sluice/models/all-MiniLM-L6-v2")
+    });
+    assert!(
+        dir.join("model.safetensors").is_file(),
+        "the MiniLM model is not in {}: run `cargo xtask fetch-model` first (or set SLUICE_MODEL_DIR)",
+        dir.display()
+    );
+    dir
+}
+
+/// The artifacts of `minilm-embed` in `model_dir()`: model, vocab, config.
+pub fn minilm_files() -> HashMap<String, PathBuf> {
+    let dir = model_dir();
+    [("model", "model.safetensors"), ("vocab", "vocab.txt"), ("config", "config.json")]
+        .into_iter()
+        .map(|(name, file)| (name.to_owned(), dir.join(file)))
+        .collect()
+}
+
+/// The device of `SLUICE_BENCH_DEVICE`: `cpu` (default) or `cuda`.
+pub fn device_choice() -> DeviceChoice {
+    match std::env::var("SLUICE_BENCH_DEVICE").as_deref() {
+        Err(_) | Ok("") | Ok("cpu") => DeviceChoice::Cpu,
+        Ok("cuda") => DeviceChoice::Cuda,
+        Ok(other) => {
+            eprintln!("SLUICE_BENCH_DEVICE={other:?}: expected `cpu` or `cuda`");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// Whether to run the GPU benchmark's code path: on CUDA, or on the CPU device when
+/// `SLUICE_BENCH_GPU_PATH=1` (a dry run of that path on a machine without a GPU, with
+/// the sizes cut down through the benchmarks' `SLUICE_BENCH_*` variables).
+pub fn gpu_path(choice: DeviceChoice) -> bool {
+    choice == DeviceChoice::Cuda || std::env::var("SLUICE_BENCH_GPU_PATH").is_ok_and(|v| v == "1")
+}
+
+/// `$name` as a number, or `default`.
+pub fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// Opens `choice` through `open_device`; CUDA without a usable GPU ends the process
+/// with the backend's reason (exit status 2), not a panic.
+pub fn open(bench: &str, choice: DeviceChoice, cpu_threads: Option<usize>) -> Box<dyn Device> {
+    let settings = DeviceSettings {
+        cpu_threads,
+        kernel_cache_dir: std::env::var_os("SLUICE_KERNEL_CACHE_DIR").map(PathBuf::from),
+        ..DeviceSettings::default()
+    };
+    match open_device(choice, &settings) {
+        Ok(opened) => {
+            eprintln!("{bench}: {}", opened.reason);
+            opened.device
+        }
+        Err(e) => {
+            eprintln!("{bench}: SLUICE_BENCH_DEVICE=cuda: {e}");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// An invocation context on `queue` for `tenant` in `class`.
+pub fn ctx(queue: &DeviceQueue, tenant: &str, class: PriorityClass) -> InvocationContext {
+    InvocationContext {
+        queue: queue.clone(),
+        account: MemoryAccount::new("invocation", None, None),
+        scheduling: SchedulingInfo { tenant: tenant.into(), class, weight: 1 },
+    }
+}
+
+/// A BYTES input tensor of shape `[n]`.
+pub fn bytes_input(name: &str, values: &[&str]) -> IoTensor {
+    IoTensor {
+        name: name.into(),
+        shape: vec![values.len() as u64],
+        data: IoData::Bytes(values.iter().map(|v| v.as_bytes().to_vec()).collect()),
+    }
+}
+
+/// An INT64 input tensor of shape `[1]`.
+pub fn i64_input(name: &str, value: i64) -> IoTensor {
+    IoTensor { name: name.into(), shape: vec![1], data: IoData::I64(vec![value]) }
+}
+
+/// The `q` quantile (nearest rank) of sorted samples.
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Prints rows as an aligned table: first column left-aligned, the others right-aligned,
+/// a rule under the header.
+pub fn print_rows<R: AsRef<[String]>>(rows: &[R]) {
+    let columns = rows.iter().map(|r| r.as_ref().len()).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| rows.iter().filter_map(|r| r.as_ref().get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
+        .collect();
+    for (i, row) in rows.iter().enumerate() {
+        let cells: Vec<String> = row
+            .as_ref()
+            .iter()
+            .enumerate()
+            .map(|(c, s)| {
+                let pad = " ".repeat(widths[c] - s.chars().count());
+                if c == 0 { format!("{s}{pad}") } else { format!("{pad}{s}") }
+            })
+            .collect();
+        println!("{}", cells.join("  ").trim_end());
+        if i == 0 {
+            println!("{}", "-".repeat(widths.iter().sum::<usize>() + 2 * (columns - 1)));
+        }
+    }
+}
+
+/// CPU count and model, and the 1-minute load average (the machine may be shared).
+pub fn machine() -> String {
+    let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, m)| m.trim().to_owned()))
+        .unwrap_or_else(|| "unknown CPU".to_owned());
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load = load.split_whitespace().next().unwrap_or("?").to_owned();
+    format!("nproc {nproc}, {model}, load average {load} at the end")
+}
+
+/// Kernel time by op, shared between the device thread and the bench.
+#[derive(Clone, Default)]
+pub struct KernelTimes(Arc<Mutex<BTreeMap<String, (u64, Duration)>>>);
+
+impl KernelTimes {
+    fn add(&self, op: String, elapsed: Duration) {
+        let mut map = self.0.lock().expect("kernel times");
+        let entry = map.entry(op).or_default();
+        entry.0 += 1;
+        entry.1 += elapsed;
+    }
+
+    pub fn reset(&self) {
+        self.0.lock().expect("kernel times").clear();
+    }
+
+    pub fn take(&self) -> BTreeMap<String, (u64, Duration)> {
+        std::mem::take(&mut *self.0.lock().expect("kernel times"))
+    }
+}
+
+/// A device timing every upload, kernel and download it runs (on the host clock, so
+/// only meaningful for a synchronous device such as the CPU).
+pub struct TimedDevice {
+    pub inner: Box<dyn Device>,
+    pub times: KernelTimes,
+}
+
+/// The breakdown's name for an op: the family, the elementwise op, and for products
+/// whether the right operand is a weight matrix (a linear layer) or an activation.
+fn op_key(op: &Op, inputs: &[(&Buffer, &TensorMeta)]) -> String {
+    match op {
+        Op::Matmul(_) if inputs.get(1).is_some_and(|(_, m)| m.rank() == 2) => "matmul (linear)".into(),
+        Op::Matmul(_) => "matmul (attention)".into(),
+        Op::Binary(b) => format!("{b:?}").to_lowercase(),
+        Op::Unary(u) => format!("{u:?}").to_lowercase(),
+        other => other.name().into(),
+    }
+}
+
+impl Device for TimedDevice {
+    fn info(&self) -> DeviceInfo {
+        self.inner.info()
+    }
+
+    fn upload(&self, meta: &TensorMeta, bytes: &[u8]) -> Result<Buffer, DeviceError> {
+        let t0 = Instant::now();
+        let result = self.inner.upload(meta, bytes);
+        self.times.add("upload".into(), t0.elapsed());
+        result
+    }
+
+    fn launch(&self, op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> Result<Buffer, DeviceError> {
+        let t0 = Instant::now();
+        let result = self.inner.launch(op, inputs, out);
+        self.times.add(op_key(op, inputs), t0.elapsed());
+        result
+    }
+
+    fn download(&self, buffer: &Buffer, meta: &TensorMeta) -> Result<Vec<u8>, DeviceError> {
+        let t0 = Instant::now();
+        let result = self.inner.download(buffer, meta);
+        self.times.add("download".into(), t0.elapsed());
+        result
+    }
+
+    fn synchronize(&self) -> Result<(), DeviceError> {
+        self.inner.synchronize()
+    }
+
+    fn matmul_rows(
+        &self,
+        args: &MatmulArgs,
+        a: (&Buffer, &TensorMeta),
+        b: (&Buffer, &TensorMeta),
+        out: &TensorMeta,
+        rows: Range<usize>,
+    ) -> Option<Result<Buffer, DeviceError>> {
+        let t0 = Instant::now();
+        let result = self.inner.matmul_rows(args, a, b, out, rows);
+        self.times.add(op_key(&Op::Matmul(*args), &[a, b]), t0.elapsed());
+        result
+    }
+
+    fn partition(&self) -> String {
+        self.inner.partition()
+    }
+}
