@@ -292,8 +292,8 @@ impl Actor {
                         return (Duration::ZERO, true);
                     }
                 };
-                let metas: Vec<TensorMeta> = inputs.iter().map(|(_, m)| m.clone()).collect();
-                let key = KernelKey::new(op, &metas, out);
+                let key = KernelKey::new(op, inputs.iter().map(|(_, m)| m), out);
+                let args: Vec<(&Buffer, &TensorMeta)> = args.iter().zip(inputs).map(|(b, (_, m))| (b, m)).collect();
                 let sliceable = matches!(op, Op::Matmul(_)) && out.rank() >= 2 && out.shape[out.rank() - 2] > 1;
                 let estimate = self.cost.estimate(&key);
                 let wants_slices =
@@ -303,8 +303,7 @@ impl Actor {
                     let Op::Matmul(margs) = op else { unreachable!() };
                     self.slice_matmul(margs, &args, out, estimate, slice_now, &mut q.slices)
                 } else {
-                    let refs: Vec<(&Buffer, &TensorMeta)> = args.iter().map(|(b, m)| (b, m)).collect();
-                    Some(self.device.launch(op, &refs, out).map_err(ApiError::from))
+                    Some(self.device.launch(op, &args, out).map_err(ApiError::from))
                 };
                 let elapsed = started.elapsed();
                 let Some(result) = outcome else { return (elapsed, false) };
@@ -323,7 +322,7 @@ impl Actor {
     fn slice_matmul(
         &mut self,
         args: &MatmulArgs,
-        inputs: &[(Buffer, TensorMeta)],
+        inputs: &[(&Buffer, &TensorMeta)],
         out: &TensorMeta,
         estimate: Duration,
         slice_now: bool,
@@ -347,13 +346,10 @@ impl Actor {
         let r = part_meta.rank();
         part_meta.shape[r - 2] = rows as u32;
         let started = Instant::now();
-        let part =
-            self.device.matmul_rows(args, (&inputs[0].0, &inputs[0].1), (&inputs[1].0, &inputs[1].1), out, range);
-        match part {
+        match self.device.matmul_rows(args, inputs[0], inputs[1], out, range) {
             None => {
                 // The device cannot slice: run the rest whole.
-                let refs: Vec<(&Buffer, &TensorMeta)> = inputs.iter().map(|(b, m)| (b, m)).collect();
-                return Some(self.device.launch(&Op::Matmul(*args), &refs, out).map_err(ApiError::from));
+                return Some(self.device.launch(&Op::Matmul(*args), inputs, out).map_err(ApiError::from));
             }
             Some(Err(e)) => return Some(Err(e.into())),
             Some(Ok(b)) => p.parts.push((b, part_meta)),
@@ -371,11 +367,13 @@ impl Actor {
         Some(self.device.launch(&Op::Concat { axis: (out.rank() - 2) as u32 }, &refs, out).map_err(ApiError::from))
     }
 
-    fn gather(&self, inputs: &[(TensorId, TensorMeta)]) -> Result<Vec<(Buffer, TensorMeta)>, ApiError> {
+    /// The inputs' buffers (cheap clones of shared handles), or the error that
+    /// poisons them.
+    fn gather(&self, inputs: &[(TensorId, TensorMeta)]) -> Result<Vec<Buffer>, ApiError> {
         inputs
             .iter()
-            .map(|(id, meta)| match self.slots.get(id).map(|s| &s.state) {
-                Some(State::Ready(b)) => Ok((b.clone(), meta.clone())),
+            .map(|(id, _)| match self.slots.get(id).map(|s| &s.state) {
+                Some(State::Ready(b)) => Ok(b.clone()),
                 Some(State::Failed(e)) => Err(e.clone()),
                 Some(State::Pending) => Err(ApiError::new(
                     ErrorCode::DeviceFailure,
