@@ -69,6 +69,10 @@ impl Device for CudaDevice {
         self.inner.synchronize().map_err(error)
     }
 
+    fn is_async(&self) -> bool {
+        true
+    }
+
     fn partition(&self) -> String {
         "none: green-context partitions are not enabled yet (priorities and preemption only)".into()
     }

@@ -121,6 +121,12 @@ pub trait Device: Send + Sync + 'static {
         None
     }
 
+    /// Whether `launch` returns before the kernel ran (work queues on the device, as
+    /// on a GPU stream), so the scheduler must bound what it hands over.
+    fn is_async(&self) -> bool {
+        false
+    }
+
     /// The spatial partition in force, or why there is none.
     fn partition(&self) -> String {
         "none: this device has no spatial partitions".into()

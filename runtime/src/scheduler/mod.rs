@@ -14,6 +14,7 @@
 //! latency work waits at most about one [`SchedulerConfig::preemption_budget`].
 
 mod cost;
+mod inflight;
 mod memory;
 mod pool;
 mod queues;
@@ -85,13 +86,22 @@ pub enum Policy {
 pub struct SchedulerConfig {
     pub policy: Policy,
     /// While latency work is active, no best-effort kernel estimated longer than this
-    /// runs whole: it is sliced into pieces that fit.
+    /// runs whole (it is sliced into pieces that fit), and on an asynchronous device
+    /// no more best-effort work than this is in flight.
     pub preemption_budget: Duration,
+    /// Best-effort work an asynchronous device may hold in flight while no latency
+    /// work is active (deeper queues keep it busy; latency work arriving then waits
+    /// at most this long).
+    pub fill_depth: Duration,
 }
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
-        SchedulerConfig { policy: Policy::Priority, preemption_budget: Duration::from_micros(100) }
+        SchedulerConfig {
+            policy: Policy::Priority,
+            preemption_budget: Duration::from_micros(100),
+            fill_depth: Duration::from_millis(2),
+        }
     }
 }
 

@@ -17,6 +17,7 @@ use sluice_host_api::{ApiError, ErrorCode, MatmulArgs, Op, TensorMeta};
 use tokio::sync::oneshot;
 
 use super::cost::{CostModel, KernelKey};
+use super::inflight::InFlight;
 use super::queues::{Pick, Queued, Queues};
 use super::status::{DeviceStatus, LatencySummary, TenantStatus};
 use super::{Command, InvocationId, Policy, PriorityClass, Published, SchedulerConfig, TensorId, Work};
@@ -62,6 +63,9 @@ struct Actor {
     preemptions: u64,
     busy: Duration,
     latency_ns: VecDeque<u64>,
+    /// Whether launches return before the kernel ran (a GPU stream).
+    asynchronous: bool,
+    inflight: InFlight,
 }
 
 pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver<Command>, published: Arc<Published>) {
@@ -78,9 +82,14 @@ pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver
         preemptions: 0,
         busy: Duration::ZERO,
         latency_ns: VecDeque::new(),
+        asynchronous: false,
+        inflight: InFlight::default(),
     };
+    actor.asynchronous = actor.device.is_async();
     loop {
         if actor.queues.is_idle() {
+            // Nothing to run: let the device finish, so the window is measured.
+            actor.drain();
             match wait(&rx) {
                 Some(c) => actor.accept(c),
                 None => return,
@@ -149,7 +158,10 @@ impl Actor {
             }
             Command::Read { id, meta, reply } => match self.slots.get_mut(&id) {
                 Some(Slot { state: State::Pending, readers, .. }) => readers.push((meta, reply)),
-                Some(Slot { state: State::Ready(b), .. }) => {
+                Some(Slot { state: State::Ready(_), .. }) => {
+                    // A download waits for the device anyway; account for it first.
+                    self.drain();
+                    let Some(Slot { state: State::Ready(b), .. }) = self.slots.get(&id) else { unreachable!() };
                     let _ = reply.send(self.device.download(b, &meta).map_err(ApiError::from));
                 }
                 Some(Slot { state: State::Failed(e), .. }) => {
@@ -191,7 +203,12 @@ impl Actor {
             }
             Err(e) => State::Failed(e),
         };
-        for (meta, reply) in std::mem::take(&mut slot.readers) {
+        let readers = std::mem::take(&mut slot.readers);
+        if !readers.is_empty() {
+            self.drain();
+        }
+        let Some(slot) = self.slots.get(&id) else { return };
+        for (meta, reply) in readers {
             let answer = match &slot.state {
                 State::Ready(b) => self.device.download(b, &meta).map_err(ApiError::from),
                 State::Failed(e) => Err(e.clone()),
@@ -257,7 +274,7 @@ impl Actor {
         };
         let mut head = queue.pop_front().expect("picked a non-empty queue");
         let is_kernel = matches!(head.work, Work::Launch { .. });
-        let (elapsed, done) = self.execute(&mut head, slice_now);
+        let (elapsed, done) = self.execute(&mut head, class, slice_now);
         if !done {
             // Put the partly sliced kernel back at the head of its queue.
             match pick {
@@ -270,7 +287,7 @@ impl Actor {
     }
 
     /// Executes `q` (or one slice of it); returns the device time and whether it is done.
-    fn execute(&mut self, q: &mut Queued, slice_now: bool) -> (Duration, bool) {
+    fn execute(&mut self, q: &mut Queued, class: PriorityClass, slice_now: bool) -> (Duration, bool) {
         match &q.work {
             Work::Upload { id, meta, bytes } => {
                 let started = Instant::now();
@@ -298,6 +315,9 @@ impl Actor {
                 let estimate = self.cost.estimate(&key);
                 let wants_slices =
                     sliceable && (q.slices.is_some() || (slice_now && estimate > self.config.preemption_budget));
+                if self.asynchronous && self.inflight.would_exceed(estimate, self.inflight_bound(class)) {
+                    self.drain();
+                }
                 let started = Instant::now();
                 let outcome = if wants_slices {
                     let Op::Matmul(margs) = op else { unreachable!() };
@@ -305,10 +325,17 @@ impl Actor {
                 } else {
                     Some(self.device.launch(op, &args, out).map_err(ApiError::from))
                 };
-                let elapsed = started.elapsed();
+                let mut elapsed = started.elapsed();
                 let Some(result) = outcome else { return (elapsed, false) };
                 let total = q.slices.take().map(|p| p.elapsed + elapsed).unwrap_or(elapsed);
-                self.cost.record(&key, total);
+                if self.asynchronous {
+                    // The launch only enqueued it: charge the estimate; the drain
+                    // that follows measures the truth for the cost model.
+                    self.inflight.add(key, estimate);
+                    elapsed = estimate;
+                } else {
+                    self.cost.record(&key, total);
+                }
                 self.kernels += 1;
                 self.release_inputs(&q.work);
                 self.complete(id, result.map(|b| (b, out_bytes)));
@@ -365,6 +392,29 @@ impl Actor {
         }
         let refs: Vec<(&Buffer, &TensorMeta)> = parts.iter().map(|(b, m)| (b, m)).collect();
         Some(self.device.launch(&Op::Concat { axis: (out.rank() - 2) as u32 }, &refs, out).map_err(ApiError::from))
+    }
+
+    /// How much work may be in flight on an asynchronous device before more of
+    /// `class` is enqueued: unbounded for latency work and under FIFO; the
+    /// preemption budget for best-effort work while latency work is active; the
+    /// fill depth otherwise.
+    fn inflight_bound(&self, class: PriorityClass) -> Duration {
+        match (self.config.policy, class) {
+            (Policy::Fifo, _) | (_, PriorityClass::Latency) => Duration::MAX,
+            (Policy::Priority, PriorityClass::Batch) if self.queues.latency_active() => self.config.preemption_budget,
+            (Policy::Priority, PriorityClass::Batch) => self.config.fill_depth,
+        }
+    }
+
+    /// Waits for an asynchronous device to finish what it holds, and measures it.
+    fn drain(&mut self) {
+        if self.inflight.is_empty() {
+            return;
+        }
+        if let Err(e) = self.device.synchronize() {
+            tracing::error!(error = %e, "device synchronize failed");
+        }
+        self.inflight.drained(&mut self.cost);
     }
 
     /// The inputs' buffers (cheap clones of shared handles), or the error that
