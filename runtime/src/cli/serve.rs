@@ -8,6 +8,7 @@ use anyhow::{Context, bail};
 
 use crate::backend::{DeviceChoice, DeviceSettings, OpenedDevice, open_device};
 use crate::platform::{Platform, PlatformConfig};
+use crate::scheduler::{Policy, SchedulerConfig};
 use crate::server::{self, BodyLimits};
 
 #[derive(clap::Args, Debug)]
@@ -30,6 +31,18 @@ pub struct ServeArgs {
     /// Let f32 GEMMs on the GPU use TF32 tensor cores (faster, ~1e-3 relative error).
     #[arg(long)]
     allow_tf32: bool,
+    /// How each device orders work between invocations: `priority` (latency before
+    /// batch, weighted fair share, preemption) or `fifo` (arrival order).
+    #[arg(long, value_enum, default_value_t = Policy::Priority)]
+    policy: Policy,
+    /// While latency work is active, the most best-effort work (µs, estimated) that may
+    /// run or sit on the device ahead of it; longer kernels are sliced.
+    #[arg(long, default_value_t = 100)]
+    preemption_budget_us: u64,
+    /// Best-effort work (µs, estimated) a GPU may hold in flight while no latency work
+    /// is active.
+    #[arg(long, default_value_t = 2000)]
+    fill_depth_us: u64,
     /// Invocations in flight at once, server-wide (more get 429).
     #[arg(long, default_value_t = 64)]
     max_concurrency: u32,
@@ -66,6 +79,11 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         data_dir: args.data_dir.clone(),
         max_concurrency: args.max_concurrency,
         tenant_max_concurrency: args.tenant_max_concurrency,
+        scheduler: SchedulerConfig {
+            policy: args.policy,
+            preemption_budget: Duration::from_micros(args.preemption_budget_us),
+            fill_depth: Duration::from_micros(args.fill_depth_us),
+        },
         ..PlatformConfig::default()
     };
     let limits = BodyLimits {

@@ -71,7 +71,7 @@ pub struct SchedulingInfo {
 }
 
 /// How the scheduler orders work between invocations.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Policy {
     /// Arrival order, no classes, no slicing: the baseline.
