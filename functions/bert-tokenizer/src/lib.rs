@@ -15,20 +15,17 @@
 mod config;
 mod normalizer;
 mod pretokenizer;
+mod vocab;
 mod wordpiece;
 
 use std::collections::HashMap;
 use std::fmt;
 
-use rustc_hash::FxHashMap;
-
 pub use config::Options;
 pub use normalizer::{NormalizerFlags, normalize};
 pub use pretokenizer::{is_bert_punctuation, pre_tokenize};
+use vocab::Vocab;
 pub use wordpiece::WordPiece;
-
-/// Token → id, with a fast non-cryptographic hash (the vocabulary is trusted input).
-type Vocab = FxHashMap<String, u32>;
 
 /// Why a tokenizer could not be built.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,27 +78,23 @@ impl BertTokenizer {
     /// Builds a tokenizer from a `vocab.txt` (one token per line, id = line number).
     pub fn from_vocab_txt(vocab_txt: &[u8], options: Options) -> Result<Self, Error> {
         let text = std::str::from_utf8(vocab_txt).map_err(|e| Error::Config(format!("vocab.txt is not UTF-8: {e}")))?;
-        let mut vocab = Vocab::with_capacity_and_hasher(text.len() / 7, Default::default());
-        for (i, line) in text.lines().enumerate() {
-            vocab.insert(line.trim_end_matches('\r').to_owned(), i as u32);
-        }
-        Self::build(vocab, options)
+        Self::build(Vocab::from_lines(text), options)
     }
 
     /// Builds a tokenizer from an HF `tokenizer.json` alone (vocabulary and options).
     pub fn from_tokenizer_json(json: &[u8]) -> Result<Self, Error> {
         let options = Options::from_tokenizer_json(json)?;
-        let vocab = config::vocab_from_tokenizer_json(json)?.into_iter().collect();
-        Self::new(vocab, options)
+        let vocab = config::vocab_from_tokenizer_json(json)?;
+        Self::build(Vocab::from_pairs(vocab.iter().map(|(t, &id)| (t.as_str(), id))), options)
     }
 
     /// Builds a tokenizer from a vocabulary map and options.
     pub fn new(vocab: HashMap<String, u32>, options: Options) -> Result<Self, Error> {
-        Self::build(vocab.into_iter().collect(), options)
+        Self::build(Vocab::from_pairs(vocab.iter().map(|(t, &id)| (t.as_str(), id))), options)
     }
 
     fn build(vocab: Vocab, options: Options) -> Result<Self, Error> {
-        let id = |t: &str| vocab.get(t).copied().ok_or_else(|| Error::MissingToken(t.to_owned()));
+        let id = |t: &str| vocab.get(t).ok_or_else(|| Error::MissingToken(t.to_owned()));
         let unk_id = id(&options.unk_token)?;
         let cls_id = id(&options.cls_token)?;
         let sep_id = id(&options.sep_token)?;
@@ -134,7 +127,7 @@ impl BertTokenizer {
 
     /// The id of `token`, if it is in the vocabulary.
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
-        self.wordpiece.vocab.get(token).copied()
+        self.wordpiece.vocab.get(token)
     }
 
     /// The pad id (`[PAD]`).

@@ -3,12 +3,12 @@
 //! any part that matches nothing, or longer than the character limit, becomes the
 //! unknown token as a whole.
 
-use rustc_hash::FxHashMap;
+use crate::vocab::Vocab;
 
 /// A WordPiece vocabulary with its unknown-token policy.
 #[derive(Debug, Clone)]
 pub struct WordPiece {
-    pub(crate) vocab: FxHashMap<String, u32>,
+    pub(crate) vocab: Vocab,
     pub(crate) unk_id: u32,
     pub(crate) prefix: String,
     pub(crate) max_input_chars_per_word: usize,
@@ -33,7 +33,7 @@ impl WordPiece {
                     buf.push_str(&self.prefix);
                 }
                 buf.push_str(&word[start..end]);
-                if let Some(&id) = self.vocab.get(buf.as_str()) {
+                if let Some(id) = self.vocab.get(buf.as_str()) {
                     found = Some(id);
                     break;
                 }
@@ -60,11 +60,9 @@ mod tests {
     use super::*;
 
     fn wp() -> WordPiece {
-        let vocab = ["[UNK]", "un", "##aff", "##able", "a", "##b", "é"]
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.to_string(), i as u32))
-            .collect();
+        let vocab = Vocab::from_pairs(
+            ["[UNK]", "un", "##aff", "##able", "a", "##b", "é"].iter().enumerate().map(|(i, t)| (*t, i as u32)),
+        );
         WordPiece { vocab, unk_id: 0, prefix: "##".into(), max_input_chars_per_word: 10 }
     }
 
