@@ -17,8 +17,11 @@
 //! Needs `cargo xtask build-functions`; `cargo xtask bench` runs it with everything set up.
 //! It prints a table and asserts nothing about time.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::{component, machine};
 use sluice_runtime::backend::CpuDevice;
 use sluice_runtime::engine::{
     ArtifactSet, Engine, EngineConfig, FunctionImage, FunctionLimits, InvocationContext, InvocationOutput, IoData,
@@ -263,30 +266,6 @@ fn percentile(values: &[f64], p: f64) -> f64 {
     v.sort_by(f64::total_cmp);
     let rank = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
     v[rank.min(v.len() - 1)]
-}
-
-/// Where `cargo xtask build-functions` leaves the components.
-fn component(name: &str) -> Vec<u8> {
-    let dir = std::env::var_os("SLUICE_FUNCTIONS_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| {
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../functions/target/wasm32-wasip2/release")
-    });
-    let path = dir.join(format!("{name}.wasm"));
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!("{}: {e}; build the functions first with `cargo xtask build-functions`", path.display())
-    })
-}
-
-/// CPU count and model, and the 1-minute load average (the machine may be shared).
-fn machine() -> String {
-    let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, m)| m.trim().to_owned()))
-        .unwrap_or_else(|| "unknown CPU".to_owned());
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load = load.split_whitespace().next().unwrap_or("?").to_owned();
-    format!("nproc {nproc}, {model}, load average {load} at the end")
 }
 
 /// CPU time consumed so far by the calling thread (`CLOCK_THREAD_CPUTIME_ID`).
