@@ -323,15 +323,19 @@ pub fn rows_config(rows: u64, len: u64) -> LaunchConfig {
 mod tests {
     use super::*;
 
-    /// `SLUICE_KERNEL_DUMP=dir cargo test -p sluice-backend-cuda dump_sources -- --ignored`
-    /// writes the generated NVRTC sources, for reading or for a host-compiler syntax check.
+    /// Every module has an NVRTC source with C-linkage kernels. With
+    /// `SLUICE_KERNEL_DUMP=dir` the sources are also written there, for reading or for
+    /// a host-compiler syntax check.
     #[test]
-    #[ignore]
-    fn dump_sources() {
-        let dir = std::env::var("SLUICE_KERNEL_DUMP").expect("set SLUICE_KERNEL_DUMP");
-        std::fs::create_dir_all(&dir).unwrap();
+    fn every_module_has_a_source() {
+        let dump = std::env::var("SLUICE_KERNEL_DUMP").ok();
         for m in Module::ALL {
-            std::fs::write(format!("{dir}/{}.cu", m.name()), m.source()).unwrap();
+            let source = m.source();
+            assert!(source.contains("extern \"C\""), "module {} has no C-linkage kernels", m.name());
+            if let Some(dir) = &dump {
+                std::fs::create_dir_all(dir).unwrap();
+                std::fs::write(format!("{dir}/{}.cu", m.name()), &source).unwrap();
+            }
         }
     }
 
