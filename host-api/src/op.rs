@@ -33,7 +33,28 @@ pub enum UnaryOp {
     Abs,
 }
 
+impl BinaryOp {
+    /// Every binary op, in WIT order.
+    pub const ALL: [BinaryOp; 6] =
+        [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum, BinaryOp::Minimum];
+}
+
 impl UnaryOp {
+    /// Every unary op, in WIT order.
+    pub const ALL: [UnaryOp; 11] = [
+        UnaryOp::Relu,
+        UnaryOp::Gelu,
+        UnaryOp::GeluTanh,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+    ];
+
     /// Whether the op is defined on integer tensors too.
     pub const fn accepts_integers(self) -> bool {
         matches!(self, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu)
@@ -47,6 +68,11 @@ pub enum ReduceOp {
     Mean,
     Max,
     Min,
+}
+
+impl ReduceOp {
+    /// Every reduction, in WIT order.
+    pub const ALL: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min];
 }
 
 /// Kinds of 2-D pooling.

@@ -26,22 +26,9 @@ pub enum Module {
     Pool,
 }
 
-pub const UNARY_OPS: [UnaryOp; 11] = [
-    UnaryOp::Relu,
-    UnaryOp::Gelu,
-    UnaryOp::GeluTanh,
-    UnaryOp::Tanh,
-    UnaryOp::Sigmoid,
-    UnaryOp::Exp,
-    UnaryOp::Log,
-    UnaryOp::Sqrt,
-    UnaryOp::Rsqrt,
-    UnaryOp::Neg,
-    UnaryOp::Abs,
-];
-pub const BINARY_OPS: [BinaryOp; 6] =
-    [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum, BinaryOp::Minimum];
-pub const REDUCE_OPS: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min];
+pub const UNARY_OPS: [UnaryOp; 11] = UnaryOp::ALL;
+pub const BINARY_OPS: [BinaryOp; 6] = BinaryOp::ALL;
+pub const REDUCE_OPS: [ReduceOp; 4] = ReduceOp::ALL;
 const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
 /// The strided-copy kernels of `indexing.cu`.

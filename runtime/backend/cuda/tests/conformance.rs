@@ -116,7 +116,7 @@ fn cases() -> Vec<Case> {
     v.push(case(mm(true, false), &[&[17, 3], &[4, 17, 5]]));
     v.push(case(mm(false, false), &[&[2, 1, 3, 17], &[3, 17, 5]]));
     v.push(case(mm(false, false), &[&[2, 3, 0], &[0, 5]]));
-    for b in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum, BinaryOp::Minimum] {
+    for b in BinaryOp::ALL {
         for shapes in [&[&[3u32, 4][..], &[3, 4]][..], &[&[2, 3, 4], &[4]], &[&[2, 1, 4], &[3, 1]], &[&[1], &[3, 4]]] {
             let mut c = case(Op::Binary(b), shapes);
             if b == BinaryOp::Div {
@@ -125,19 +125,7 @@ fn cases() -> Vec<Case> {
             v.push(c);
         }
     }
-    for u in [
-        UnaryOp::Relu,
-        UnaryOp::Gelu,
-        UnaryOp::GeluTanh,
-        UnaryOp::Tanh,
-        UnaryOp::Sigmoid,
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Sqrt,
-        UnaryOp::Rsqrt,
-        UnaryOp::Neg,
-        UnaryOp::Abs,
-    ] {
+    for u in UnaryOp::ALL {
         let mut c = case(Op::Unary(u), &[&[3, 37]]);
         if matches!(u, UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt) {
             c.gens[0] = Gen::Positive;
@@ -160,7 +148,7 @@ fn cases() -> Vec<Case> {
         c.other_dtype = Some(ids);
         v.push(c);
     }
-    for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {
+    for op in ReduceOp::ALL {
         for axis in 0..3 {
             for keep_dim in [false, true] {
                 v.push(case(Op::Reduce(ReduceArgs { op, axis, keep_dim }), &[&[3, 5, 7]]));
