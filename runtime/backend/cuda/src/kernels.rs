@@ -26,9 +26,6 @@ pub enum Module {
     Pool,
 }
 
-pub const UNARY_OPS: [UnaryOp; 11] = UnaryOp::ALL;
-pub const BINARY_OPS: [BinaryOp; 6] = BinaryOp::ALL;
-pub const REDUCE_OPS: [ReduceOp; 4] = ReduceOp::ALL;
 const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
 /// The strided-copy kernels of `indexing.cu`.
@@ -88,7 +85,7 @@ impl Module {
         let mut v = Vec::new();
         match self {
             Module::Unary => {
-                for u in UNARY_OPS {
+                for u in UnaryOp::ALL {
                     for d in DType::ALL.into_iter().filter(|d| d.is_float() || u.accepts_integers()) {
                         let s = unary_symbol(u, d);
                         v.push((s.clone(), format!("UNARY({s}, U_{u:?}, {})", ctype(d))));
@@ -100,7 +97,7 @@ impl Module {
                 }
             }
             Module::Binary => {
-                for op in BINARY_OPS {
+                for op in BinaryOp::ALL {
                     for d in DType::ALL {
                         let s = binary_symbol(op, d);
                         v.push((s.clone(), format!("BINARY({s}, B_{op:?}, {})", ctype(d))));
@@ -116,7 +113,7 @@ impl Module {
                 }
             }
             Module::Reduce => {
-                for op in REDUCE_OPS {
+                for op in ReduceOp::ALL {
                     for d in DType::ALL.into_iter().filter(|d| d.is_float() || op != ReduceOp::Mean) {
                         let (cols, rows) = (reduce_symbol(op, d, false), reduce_symbol(op, d, true));
                         let line = format!("REDUCE({cols}, {rows}, R_{op:?}, {})", ctype(d));

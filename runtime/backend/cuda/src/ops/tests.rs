@@ -4,11 +4,12 @@
 use std::collections::{HashMap, HashSet};
 
 use sluice_host_api::{
-    Conv2dArgs, DType, MatmulArgs, Op, Pool2dArgs, PoolKind, ReduceArgs, SliceArgs, TensorMeta, infer,
+    BinaryOp, Conv2dArgs, DType, MatmulArgs, Op, Pool2dArgs, PoolKind, ReduceArgs, ReduceOp, SliceArgs, TensorMeta,
+    UnaryOp, infer,
 };
 
 use super::{Step, plan};
-use crate::kernels::{BINARY_OPS, Module, REDUCE_OPS, UNARY_OPS};
+use crate::kernels::Module;
 
 fn t(d: DType, shape: &[u32]) -> TensorMeta {
     TensorMeta::new(d, shape.to_vec()).unwrap()
@@ -17,8 +18,8 @@ fn t(d: DType, shape: &[u32]) -> TensorMeta {
 /// A representative launch of every op variant (and every sub-op) for dtype `d`.
 fn launches(d: DType) -> Vec<(Op, Vec<TensorMeta>)> {
     let mut v = vec![(Op::Matmul(MatmulArgs::default()), vec![t(d, &[2, 3]), t(d, &[3, 4])])];
-    v.extend(BINARY_OPS.map(|b| (Op::Binary(b), vec![t(d, &[2, 3]), t(d, &[3])])));
-    v.extend(UNARY_OPS.map(|u| (Op::Unary(u), vec![t(d, &[4])])));
+    v.extend(BinaryOp::ALL.map(|b| (Op::Binary(b), vec![t(d, &[2, 3]), t(d, &[3])])));
+    v.extend(UnaryOp::ALL.map(|u| (Op::Unary(u), vec![t(d, &[4])])));
     v.push((Op::Affine { scale: 2.0, bias: 1.0 }, vec![t(d, &[4])]));
     v.extend(DType::ALL.map(|to| (Op::Cast(to), vec![t(d, &[4])])));
     v.push((Op::Softmax { scale: 1.0 }, vec![t(d, &[2, 4])]));
@@ -27,7 +28,7 @@ fn launches(d: DType) -> Vec<(Op, Vec<TensorMeta>)> {
     for ids in [DType::I32, DType::I64] {
         v.push((Op::Embedding, vec![t(d, &[5, 4]), t(ids, &[3])]));
     }
-    for op in REDUCE_OPS {
+    for op in ReduceOp::ALL {
         v.push((Op::Reduce(ReduceArgs { op, axis: 1, keep_dim: false }), vec![t(d, &[2, 3])]));
     }
     v.push((Op::Reshape(vec![6]), vec![t(d, &[2, 3])]));
