@@ -9,7 +9,8 @@
 #   weights       make_weights.py: MiniLM-shaped random weights (real names, shapes, dtypes)
 #   minilm        sluice's MiniLM benchmark on CUDA (f32/f16 × batch 1/8/32, seq 128)
 #   torch         the PyTorch baseline (eager and CUDA graph), cross-checked with sluice
-#   colocation    sluice's scheduling benchmark on CUDA (FIFO vs priority + preemption)
+#   colocation    sluice's scheduling benchmark on CUDA (FIFO, priority + preemption, + a
+#                 16-SM green-context partition: SLUICE_BENCH_RESERVED_SMS)
 # then one summary table (summarize.py). All of it ends within RUN_BUDGET seconds
 # (default 470): a step gets min(its own limit, the time left minus what the steps after
 # it need at least), and is skipped when that is under 10 s.

@@ -115,15 +115,15 @@ def main():
     rows = [["mode", "LS p50", "LS p99", "p99÷solo", "preempt p99", "BE share", "BE TFLOP/s"]]
     notes = []
     names = {"ls-solo": "latency tenant alone", "be-solo": "best-effort alone", "fifo": "co-located, FIFO",
-             "priority": "co-located, priority + preemption"}
+             "priority": "co-located, priority + preemption", "partition": "co-located, + SM partition"}
     for r in coloc:
         if r.get("bench") != "sluice-colocation":
             continue
         if r.get("ok") is False:
             notes.append(f"   {names.get(r.get('mode'), r.get('mode'))}: FAILED: {str(r.get('error'))[:200]}")
             continue
-        if r.get("mode") == "partition":
-            notes.append(f"   co-located, + SM partition: {r.get('note', '—')}")
+        if r.get("mode") == "partition-info":
+            notes.append(f"   SM partition in force: {r.get('note', '—')}")
             continue
         be = r.get("be_fraction")
         rows.append([names.get(r.get("mode"), r.get("mode")), fmt(r.get("ls_p50_ms"), " ms", 2),

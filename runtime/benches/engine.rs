@@ -9,8 +9,10 @@
 //!   and the CPU time of the device's actor thread (`sluice-cpu`, which dispatches each
 //!   op to the device's kernel pool). Launches are asynchronous, so the guest and the
 //!   device work concurrently and the wall clock per launch is set by the slower side.
-//! - Instantiation: `echo` on one FP32 element, ≥ 1000 times; `InvocationOutput::instantiate`
-//!   (store + instance from the `InstancePre`) and the whole invocation, median and p99.
+//! - Instantiation: `echo` on one FP32 element, ≥ 1000 times, on an engine that keeps no
+//!   warm instances; `InvocationOutput::instantiate` (store + instance from the
+//!   `InstancePre`) and the whole invocation, median and p99. Then the same on the default
+//!   engine, where a warm instance serves each invocation.
 //!
 //! No guest exposes a no-op host call, so there is no separate guest→host baseline.
 //!
@@ -49,13 +51,15 @@ fn main() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     let bench = Bench {
         engine: Engine::new(EngineConfig::default()).expect("engine"),
+        fresh: Engine::new(EngineConfig { warm_instances_per_function: 0, ..EngineConfig::default() }).expect("engine"),
         queue: DeviceQueue::start(Box::new(CpuDevice::new())),
         rt,
     };
     eprintln!("engine bench: {LAUNCH_REPS} × launch_bench n = 0 and n = {LAUNCHES} …");
     let launch = bench.launch_costs();
     eprintln!("engine bench: {ECHO_RUNS} × echo …");
-    let echo = bench.echo_costs();
+    let echo = bench.echo_costs(&bench.fresh);
+    let warm = bench.echo_costs(&bench.engine);
 
     println!();
     println!("sluice engine benchmark (CPU device) — {}", machine());
@@ -70,7 +74,8 @@ fn main() {
         Row::new("op launch, wall clock", launch.wall, None),
         Row::new("op launch, device actor thread CPU", launch.device_cpu, None),
         Row::new("instantiation (InstancePre → instance)", echo.instantiate, Some(TARGET_INSTANTIATE_NS)),
-        Row::new("echo invocation, whole", echo.whole, None),
+        Row::new("echo invocation, whole (fresh instance)", echo.whole, None),
+        Row::new("echo invocation, whole (warm instance)", warm.whole, None),
     ];
     print_table(&rows);
     println!();
@@ -82,7 +87,10 @@ fn main() {
 }
 
 struct Bench {
+    /// Keeps warm instances (the default).
     engine: Engine,
+    /// A fresh instance for every invocation.
+    fresh: Engine,
     queue: DeviceQueue,
     rt: Runtime,
 }
@@ -114,31 +122,31 @@ struct Sample {
 }
 
 impl Bench {
-    fn prepare(&self, name: &str) -> FunctionImage {
-        let component = self.engine.compile(&component(name)).expect("compile");
-        self.engine.prepare(name, &component, ArtifactSet::empty(), FunctionLimits::default()).expect("prepare")
+    fn prepare(&self, engine: &Engine, name: &str) -> FunctionImage {
+        let component = engine.compile(&component(name)).expect("compile");
+        engine.prepare(name, &component, ArtifactSet::empty(), FunctionLimits::default()).expect("prepare")
     }
 
-    fn invoke(&self, image: &FunctionImage, inputs: &[IoTensor]) -> InvocationOutput {
+    fn invoke(&self, engine: &Engine, image: &FunctionImage, inputs: &[IoTensor]) -> InvocationOutput {
         let ctx = InvocationContext {
             queue: self.queue.clone(),
             account: MemoryAccount::new("bench", None, None),
             scheduling: SchedulingInfo { tenant: "bench".into(), class: PriorityClass::Latency, weight: 1 },
         };
-        self.rt.block_on(self.engine.invoke(image, ctx, inputs)).unwrap_or_else(|e| panic!("{}: {e}", image.name()))
+        self.rt.block_on(engine.invoke(image, ctx, inputs)).unwrap_or_else(|e| panic!("{}: {e}", image.name()))
     }
 
     /// Runs one invocation and reads the three clocks around it.
     fn sample(&self, image: &FunctionImage, inputs: &[IoTensor]) -> (Sample, InvocationOutput) {
         let (cpu0, dev0, t0) = (thread_cpu_time(), device_thread_cpu_time(), Instant::now());
-        let out = self.invoke(image, inputs);
+        let out = self.invoke(&self.engine, image, inputs);
         let wall = t0.elapsed();
         let (cpu1, dev1) = (thread_cpu_time(), device_thread_cpu_time());
         (Sample { wall, guest_cpu: cpu1 - cpu0, device_cpu: dev1.saturating_sub(dev0) }, out)
     }
 
     fn launch_costs(&self) -> LaunchCosts {
-        let image = self.prepare("launch_bench");
+        let image = self.prepare(&self.engine, "launch_bench");
         let input = |n: i64| vec![IoTensor { name: "n".into(), shape: vec![1], data: IoData::I64(vec![n]) }];
         let (short, long) = (input(0), input(LAUNCHES));
         let (mut s, mut l) = (Vec::new(), Vec::new());
@@ -171,13 +179,13 @@ impl Bench {
         }
     }
 
-    fn echo_costs(&self) -> EchoCosts {
-        let image = self.prepare("echo");
+    fn echo_costs(&self, engine: &Engine) -> EchoCosts {
+        let image = self.prepare(engine, "echo");
         let inputs = vec![IoTensor { name: "x".into(), shape: vec![1], data: IoData::F32(vec![1.5]) }];
         let (mut instantiate, mut whole) = (Vec::new(), Vec::new());
         for i in 0..ECHO_WARMUP + ECHO_RUNS {
             let t0 = Instant::now();
-            let out = self.invoke(&image, &inputs);
+            let out = self.invoke(engine, &image, &inputs);
             let elapsed = t0.elapsed();
             assert_eq!(out.outputs, inputs, "echo must round-trip its input");
             if i >= ECHO_WARMUP {

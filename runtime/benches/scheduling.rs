@@ -5,14 +5,15 @@
 //! Co-location: the latency tenant invokes `minilm-embed` (batch 1, one short
 //! sentence) with think time between requests, first alone, then next to `gemm-burn`
 //! (batch class) saturating the device, under FIFO and under priority with
-//! preemption (plus partition where the device has one: the CPU has none). It prints
+//! preemption, and priority with preemption plus an SM partition (a green context of
+//! `SLUICE_BENCH_RESERVED_SMS` SMs, default 16, for the latency tenant; the CPU has
+//! none). It prints
 //! the latency tenant's p50/p99, preemption latency (arrival of its first kernel →
 //! that kernel starting, from the scheduler), and the best-effort tenant's GEMM
 //! throughput as a fraction of its solo throughput. All modes run in this one process,
 //! side by side. On CUDA the latency tenant runs f16 (`precision` input), the
 //! best-effort tenant 8192³ bf16 GEMMs (`size`, `dtype` inputs) from two concurrent
-//! invocations, and each result also prints as a JSON line (`{"bench":"sluice-colocation",…}`);
-//! the SM partition mode is not implemented yet (green contexts).
+//! invocations, and each result also prints as a JSON line (`{"bench":"sluice-colocation",…}`).
 //!
 //! Overhead: the same kernel stream (MiniLM-layer-sized GEMMs, bias adds and GELUs)
 //! dispatched directly on the device versus through the scheduler, one tenant, no
@@ -60,6 +61,8 @@ struct Setup {
     /// Longest latency series of one mode (GPU: 30 s, so a pathological mode cannot eat
     /// the device check's time; fewer requests are then reported).
     mode_cap: Option<Duration>,
+    /// SMs reserved for the latency tenant in the partition mode.
+    reserved_sms: u32,
 }
 
 impl Setup {
@@ -69,6 +72,7 @@ impl Setup {
         let gpu = common::gpu_path(device);
         let requests = common::env_usize("SLUICE_BENCH_REQUESTS", if gpu { 400 } else { 200 }).max(1);
         let gemm_size = common::env_usize("SLUICE_BENCH_GEMM_SIZE", if gpu { 8192 } else { 384 }) as i64;
+        let reserved_sms = common::env_usize("SLUICE_BENCH_RESERVED_SMS", 16) as u32;
         if gpu {
             Setup {
                 device,
@@ -82,6 +86,7 @@ impl Setup {
                 solo_window: THINK_TIME * requests as u32,
                 burn_memory: 1 << 30,
                 mode_cap: Some(Duration::from_secs(30)),
+                reserved_sms,
             }
         } else {
             Setup {
@@ -96,6 +101,7 @@ impl Setup {
                 solo_window: THINK_TIME * requests as u32 * 2,
                 burn_memory: FunctionLimits::default().sandbox.memory_bytes,
                 mode_cap: None,
+                reserved_sms,
             }
         }
     }
@@ -104,8 +110,10 @@ impl Setup {
         self.gpu
     }
 
-    fn open(&self) -> Box<dyn Device> {
-        common::open("scheduling bench", self.device, Some(device_threads()))
+    /// A fresh device; with `partition`, one with SMs reserved for latency work.
+    fn open(&self, partition: bool) -> Box<dyn Device> {
+        let reserved = if partition { self.reserved_sms } else { 0 };
+        common::open_partitioned("scheduling bench", self.device, Some(device_threads()), reserved)
     }
 }
 
@@ -147,11 +155,11 @@ impl Drop for StopOnDrop {
 fn try_mode(
     engine: &Arc<Engine>,
     setup: &Setup,
-    policy: Policy,
+    mode: Mode,
     (latency, burn): (bool, bool),
     rt: &tokio::runtime::Runtime,
 ) -> ModeResult {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_mode(engine, setup, policy, latency, burn, rt)))
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_mode(engine, setup, mode, latency, burn, rt)))
         .unwrap_or_else(|panic| {
             let message = panic
                 .downcast_ref::<String>()
@@ -171,6 +179,18 @@ fn try_mode(
         })
 }
 
+/// How the device is scheduled in one mode.
+#[derive(Clone, Copy)]
+struct Mode {
+    policy: Policy,
+    /// Reserve an SM partition for latency work.
+    partition: bool,
+}
+
+const FIFO: Mode = Mode { policy: Policy::Fifo, partition: false };
+const PRIORITY: Mode = Mode { policy: Policy::Priority, partition: false };
+const PARTITIONED: Mode = Mode { policy: Policy::Priority, partition: true };
+
 struct ModeResult {
     p50_ms: f64,
     p99_ms: f64,
@@ -185,17 +205,18 @@ struct ModeResult {
 }
 
 /// Runs the latency tenant (if `latency`) and the best-effort tenant (if `burn`) on a
-/// fresh device with `policy`; the images' ArtifactSets are per device, so each mode
-/// gets its own queue and engine images.
+/// fresh device scheduled by `mode`; the images' ArtifactSets are per device, so each
+/// mode gets its own queue and engine images.
 fn run_mode(
     engine: &Arc<Engine>,
     setup: &Setup,
-    policy: Policy,
+    mode: Mode,
     latency: bool,
     burn: bool,
     rt: &tokio::runtime::Runtime,
 ) -> ModeResult {
-    let queue = DeviceQueue::start_with(setup.open(), SchedulerConfig { policy, ..SchedulerConfig::default() });
+    let config = SchedulerConfig { policy: mode.policy, ..SchedulerConfig::default() };
+    let queue = DeviceQueue::start_with(setup.open(mode.partition), config);
     let images = Arc::new(images(engine, setup));
     let mut text = vec![common::bytes_input("text", &["The quick brown fox jumps over the lazy dog."])];
     text.extend(setup.precision.map(|p| common::bytes_input("precision", &[p])));
@@ -283,13 +304,18 @@ fn device_threads() -> usize {
 fn colocation(setup: &Setup, rt: &tokio::runtime::Runtime) -> bool {
     let engine = Arc::new(Engine::new(EngineConfig::default()).unwrap());
     eprintln!("scheduling bench: solo runs …");
-    let solo_ls = try_mode(&engine, setup, Policy::Priority, (true, false), rt);
-    let solo_be = try_mode(&engine, setup, Policy::Priority, (false, true), rt);
+    let solo_ls = try_mode(&engine, setup, PRIORITY, (true, false), rt);
+    let solo_be = try_mode(&engine, setup, PRIORITY, (false, true), rt);
     eprintln!("scheduling bench: co-located, FIFO …");
-    let fifo = try_mode(&engine, setup, Policy::Fifo, (true, true), rt);
+    let fifo = try_mode(&engine, setup, FIFO, (true, true), rt);
     eprintln!("scheduling bench: co-located, priority + preemption …");
-    let prio = try_mode(&engine, setup, Policy::Priority, (true, true), rt);
-    let failed = [&solo_ls, &solo_be, &fifo, &prio].iter().any(|r| r.error.is_some());
+    let prio = try_mode(&engine, setup, PRIORITY, (true, true), rt);
+    // Only where the device can have a partition: the CPU device has none.
+    let partitioned = setup.cuda().then(|| {
+        eprintln!("scheduling bench: co-located, priority + preemption + {} reserved SMs …", setup.reserved_sms);
+        try_mode(&engine, setup, PARTITIONED, (true, true), rt)
+    });
+    let failed = [&solo_ls, &solo_be, &fifo, &prio].into_iter().chain(&partitioned).any(|r| r.error.is_some());
     let size = setup.gemm_size;
     println!();
     if setup.cuda() {
@@ -372,15 +398,15 @@ fn colocation(setup: &Setup, rt: &tokio::runtime::Runtime) -> bool {
     }
     row("co-located, FIFO (no policy)", "fifo", &fifo, true, true);
     row("co-located, priority + preemption", "priority", &prio, true, true);
-    if setup.cuda() {
-        println!(
-            "{:<34} not implemented (green contexts); the scheduler reports: {}",
-            "co-located, + SM partition", prio.partition
-        );
-        println!(
-            "{}",
-            json!({ "bench": "sluice-colocation", "mode": "partition", "note": "not implemented (green contexts)" })
-        );
+    if let Some(partitioned) = &partitioned {
+        row("co-located, + SM partition", "partition", partitioned, true, true);
+        println!("  partition: {}", partitioned.partition);
+        if setup.cuda() {
+            println!(
+                "{}",
+                json!({ "bench": "sluice-colocation", "mode": "partition-info", "note": partitioned.partition })
+            );
+        }
     } else {
         println!("{:<34} n/a on the CPU device (no spatial partitions)", "co-located, + SM partition");
     }
@@ -478,8 +504,8 @@ fn median(mut v: Vec<Duration>) -> Duration {
 fn overhead(setup: &Setup) {
     let s = stream();
     let threads = device_threads();
-    let device = setup.open();
-    let queue = DeviceQueue::start(setup.open());
+    let device = setup.open(false);
+    let queue = DeviceQueue::start(setup.open(false));
     let (mut d, mut q) = (Vec::new(), Vec::new());
     for _ in 0..OVERHEAD_REPS {
         d.push(direct(device.as_ref(), &s));

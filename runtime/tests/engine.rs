@@ -2,7 +2,8 @@
 //!
 //! Round trips of `echo` and `mlp`, one test per `misbehave` mode (each asserting the
 //! error, that every tensor of the failed invocation is freed, and that the next
-//! invocation succeeds), and the rejection of files that are not inference components.
+//! invocation succeeds), warm instances (kept after clean invocations only), and the
+//! rejection of files that are not inference components.
 
 mod common;
 
@@ -10,7 +11,9 @@ use std::time::Duration;
 
 use common::{context, host, prepare};
 use half::{bf16, f16};
-use sluice_runtime::engine::{ComponentError, FunctionLimits, InvokeError, IoData, IoTensor};
+use sluice_runtime::engine::{
+    ArtifactSet, ComponentError, Engine, EngineConfig, FunctionLimits, InvokeError, IoData, IoTensor,
+};
 
 fn tensor(name: &str, shape: &[u64], data: IoData) -> IoTensor {
     IoTensor { name: name.into(), shape: shape.to_vec(), data }
@@ -173,6 +176,54 @@ async fn misbehave_huge_output_is_refused() {
     let err = misbehave("huge-output", limits).await.unwrap_err();
     assert!(matches!(err, InvokeError::TransferTooLarge { limit, .. } if limit == 65 << 20), "{err}");
     assert_eq!(err.code(), "output_too_large");
+}
+
+#[tokio::test]
+async fn clean_invocations_reuse_a_warm_instance_and_failed_ones_are_discarded() {
+    let image = prepare("misbehave", FunctionLimits::default());
+    let run = |mode: &'static str| {
+        let image = &image;
+        async move {
+            let (ctx, account) = context();
+            let result = host().engine.invoke(image, ctx, &[text("mode", mode)]).await;
+            assert_eq!(account.used(), 0, "mode {mode}: every tensor of the invocation is freed");
+            result
+        }
+    };
+    assert!(!run("ok").await.unwrap().warm, "the first invocation instantiates");
+    assert_eq!(image.warm_instances(), 1, "a clean invocation leaves its instance warm");
+    let second = run("ok").await.unwrap();
+    assert!(second.warm, "the second invocation reuses it");
+    assert_eq!(second.outputs[0].data, IoData::Bytes(vec![b"ok".to_vec()]));
+
+    // A guest-reported error is a clean end: the instance stays.
+    run("bad-shape").await.unwrap_err();
+    assert_eq!(image.warm_instances(), 1);
+
+    // A trap in a warm instance reports that invocation's stderr only, and the
+    // instance is dropped.
+    let err = run("trap").await.unwrap_err();
+    let InvokeError::Trapped { stderr, .. } = &err else { panic!("{err}") };
+    assert_eq!(stderr.matches("trap requested").count(), 1, "{stderr:?}");
+    assert_eq!(image.warm_instances(), 0, "a trapped instance is not reused");
+    assert!(!run("ok").await.unwrap().warm);
+
+    // An instance that kept tensor handles is not reused (its store frees them).
+    run("leak").await.unwrap();
+    assert_eq!(image.warm_instances(), 0, "an instance holding tensors is not reused");
+    assert!(!run("ok").await.unwrap().warm);
+}
+
+#[tokio::test]
+async fn an_engine_without_warm_instances_instantiates_every_time() {
+    let engine = Engine::new(EngineConfig { warm_instances_per_function: 0, ..EngineConfig::default() }).unwrap();
+    let component = engine.compile(&common::component("misbehave")).unwrap();
+    let image = engine.prepare("misbehave", &component, ArtifactSet::empty(), FunctionLimits::default()).unwrap();
+    for _ in 0..3 {
+        let (ctx, _) = context();
+        assert!(!engine.invoke(&image, ctx, &[text("mode", "ok")]).await.unwrap().warm);
+    }
+    assert_eq!(image.warm_instances(), 0);
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sluice_host_api::{DType, MatmulArgs, Op, TensorMeta, UnaryOp};
-use sluice_runtime::backend::{Buffer, CpuDevice, Device, DeviceError, DeviceInfo};
+use sluice_runtime::backend::{Buffer, CpuDevice, Device, DeviceError, DeviceInfo, Lane};
 use sluice_runtime::scheduler::{
     DeviceQueue, InvocationGuard, Policy, PriorityClass, SchedulerConfig, SchedulingInfo, TensorId,
 };
@@ -384,4 +384,134 @@ fn on_an_asynchronous_device_best_effort_work_in_flight_is_bounded() {
     // depth (5 ms) in flight, so the latency kernel waits for that and one kernel.
     assert!(fifo >= Duration::from_millis(50), "FIFO: {fifo:?}");
     assert!(bounded <= Duration::from_millis(12), "bounded: {bounded:?}");
+}
+
+/// A stream device with a reserved partition, like a GPU with green contexts: the
+/// reserved lane has its own timeline; the whole device and the remainder share the
+/// best-effort timeline, and kernels on the remainder take 25 % longer (fewer SMs).
+/// The log records each kernel's lane and simulated end.
+struct PartitionedDevice {
+    cpu: CpuDevice,
+    lane: Mutex<Lane>,
+    reserved_until: Mutex<Instant>,
+    shared_until: Mutex<Instant>,
+    ends: Arc<Mutex<Vec<(String, Lane, Instant)>>>,
+}
+
+impl PartitionedDevice {
+    fn timeline(&self, lane: Lane) -> &Mutex<Instant> {
+        match lane {
+            Lane::Reserved => &self.reserved_until,
+            Lane::Whole | Lane::Remainder => &self.shared_until,
+        }
+    }
+
+    fn wait_for(&self, lane: Lane) {
+        let until = *self.timeline(lane).lock().unwrap();
+        spin(until.saturating_duration_since(Instant::now()));
+    }
+}
+
+impl Device for PartitionedDevice {
+    fn info(&self) -> DeviceInfo {
+        self.cpu.info()
+    }
+    fn upload(&self, meta: &TensorMeta, bytes: &[u8]) -> Result<Buffer, DeviceError> {
+        self.cpu.upload(meta, bytes)
+    }
+    fn launch(&self, op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> Result<Buffer, DeviceError> {
+        let lane = *self.lane.lock().unwrap();
+        let cost = match lane {
+            Lane::Remainder => overtaking_costs(op) * 5 / 4,
+            _ => overtaking_costs(op),
+        };
+        let mut busy = self.timeline(lane).lock().unwrap();
+        let end = (*busy).max(Instant::now()) + cost;
+        *busy = end;
+        self.ends.lock().unwrap().push((format!("{op:?}"), lane, end));
+        self.cpu.launch(op, inputs, out)
+    }
+    fn download(&self, buffer: &Buffer, meta: &TensorMeta) -> Result<Vec<u8>, DeviceError> {
+        self.wait_for(*self.lane.lock().unwrap());
+        self.cpu.download(buffer, meta)
+    }
+    fn synchronize(&self) -> Result<(), DeviceError> {
+        self.wait_for(Lane::Reserved);
+        self.wait_for(Lane::Whole);
+        Ok(())
+    }
+    fn is_async(&self) -> bool {
+        true
+    }
+    fn partition(&self) -> String {
+        "test partition".into()
+    }
+    fn has_partition(&self) -> bool {
+        true
+    }
+    fn set_lane(&self, lane: Lane) {
+        *self.lane.lock().unwrap() = lane;
+    }
+    fn synchronize_lane(&self, lane: Lane) -> Result<(), DeviceError> {
+        self.wait_for(lane);
+        Ok(())
+    }
+    fn lane_idle(&self, lane: Lane) -> Result<bool, DeviceError> {
+        Ok(*self.timeline(lane).lock().unwrap() <= Instant::now())
+    }
+}
+
+#[test]
+fn on_a_partitioned_device_latency_work_runs_beside_best_effort_work() {
+    let ends = Arc::new(Mutex::new(Vec::new()));
+    let now = Instant::now();
+    let device = PartitionedDevice {
+        cpu: CpuDevice::with_threads(1),
+        lane: Mutex::new(Lane::Whole),
+        reserved_until: Mutex::new(now),
+        shared_until: Mutex::new(now),
+        ends: ends.clone(),
+    };
+    let config = SchedulerConfig {
+        policy: Policy::Priority,
+        preemption_budget: Duration::from_micros(100),
+        fill_depth: Duration::from_millis(5),
+    };
+    let queue = DeviceQueue::start_with(Box::new(device), config);
+    let be = stream(&queue, "batch-tenant", PriorityClass::Batch, 1);
+    let x = upload(&queue, &be, &[4], &[1.0, 2.0, 3.0, 4.0]);
+    let mut last = unary(&queue, &be, UnaryOp::Neg, &x);
+    read_f32(&queue, &last); // the cost model learns the best-effort kernel
+    for _ in 0..39 {
+        last = unary(&queue, &be, UnaryOp::Neg, &last);
+    }
+    std::thread::sleep(Duration::from_millis(5));
+    let ls = stream(&queue, "latency-tenant", PriorityClass::Latency, 1);
+    let submitted = Instant::now();
+    let y = upload(&queue, &ls, &[2], &[0.0, 1.0]);
+    let z = unary(&queue, &ls, UnaryOp::Exp, &y);
+    assert_eq!(read_f32(&queue, &z), vec![1.0, std::f32::consts::E]);
+    let answered = submitted.elapsed();
+    // The latency tenant stays active a while: best-effort work moves to the remainder.
+    std::thread::sleep(Duration::from_millis(12));
+    drop(ls);
+    assert_eq!(read_f32(&queue, &last), vec![1.0, 2.0, 3.0, 4.0]);
+    let ends = ends.lock().unwrap();
+    let (_, lane, end) = ends.iter().find(|(k, _, _)| k.contains("Exp")).expect("the latency kernel ran");
+    let latency = end.saturating_duration_since(submitted);
+    let on = |want: Lane| ends.iter().filter(|(k, l, _)| k.contains("Neg") && *l == want).count();
+    let (whole, remainder) = (on(Lane::Whole), on(Lane::Remainder));
+    eprintln!(
+        "latency kernel done after {latency:?} (answered after {answered:?}); best-effort kernels: {whole} on the \
+         whole device, {remainder} on the remainder"
+    );
+    assert_eq!(*lane, Lane::Reserved);
+    assert!(ends.iter().all(|(k, l, _)| !k.contains("Neg") || *l != Lane::Reserved), "best-effort on the reservation");
+    // Without a partition the latency kernel waits for the fill depth in flight (5 ms);
+    // on its own partition it waits for nothing.
+    assert!(latency <= Duration::from_millis(2), "partitioned: {latency:?}");
+    // Best-effort work ran on the whole device before the latency tenant came, on the
+    // remainder while it was active (and on the whole device again after, unless
+    // everything was already enqueued).
+    assert!(whole >= 1 && remainder >= 1, "whole {whole}, remainder {remainder}");
 }

@@ -37,10 +37,15 @@ fn deploy_list_invoke_version_and_delete() {
         assert!(v < 60_000_000, "{h} = {v}");
     }
 
-    // Invoke over the Open Inference Protocol, with an id.
+    assert_eq!(r.headers.get("x-sluice-instance").map(String::as_str), Some("fresh"), "the first invocation");
+
+    // Invoke over the Open Inference Protocol, with an id: the instance the first
+    // invocation left is warm.
     let mut req = fp32_request(&[4.0]);
     req["id"] = json!("req-7");
-    let out = server.post_json("/v2/models/echo/infer", &key, &req).expect(200);
+    let r = server.post_json("/v2/models/echo/infer", &key, &req);
+    assert_eq!(r.headers.get("x-sluice-instance").map(String::as_str), Some("warm"));
+    let out = r.expect(200);
     assert_eq!(out["id"], "req-7");
     assert_eq!(out["model_name"], "echo");
     assert_eq!(out["outputs"][0]["data"], json!([4.0]));

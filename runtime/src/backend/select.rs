@@ -29,6 +29,9 @@ pub struct DeviceSettings {
     pub kernel_cache_dir: Option<PathBuf>,
     /// Let f32 GEMMs use TF32 tensor cores.
     pub allow_tf32: bool,
+    /// SMs of a GPU reserved for latency-class work (a green-context partition;
+    /// rounded up to what the hardware allows); 0: no partition.
+    pub reserved_sms: u32,
 }
 
 /// The chosen device and why it was chosen, for the start-up log.
@@ -56,16 +59,26 @@ pub fn open_device(choice: DeviceChoice, settings: &DeviceSettings) -> Result<Op
         ordinal: cuda.cuda_ordinal,
         kernel_cache_dir: cuda.kernel_cache_dir.clone(),
         allow_tf32: cuda.allow_tf32,
+        reserved_sms: cuda.reserved_sms,
     };
     match CudaDevice::open(options) {
         Ok(gpu) => {
             let info = gpu.info();
-            let reason =
-                format!("using {} with {} GiB and {} SMs", info.name, info.memory_bytes >> 30, info.compute_units);
+            let reason = format!(
+                "using {} with {} GiB and {} SMs; SM partition: {}",
+                info.name,
+                info.memory_bytes >> 30,
+                info.compute_units,
+                gpu.partition()
+            );
             Ok(OpenedDevice { device: Box::new(gpu), reason })
         }
         Err(why) if choice == DeviceChoice::Auto => {
-            Ok(OpenedDevice { device: Box::new(cpu()), reason: format!("{why}: using the CPU backend") })
+            let mut reason = format!("{why}: using the CPU backend");
+            if settings.reserved_sms > 0 {
+                reason.push_str(" (no SM partition: the CPU backend has none)");
+            }
+            Ok(OpenedDevice { device: Box::new(cpu()), reason })
         }
         Err(why) => Err(CudaRequired(why.to_string())),
     }

@@ -43,6 +43,16 @@ pub struct ServeArgs {
     /// is active.
     #[arg(long, default_value_t = 2000)]
     fill_depth_us: u64,
+    /// SMs of the GPU reserved for latency-class functions (a CUDA green-context
+    /// partition, rounded up to the hardware's granularity: 8 SMs on Hopper); best-effort
+    /// work uses the rest while latency work is active and the whole GPU otherwise.
+    /// 0: no partition (priorities and preemption only).
+    #[arg(long, env = "SLUICE_RESERVED_SMS", default_value_t = 0)]
+    reserved_sms: u32,
+    /// Instances of a function version kept warm between invocations (0: a fresh
+    /// instance for every invocation).
+    #[arg(long, default_value_t = 4)]
+    warm_instances: usize,
     /// Invocations in flight at once, server-wide (more get 429).
     #[arg(long, default_value_t = 64)]
     max_concurrency: u32,
@@ -72,6 +82,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         cuda_ordinal: args.cuda_device,
         kernel_cache_dir: Some(args.data_dir.join("kernels")),
         allow_tf32: args.allow_tf32,
+        reserved_sms: args.reserved_sms,
     };
     let OpenedDevice { device, reason } = open_device(args.device, &settings)?;
     println!("device: {reason}");
@@ -84,6 +95,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             preemption_budget: Duration::from_micros(args.preemption_budget_us),
             fill_depth: Duration::from_micros(args.fill_depth_us),
         },
+        warm_instances_per_function: args.warm_instances,
         ..PlatformConfig::default()
     };
     let limits = BodyLimits {

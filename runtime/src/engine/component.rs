@@ -10,6 +10,7 @@ use super::Engine;
 use super::artifacts::ArtifactSet;
 use super::bindings::InferencePre;
 use super::state::SandboxLimits;
+use super::warm::WarmPool;
 
 /// Why a binary cannot become a function. Every variant is the uploader's fault.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +71,7 @@ pub struct FunctionImage {
     pub(super) pre: InferencePre<super::state::InvocationState>,
     pub(super) artifacts: Arc<ArtifactSet>,
     pub(super) limits: FunctionLimits,
+    pub(super) warm: WarmPool,
 }
 
 impl FunctionImage {
@@ -86,6 +88,11 @@ impl FunctionImage {
     /// Its limits.
     pub fn limits(&self) -> &FunctionLimits {
         &self.limits
+    }
+
+    /// Instances kept warm for its next invocations.
+    pub fn warm_instances(&self) -> usize {
+        self.warm.len()
     }
 }
 
@@ -130,6 +137,11 @@ impl Engine {
     ) -> Result<FunctionImage, ComponentError> {
         let pre = self.check_world(component)?;
         limits.sandbox.memory_bytes = limits.sandbox.memory_bytes.min(self.config().max_memory_bytes);
-        Ok(FunctionImage { name: name.into(), pre, artifacts, limits })
+        let warm = WarmPool::new(
+            self.config().warm_instances_per_function,
+            self.warm_total.clone(),
+            self.config().max_instances as usize / 2,
+        );
+        Ok(FunctionImage { name: name.into(), pre, artifacts, limits, warm })
     }
 }

@@ -36,7 +36,9 @@ impl InvocationState {
                 self.queue.launch(self.invocation, id, op, inputs, meta.clone());
             }
         }
-        Ok(Ok(self.table.push(TensorHandle::owned(allocation, meta))?))
+        let handle = self.table.push(TensorHandle::owned(allocation, meta))?;
+        self.live_tensors += 1;
+        Ok(Ok(handle))
     }
 
     fn upload(
@@ -115,6 +117,7 @@ impl tensors::HostTensor for InvocationState {
     fn drop(&mut self, this: Resource<TensorHandle>) -> wasmtime::Result<()> {
         // Dropping the handle releases the lease: memory and quota come back.
         self.table.delete(this)?;
+        self.live_tensors -= 1;
         Ok(())
     }
 }
@@ -149,7 +152,11 @@ impl artifacts::Host for InvocationState {
     ) -> HostResult<Resource<TensorHandle>> {
         let as_dtype = as_dtype.map(dtype_from_wit);
         match self.artifacts.load_tensor(&self.queue, &artifact, &name, as_dtype) {
-            Ok((allocation, meta)) => Ok(Ok(self.table.push(TensorHandle::shared(allocation, meta))?)),
+            Ok((allocation, meta)) => {
+                let handle = self.table.push(TensorHandle::shared(allocation, meta))?;
+                self.live_tensors += 1;
+                Ok(Ok(handle))
+            }
             Err(e) => Ok(Err(error_to_wit(e))),
         }
     }

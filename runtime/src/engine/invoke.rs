@@ -1,4 +1,5 @@
-//! One invocation: a fresh store and instance, the call, and what can go wrong.
+//! One invocation: a store and instance (fresh, or warm from an earlier invocation
+//! of the same function version), the call, and what can go wrong.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,7 +13,8 @@ use super::Engine;
 use super::bindings::{IoData, IoTensor, RunError};
 use super::component::{FunctionImage, FunctionLimits};
 use super::state::{InvocationState, Limiter};
-use crate::scheduler::{DeviceQueue, MemoryAccount, SchedulingInfo};
+use super::warm::WarmInstance;
+use crate::scheduler::{DeviceQueue, InvocationId, MemoryAccount, SchedulingInfo};
 
 /// Where an invocation runs and whom it is charged to.
 #[derive(Clone)]
@@ -29,8 +31,10 @@ pub struct InvocationContext {
 #[derive(Debug)]
 pub struct InvocationOutput {
     pub outputs: Vec<IoTensor>,
-    /// Time to create the store and instance.
+    /// Time to create the store and instance (near zero for a warm one).
     pub instantiate: Duration,
+    /// Whether a warm instance ran it.
+    pub warm: bool,
     /// Time in the guest's `run`, including waits for the device.
     pub execute: Duration,
     /// Ops the guest launched.
@@ -90,11 +94,16 @@ fn io_bytes(t: &IoTensor) -> usize {
 
 const STDERR_CAPTURE_BYTES: usize = 8 << 10;
 
+/// A warm instance is only kept while its stderr pipe has at least this much room
+/// left for the next invocation.
+const STDERR_ROOM_TO_KEEP: usize = STDERR_CAPTURE_BYTES / 2;
+
 /// Room above the output limit for names and shapes in one guest→host transfer.
 const TRANSFER_SLACK_BYTES: usize = 1 << 20;
 
 impl Engine {
-    /// Runs `image` once on `inputs` in a fresh instance.
+    /// Runs `image` once on `inputs`, in a warm instance if one is kept, else in a
+    /// fresh one.
     pub async fn invoke(
         &self,
         image: &FunctionImage,
@@ -107,45 +116,46 @@ impl Engine {
         // Declared before the store, so dropped after it: the invocation's handles
         // are freed first, then its stream ends and cancels whatever is still queued.
         let stream = ctx.queue.begin(ctx.scheduling.clone());
-        let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
-        let wasi = WasiCtx::builder().stdout(stderr.clone()).stderr(stderr.clone()).build();
-        let state = InvocationState {
-            table: ResourceTable::new(),
-            wasi,
-            limiter: Limiter { memory_bytes: limits.sandbox.memory_bytes, denied: None },
-            queue: ctx.queue,
-            invocation: stream.id(),
-            account: ctx.account.clone(),
-            artifacts: image.artifacts.clone(),
-            limits: limits.sandbox.clone(),
-            stderr,
-            launches: 0,
+        let account = ctx.account.clone();
+        let (mut store, warm) = match image.warm.take() {
+            Some(WarmInstance { mut store, instance }) => {
+                let state = store.data_mut();
+                state.queue = ctx.queue;
+                state.invocation = stream.id();
+                state.account = ctx.account.clone();
+                state.stderr_from = state.stderr.contents().len();
+                state.launches = 0;
+                (store, Some(instance))
+            }
+            None => (self.new_store(image, ctx, stream.id()), None),
         };
-        let mut store = Store::new(self.wasmtime(), state);
-        store.limiter(|s| &mut s.limiter);
         let tick = self.config().epoch_tick.as_nanos().max(1);
         store.set_epoch_deadline((limits.timeout.as_nanos() / tick).max(1) as u64 + 1);
         store.epoch_deadline_trap();
         store.set_hostcall_fuel(limits.max_output_bytes + TRANSFER_SLACK_BYTES);
 
+        let was_warm = warm.is_some();
         let call = async {
-            let instance = image.pre.instantiate_async(&mut store).await?;
+            let instance = match warm {
+                Some(instance) => instance,
+                None => image.pre.instantiate_async(&mut store).await?,
+            };
             let instantiated = Instant::now();
             let result = instance.call_run(&mut store, inputs).await;
-            Ok::<_, wasmtime::Error>((instantiated, result))
+            Ok::<_, wasmtime::Error>((instance, instantiated, result))
         };
         let outcome = tokio::time::timeout(limits.timeout, call).await;
-        let (instantiated, result) = match outcome {
+        let (instance, instantiated, returned) = match outcome {
             Err(_elapsed) => return Err(InvokeError::Timeout { function, limit: limits.timeout }),
-            Ok(Err(e)) => return Err(classify_trap(&store, function, e, limits)),
-            Ok(Ok((t, Err(e)))) => (t, Err(e)),
-            Ok(Ok((t, Ok(r)))) => (t, Ok(r)),
-        };
-        let returned = match result {
-            Err(e) => return Err(classify_trap(&store, function, e, limits)),
-            Ok(r) => r,
+            Ok(Err(e)) | Ok(Ok((_, _, Err(e)))) => return Err(classify_trap(&store, function, e, limits)),
+            Ok(Ok((instance, t, Ok(returned)))) => (instance, t, returned),
         };
         let finished = Instant::now();
+        let launches = store.data().launches;
+        let state = store.data();
+        if state.live_tensors == 0 && state.stderr.contents().len() + STDERR_ROOM_TO_KEEP <= STDERR_CAPTURE_BYTES {
+            image.warm.give_back(WarmInstance { store, instance });
+        }
         let outputs = match returned {
             Ok(outputs) => outputs,
             Err(RunError::InvalidInput(message)) => return Err(InvokeError::InvalidInput { function, message }),
@@ -155,14 +165,43 @@ impl Engine {
         if bytes > limits.max_output_bytes {
             return Err(InvokeError::OutputTooLarge { function, bytes, limit: limits.max_output_bytes });
         }
-        let launches = store.data().launches;
         Ok(InvocationOutput {
             outputs,
             instantiate: instantiated - started,
+            warm: was_warm,
             execute: finished - instantiated,
             launches,
-            peak_device_bytes: ctx.account.peak(),
+            peak_device_bytes: account.peak(),
         })
+    }
+
+    /// A fresh store for one invocation of `image` on `ctx`'s device.
+    fn new_store(
+        &self,
+        image: &FunctionImage,
+        ctx: InvocationContext,
+        invocation: InvocationId,
+    ) -> Store<InvocationState> {
+        let limits = &image.limits;
+        let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
+        let wasi = WasiCtx::builder().stdout(stderr.clone()).stderr(stderr.clone()).build();
+        let state = InvocationState {
+            table: ResourceTable::new(),
+            wasi,
+            limiter: Limiter { memory_bytes: limits.sandbox.memory_bytes, denied: None },
+            queue: ctx.queue,
+            invocation,
+            account: ctx.account,
+            artifacts: image.artifacts.clone(),
+            limits: limits.sandbox.clone(),
+            stderr,
+            stderr_from: 0,
+            launches: 0,
+            live_tensors: 0,
+        };
+        let mut store = Store::new(self.wasmtime(), state);
+        store.limiter(|s| &mut s.limiter);
+        store
     }
 }
 
@@ -184,7 +223,8 @@ fn classify_trap(
     if format!("{e:#}").contains("fuel allocated for hostcalls") {
         return InvokeError::TransferTooLarge { function, limit: limits.max_output_bytes + TRANSFER_SLACK_BYTES };
     }
-    let stderr = String::from_utf8_lossy(&state.stderr.contents()).into_owned();
+    let stderr = state.stderr.contents();
+    let stderr = String::from_utf8_lossy(stderr.get(state.stderr_from..).unwrap_or_default()).into_owned();
     let message = match e.downcast_ref::<wasmtime::Trap>() {
         Some(trap) => format!("{trap}"),
         None => format!("{e:#}"),

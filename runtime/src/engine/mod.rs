@@ -4,7 +4,8 @@
 //! allocator (so a fresh instance per invocation costs microseconds), epoch
 //! interruption for wall-clock deadlines and a per-instance memory limiter. A
 //! component is checked against the `inference` world once ([`Engine::prepare`])
-//! and pre-instantiated; [`Engine::invoke`] then runs it in a fresh store.
+//! and pre-instantiated; [`Engine::invoke`] then runs it in a fresh store, or in a
+//! warm instance an earlier invocation of the same version left clean ([`warm`]).
 
 mod artifacts;
 mod bindings;
@@ -13,6 +14,7 @@ mod convert;
 mod host;
 mod invoke;
 mod state;
+mod warm;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,11 +40,19 @@ pub struct EngineConfig {
     pub max_memory_bytes: usize,
     /// Granularity of wall-clock deadlines.
     pub epoch_tick: Duration,
+    /// Instances of one function version kept warm between invocations (0: a fresh
+    /// instance every time). Engine-wide, at most half of `max_instances` are kept.
+    pub warm_instances_per_function: usize,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { max_instances: 128, max_memory_bytes: 1 << 30, epoch_tick: Duration::from_millis(5) }
+        EngineConfig {
+            max_instances: 128,
+            max_memory_bytes: 1 << 30,
+            epoch_tick: Duration::from_millis(5),
+            warm_instances_per_function: 4,
+        }
     }
 }
 
@@ -52,6 +62,8 @@ pub struct Engine {
     linker: Linker<InvocationState>,
     config: EngineConfig,
     ticker_stop: Arc<AtomicBool>,
+    /// Warm instances kept by all function images.
+    warm_total: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Engine {
@@ -81,7 +93,7 @@ impl Engine {
                 engine.increment_epoch();
             }
         })?;
-        Ok(Engine { wasmtime, linker, config, ticker_stop })
+        Ok(Engine { wasmtime, linker, config, ticker_stop, warm_total: Default::default() })
     }
 
     /// The settings this engine runs with.

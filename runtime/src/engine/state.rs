@@ -116,8 +116,13 @@ pub struct InvocationState {
     pub(crate) artifacts: Arc<ArtifactSet>,
     pub(crate) limits: SandboxLimits,
     pub(crate) stderr: MemoryOutputPipe,
+    /// Where this invocation's output in `stderr` starts (a reused instance keeps
+    /// its pipe).
+    pub(crate) stderr_from: usize,
     /// Ops launched by this invocation.
     pub(crate) launches: u64,
+    /// Tensor handles the guest holds.
+    pub(crate) live_tensors: usize,
 }
 
 impl WasiView for InvocationState {

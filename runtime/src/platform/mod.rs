@@ -57,6 +57,8 @@ pub struct PlatformConfig {
     pub max_memory_bytes: usize,
     /// How each device's scheduler orders work.
     pub scheduler: SchedulerConfig,
+    /// Instances of one function version kept warm between invocations.
+    pub warm_instances_per_function: usize,
 }
 
 impl Default for PlatformConfig {
@@ -67,6 +69,7 @@ impl Default for PlatformConfig {
             tenant_max_concurrency: 16,
             max_memory_bytes: 1 << 30,
             scheduler: SchedulerConfig::default(),
+            warm_instances_per_function: EngineConfig::default().warm_instances_per_function,
         }
     }
 }
@@ -157,9 +160,12 @@ impl Platform {
             return Err(PlatformError::InvalidRequest("concurrency limits must be at least 1".into()));
         }
         let registry = Registry::open(&config.data_dir)?;
+        // Room for every invocation in flight plus as many warm instances (the engine
+        // keeps at most half of its instances warm).
         let engine = Engine::new(EngineConfig {
-            max_instances: config.max_concurrency.clamp(1, 1000),
+            max_instances: config.max_concurrency.clamp(1, 1000) * 2,
             max_memory_bytes: config.max_memory_bytes,
+            warm_instances_per_function: config.warm_instances_per_function,
             ..EngineConfig::default()
         })
         .map_err(|e| PlatformError::internal("creating the engine", format!("{e:#}")))?;

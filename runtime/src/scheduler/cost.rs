@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use sluice_host_api::{Op, TensorMeta};
 
+use crate::backend::Lane;
+
 /// Weight of a new measurement in the averages.
 const ALPHA: f64 = 0.2;
 
@@ -39,6 +41,15 @@ impl KernelKey {
         }
         out.hash(&mut h);
         KernelKey { exact: h.finish(), family: op.name(), work: work_units(op, inputs, out) }
+    }
+
+    /// The same kernel on a lane of a partitioned device: it runs on fewer compute
+    /// units there, so its exact entry is kept apart (the family rate is shared).
+    pub fn on_lane(mut self, lane: Lane) -> KernelKey {
+        if lane != Lane::Whole {
+            self.exact ^= (lane.index() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+        self
     }
 }
 

@@ -21,7 +21,7 @@ use super::inflight::InFlight;
 use super::queues::{Pick, Queued, Queues};
 use super::status::{DeviceStatus, LatencySummary, TenantStatus};
 use super::{Command, InvocationId, Policy, PriorityClass, Published, SchedulerConfig, TensorId, Work};
-use crate::backend::{Buffer, Device};
+use crate::backend::{Buffer, Device, Lane};
 
 type Reply = oneshot::Sender<Result<Vec<u8>, ApiError>>;
 
@@ -38,7 +38,15 @@ struct Slot {
     uses: u32,
     /// The last handle is gone; remove once `uses` is zero and it is produced.
     freed: bool,
+    /// Where it was produced (a read waits for that lane).
+    lane: Lane,
     readers: Vec<(TensorMeta, Reply)>,
+}
+
+impl Slot {
+    fn pending() -> Slot {
+        Slot { state: State::Pending, bytes: 0, uses: 0, freed: false, lane: Lane::Whole, readers: Vec::new() }
+    }
 }
 
 /// Rows of a sliced matmul computed so far.
@@ -65,7 +73,12 @@ struct Actor {
     latency_ns: VecDeque<u64>,
     /// Whether launches return before the kernel ran (a GPU stream).
     asynchronous: bool,
-    inflight: InFlight,
+    /// Work in flight per [`Lane`].
+    inflight: [InFlight; 3],
+    /// Whether classes run on separate lanes of a partitioned device.
+    partitioned: bool,
+    /// The lane the device is directed to.
+    lane: Lane,
 }
 
 pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver<Command>, published: Arc<Published>) {
@@ -83,9 +96,15 @@ pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver
         busy: Duration::ZERO,
         latency_ns: VecDeque::new(),
         asynchronous: false,
-        inflight: InFlight::default(),
+        inflight: Default::default(),
+        partitioned: false,
+        lane: Lane::Whole,
     };
     actor.asynchronous = actor.device.is_async();
+    actor.partitioned = actor.device.has_partition() && actor.config.policy == Policy::Priority;
+    if actor.partitioned {
+        tracing::info!(partition = %actor.device.partition(), "latency work runs on the reserved partition");
+    }
     loop {
         if actor.queues.is_idle() {
             // Nothing to run: let the device finish, so the window is measured.
@@ -99,11 +118,30 @@ pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver
         while let Ok(c) = rx.try_recv() {
             actor.accept(c);
         }
-        actor.step();
+        if actor.step() == Step::LaneBusy {
+            // Best-effort work waits for room on its lane; meanwhile take commands, so
+            // latency work arriving now is not held up by it.
+            if let Ok(c) = rx.recv_timeout(LANE_POLL) {
+                actor.accept(c);
+            }
+        }
         let load = actor.queues.queued() + actor.queues.invocations.len();
         published.load.store(load as u64, Ordering::Relaxed);
         published.resident_bytes.store(actor.resident_bytes, Ordering::Relaxed);
     }
+}
+
+/// How often a scheduler whose best-effort work waits for a busy lane of a
+/// partitioned device checks that lane again.
+const LANE_POLL: Duration = Duration::from_micros(20);
+
+/// What one scheduling step did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// Ran a work item (or a slice of one), or found nothing to run.
+    Ran,
+    /// The picked best-effort work does not fit on its lane until the lane drains.
+    LaneBusy,
 }
 
 /// How long an idle device thread polls for work before it parks. A parked thread
@@ -144,23 +182,23 @@ impl Actor {
                         s.uses += 1;
                     }
                 }
-                self.slots
-                    .insert(out, Slot { state: State::Pending, bytes: 0, uses: 0, freed: false, readers: Vec::new() });
+                self.slots.insert(out, Slot::pending());
                 if let Err(work) = self.queues.push(inv, work, at) {
                     self.cancel(work);
                 }
             }
             Command::Adopt { id, buffer } => {
                 let bytes = buffer.byte_len() as u64;
-                self.slots
-                    .insert(id, Slot { state: State::Pending, bytes: 0, uses: 0, freed: false, readers: Vec::new() });
-                self.complete(id, Ok((buffer, bytes)));
+                self.slots.insert(id, Slot::pending());
+                self.complete(id, Ok((buffer, bytes)), Lane::Whole);
             }
             Command::Read { id, meta, reply } => match self.slots.get_mut(&id) {
                 Some(Slot { state: State::Pending, readers, .. }) => readers.push((meta, reply)),
-                Some(Slot { state: State::Ready(_), .. }) => {
-                    // A download waits for the device anyway; account for it first.
-                    self.drain();
+                Some(Slot { state: State::Ready(_), lane, .. }) => {
+                    // A download waits for its lane anyway; account for it first.
+                    let lane = *lane;
+                    self.drain_lane(lane);
+                    self.enter(lane);
                     let Some(Slot { state: State::Ready(b), .. }) = self.slots.get(&id) else { unreachable!() };
                     let _ = reply.send(self.device.download(b, &meta).map_err(ApiError::from));
                 }
@@ -192,9 +230,10 @@ impl Actor {
         }
     }
 
-    /// Sets a produced tensor's slot and wakes its readers.
-    fn complete(&mut self, id: TensorId, result: Result<(Buffer, u64), ApiError>) {
+    /// Sets a tensor's slot, produced on `lane`, and wakes its readers.
+    fn complete(&mut self, id: TensorId, result: Result<(Buffer, u64), ApiError>, lane: Lane) {
         let Some(slot) = self.slots.get_mut(&id) else { return };
+        slot.lane = lane;
         slot.state = match result {
             Ok((b, bytes)) => {
                 slot.bytes = bytes;
@@ -205,7 +244,8 @@ impl Actor {
         };
         let readers = std::mem::take(&mut slot.readers);
         if !readers.is_empty() {
-            self.drain();
+            self.drain_lane(lane);
+            self.enter(lane);
         }
         let Some(slot) = self.slots.get(&id) else { return };
         for (meta, reply) in readers {
@@ -237,12 +277,12 @@ impl Actor {
         };
         self.release_inputs(&work);
         let e = ApiError::new(ErrorCode::DeviceFailure, "cancelled: the invocation ended before this op ran");
-        self.complete(id, Err(e));
+        self.complete(id, Err(e), self.lane);
     }
 
     /// Runs the next work item, or one slice of it.
-    fn step(&mut self) {
-        let Some(pick) = self.queues.pick(self.config.policy) else { return };
+    fn step(&mut self) -> Step {
+        let Some(pick) = self.queues.pick(self.config.policy) else { return Step::Ran };
         let (inv, class) = match pick {
             Pick::System => (InvocationId::SYSTEM, PriorityClass::Latency),
             Pick::Invocation(id) => {
@@ -253,8 +293,16 @@ impl Actor {
         if self.config.policy == Policy::Priority && class == PriorityClass::Latency && self.queues.batch_waiting() {
             self.preemptions += 1;
         }
-        let slice_now =
-            self.config.policy == Policy::Priority && class == PriorityClass::Batch && self.queues.latency_active();
+        // On a partitioned device best-effort work has its own SMs while latency work
+        // is active, so it runs whole there instead of in slices.
+        let slice_now = self.config.policy == Policy::Priority
+            && class == PriorityClass::Batch
+            && self.queues.latency_active()
+            && !self.partitioned;
+        let lane = self.lane_for(pick, class);
+        if self.asynchronous && !self.room_on(lane, pick, class) {
+            return Step::LaneBusy;
+        }
         let queue = match pick {
             Pick::System => &mut self.queues.system,
             Pick::Invocation(id) => {
@@ -274,7 +322,8 @@ impl Actor {
         };
         let mut head = queue.pop_front().expect("picked a non-empty queue");
         let is_kernel = matches!(head.work, Work::Launch { .. });
-        let (elapsed, done) = self.execute(&mut head, class, slice_now);
+        self.enter(lane);
+        let (elapsed, done) = self.execute(&mut head, slice_now);
         if !done {
             // Put the partly sliced kernel back at the head of its queue.
             match pick {
@@ -284,10 +333,46 @@ impl Actor {
         }
         self.busy += elapsed;
         self.queues.charge(inv, elapsed, done && is_kernel);
+        Step::Ran
+    }
+
+    /// Whether the head of `pick`'s queue may be enqueued on `lane` of an asynchronous
+    /// device now. Work past the lane's in-flight bound waits for the lane to drain:
+    /// on one queue the scheduler waits for it (latency work would wait for it
+    /// anyway); on a partitioned device it only checks, so that latency work keeps
+    /// flowing to its own partition meanwhile.
+    fn room_on(&mut self, lane: Lane, pick: Pick, class: PriorityClass) -> bool {
+        let queue = match pick {
+            Pick::System => &self.queues.system,
+            Pick::Invocation(id) => &self.queues.invocations[&id].items,
+        };
+        let Some(Queued { work: Work::Launch { op, inputs, out, .. }, .. }) = queue.front() else { return true };
+        let key = KernelKey::new(op, inputs.iter().map(|(_, m)| m), out).on_lane(lane);
+        let estimate = self.cost.estimate(&key);
+        let bound = self.inflight_bound(class);
+        if !self.inflight[lane.index()].would_exceed(estimate, bound) {
+            return true;
+        }
+        if !self.partitioned {
+            self.drain_lane(lane);
+            return true;
+        }
+        match self.device.lane_idle(lane) {
+            Ok(true) => {
+                self.inflight[lane.index()].drained(&mut self.cost);
+                true
+            }
+            Ok(false) => false,
+            Err(e) => {
+                tracing::error!(error = %e, ?lane, "device query failed");
+                self.drain_lane(lane);
+                true
+            }
+        }
     }
 
     /// Executes `q` (or one slice of it); returns the device time and whether it is done.
-    fn execute(&mut self, q: &mut Queued, class: PriorityClass, slice_now: bool) -> (Duration, bool) {
+    fn execute(&mut self, q: &mut Queued, slice_now: bool) -> (Duration, bool) {
         match &q.work {
             Work::Upload { id, meta, bytes } => {
                 let started = Instant::now();
@@ -295,7 +380,7 @@ impl Actor {
                     self.device.upload(meta, bytes).map(|b| (b, meta.byte_len() as u64)).map_err(ApiError::from);
                 let elapsed = started.elapsed();
                 self.uploads += 1;
-                self.complete(*id, result);
+                self.complete(*id, result, self.lane);
                 (elapsed, true)
             }
             Work::Launch { id, op, inputs, out } => {
@@ -305,19 +390,17 @@ impl Actor {
                     Ok(a) => a,
                     Err(e) => {
                         self.release_inputs(&q.work);
-                        self.complete(id, Err(e));
+                        self.complete(id, Err(e), self.lane);
                         return (Duration::ZERO, true);
                     }
                 };
-                let key = KernelKey::new(op, inputs.iter().map(|(_, m)| m), out);
+                let lane = self.lane;
+                let key = KernelKey::new(op, inputs.iter().map(|(_, m)| m), out).on_lane(lane);
                 let args: Vec<(&Buffer, &TensorMeta)> = args.iter().zip(inputs).map(|(b, (_, m))| (b, m)).collect();
                 let sliceable = matches!(op, Op::Matmul(_)) && out.rank() >= 2 && out.shape[out.rank() - 2] > 1;
                 let estimate = self.cost.estimate(&key);
                 let wants_slices =
                     sliceable && (q.slices.is_some() || (slice_now && estimate > self.config.preemption_budget));
-                if self.asynchronous && self.inflight.would_exceed(estimate, self.inflight_bound(class)) {
-                    self.drain();
-                }
                 let started = Instant::now();
                 let outcome = if wants_slices {
                     let Op::Matmul(margs) = op else { unreachable!() };
@@ -331,14 +414,14 @@ impl Actor {
                 if self.asynchronous {
                     // The launch only enqueued it: charge the estimate; the drain
                     // that follows measures the truth for the cost model.
-                    self.inflight.add(key, estimate);
+                    self.inflight[lane.index()].add(key, estimate);
                     elapsed = estimate;
                 } else {
                     self.cost.record(&key, total);
                 }
                 self.kernels += 1;
                 self.release_inputs(&q.work);
-                self.complete(id, result.map(|b| (b, out_bytes)));
+                self.complete(id, result.map(|b| (b, out_bytes)), lane);
                 (elapsed, true)
             }
         }
@@ -396,25 +479,65 @@ impl Actor {
 
     /// How much work may be in flight on an asynchronous device before more of
     /// `class` is enqueued: unbounded for latency work and under FIFO; the
-    /// preemption budget for best-effort work while latency work is active; the
-    /// fill depth otherwise.
+    /// preemption budget for best-effort work while latency work is active (unless
+    /// it runs on its own partition); the fill depth otherwise.
     fn inflight_bound(&self, class: PriorityClass) -> Duration {
         match (self.config.policy, class) {
             (Policy::Fifo, _) | (_, PriorityClass::Latency) => Duration::MAX,
-            (Policy::Priority, PriorityClass::Batch) if self.queues.latency_active() => self.config.preemption_budget,
+            (Policy::Priority, PriorityClass::Batch) if self.queues.latency_active() && !self.partitioned => {
+                self.config.preemption_budget
+            }
             (Policy::Priority, PriorityClass::Batch) => self.config.fill_depth,
         }
     }
 
-    /// Waits for an asynchronous device to finish what it holds, and measures it.
+    /// Where `pick`'s work runs: on a partitioned device latency work on the
+    /// reserved partition, best-effort work on the remainder while latency work is
+    /// active and on the whole device otherwise; the runtime's own uploads on the
+    /// whole device. Everything on the whole device without a partition.
+    fn lane_for(&self, pick: Pick, class: PriorityClass) -> Lane {
+        if !self.partitioned {
+            return Lane::Whole;
+        }
+        match (pick, class) {
+            (Pick::System, _) => Lane::Whole,
+            (_, PriorityClass::Latency) => Lane::Reserved,
+            (_, PriorityClass::Batch) if self.queues.latency_active() => Lane::Remainder,
+            (_, PriorityClass::Batch) => Lane::Whole,
+        }
+    }
+
+    /// Directs the device to `lane`.
+    fn enter(&mut self, lane: Lane) {
+        if self.lane != lane {
+            self.device.set_lane(lane);
+            self.lane = lane;
+        }
+    }
+
+    /// Waits for an asynchronous device to finish what it holds on every lane, and
+    /// measures it.
     fn drain(&mut self) {
-        if self.inflight.is_empty() {
+        if self.inflight.iter().all(InFlight::is_empty) {
             return;
         }
         if let Err(e) = self.device.synchronize() {
             tracing::error!(error = %e, "device synchronize failed");
         }
-        self.inflight.drained(&mut self.cost);
+        for lane in &mut self.inflight {
+            lane.drained(&mut self.cost);
+        }
+    }
+
+    /// Waits for what `lane` holds, and measures it.
+    fn drain_lane(&mut self, lane: Lane) {
+        if self.inflight[lane.index()].is_empty() {
+            return;
+        }
+        if let Err(e) = self.device.synchronize_lane(lane) {
+            tracing::error!(error = %e, ?lane, "device synchronize failed");
+        }
+        self.inflight[lane.index()].drained(&mut self.cost);
     }
 
     /// The inputs' buffers (cheap clones of shared handles), or the error that

@@ -227,6 +227,7 @@ pub async fn run(platform: &Arc<Platform>, tenant: &str, name: &str, body: &[u8]
     let us = |d: std::time::Duration| HeaderValue::from(d.as_micros() as u64);
     h.insert("x-sluice-queue-us", us(queue));
     h.insert("x-sluice-instantiate-us", us(output.instantiate));
+    h.insert("x-sluice-instance", HeaderValue::from_static(if output.warm { "warm" } else { "fresh" }));
     h.insert("x-sluice-execute-us", us(output.execute));
     h.insert("x-sluice-function-version", HeaderValue::from(function.version.version));
     Ok(response)

@@ -1,20 +1,29 @@
-//! [`CudaDevice`]: one CUDA context, one stream, a cuBLAS handle, a caching allocator and
-//! the lazily compiled kernel modules of one GPU.
+//! [`CudaDevice`]: the CUDA contexts, streams, cuBLAS handles, caching allocator and
+//! lazily compiled kernel modules of one GPU.
 //!
-//! Every op is queued on the device's stream and returns at once; `download` and
-//! `synchronize` wait. Work from several threads interleaves on the one stream in the
-//! order the calls reach it; callers that need an order (the scheduler) impose it.
+//! Every op is queued on the stream of the device's current [`Lane`] and returns at once;
+//! `download` and `synchronize` wait. Without an SM partition every lane is the one
+//! primary stream; with one (see [`crate::partition`]) each lane has its own stream,
+//! module cache and cuBLAS handle, and work reading buffers of another lane is ordered
+//! after their production with stream-side event waits. The lane is device-wide state
+//! meant to be set by the one thread that drives the device (the scheduler): work from
+//! several threads interleaves on a stream in the order the calls reach it, and callers
+//! that need an order impose it.
 
+use std::ops::Range;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaStream, result};
-use sluice_host_api::{Op, TensorMeta};
+use sluice_host_api::{MatmulArgs, Op, TensorMeta};
 
-use crate::alloc::{MemoryStats, Pool};
-use crate::module_cache::ModuleCache;
+use crate::alloc::{MemoryStats, Pool, Producer};
+use crate::lanes::Lanes;
+use crate::module_cache::{CubinStore, ModuleCache};
 use crate::nvrtc_cache::{self, Target};
+use crate::partition::{self, Lane, PartitionState, slot_of};
 use crate::{CudaBuffer, CudaError, CudaOptions, CudaUnavailable, probe};
 
 /// What the device reports about itself, read once at `open`.
@@ -27,23 +36,50 @@ struct Info {
     driver_version: i32,
 }
 
+/// What launches on one stream slot need besides the stream: the modules loaded in its
+/// context and a cuBLAS handle bound to its stream.
+pub(crate) struct Kit {
+    pub(crate) kernels: ModuleCache,
+    pub(crate) blas: Mutex<CudaBlas>,
+}
+
+/// The resources of the current lane, for one op.
+pub(crate) struct Active<'a> {
+    pub(crate) ctx: &'a Arc<CudaContext>,
+    pub(crate) stream: &'a Arc<CudaStream>,
+    pub(crate) kernels: &'a ModuleCache,
+    pub(crate) blas: &'a Mutex<CudaBlas>,
+    /// SMs the lane's kernels run on.
+    pub(crate) sms: u32,
+}
+
+impl Active<'_> {
+    pub(crate) fn bind(&self) -> Result<(), CudaError> {
+        self.ctx.bind_to_thread().map_err(|e| CudaError::driver("binding the context", e))
+    }
+}
+
 /// An open GPU. `Send + Sync`; clone-free (wrap it in an `Arc` to share).
 pub struct CudaDevice {
-    pub(crate) ctx: Arc<CudaContext>,
-    pub(crate) stream: Arc<CudaStream>,
-    pub(crate) blas: Mutex<CudaBlas>,
-    pub(crate) pool: Arc<Pool>,
-    pub(crate) kernels: ModuleCache,
+    /// One per stream slot. Declared before `pool`: modules and cuBLAS handles of a green
+    /// context are dropped before the pool (which owns the green contexts) can go.
+    kits: Vec<Kit>,
+    lane: AtomicU8,
+    partition: PartitionState,
     pub(crate) allow_tf32: bool,
     info: Info,
+    /// Owns the contexts' streams (and green contexts); buffers keep it alive.
+    pub(crate) pool: Arc<Pool>,
 }
 
 impl std::fmt::Debug for CudaDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CudaDevice")
-            .field("ordinal", &self.ctx.ordinal())
+            .field("ordinal", &self.pool.lanes.slot(0).ctx.ordinal())
             .field("name", &self.info.name)
-            .field("arch", &self.kernels.target().arch)
+            .field("arch", &self.kits[0].kernels.target().arch)
+            .field("partition", &self.partition.to_string())
+            .field("lane", &self.lane())
             .finish()
     }
 }
@@ -52,6 +88,9 @@ impl CudaDevice {
     /// Opens device `opts.ordinal`. Probes for libcuda, libnvrtc and libcublas before
     /// touching anything that would panic, so a machine without CUDA gets
     /// [`CudaUnavailable::NoDriver`] ("no CUDA driver found") and nothing else happens.
+    ///
+    /// With `opts.reserved_sms > 0` it also builds the SM partition; if that fails the
+    /// device opens without one ([`CudaDevice::partition`] says why).
     pub fn open(opts: CudaOptions) -> Result<CudaDevice, CudaUnavailable> {
         probe::libraries().check()?;
         // Belt and braces: cudarc panics on some loader failures; never let one escape.
@@ -103,6 +142,64 @@ impl CudaDevice {
         let nvrtc_version = nvrtc_cache::nvrtc_version().map_err(|e| CudaUnavailable::Init(e.to_string()))?;
         let target = Target { arch: nvrtc_cache::arch_for(info.cc.0, info.cc.1), driver_version, nvrtc_version };
         let blas = CudaBlas::new(stream.clone()).map_err(|e| CudaUnavailable::Init(format!("cuBLAS: {e:?}")))?;
+
+        // The partition: any failure leaves the device unpartitioned, with the reason.
+        let mut blases = vec![blas];
+        let (lanes, partition) = if opts.reserved_sms == 0 {
+            (Lanes::single(ctx.clone(), stream, info.sm_count), PartitionState::NotRequested)
+        } else {
+            let built = partition::create(&ctx, opts.reserved_sms, info.cc.0, driver_version).and_then(|split| {
+                let mut green = Vec::new();
+                for lane in [&split.reserved, &split.remainder] {
+                    // On failure the handles made so far drop before `split` does.
+                    green.push(
+                        CudaBlas::new(lane.stream.clone()).map_err(|e| format!("cuBLAS in a green context: {e:?}"))?,
+                    );
+                }
+                Ok((split, green))
+            });
+            match built {
+                Ok((split, green)) => {
+                    let state = split.state();
+                    tracing::info!(
+                        ordinal = opts.ordinal,
+                        requested = opts.reserved_sms,
+                        partition = %state,
+                        "cuda SM partition active"
+                    );
+                    blases.extend(green);
+                    (Lanes::partitioned(ctx.clone(), stream, info.sm_count, split), state)
+                }
+                Err(why) => {
+                    tracing::warn!(
+                        ordinal = opts.ordinal,
+                        requested = opts.reserved_sms,
+                        reason = %why,
+                        "cuda SM partition unavailable; priorities and preemption only"
+                    );
+                    (Lanes::single(ctx.clone(), stream, info.sm_count), PartitionState::Unavailable(why))
+                }
+            }
+        };
+        // Bind the primary context again (building green contexts switches it).
+        ctx.bind_to_thread().map_err(|e| init("binding the context", e))?;
+        let pool = Pool::new(ctx.clone(), lanes);
+        let store: Option<CubinStore> = if pool.lanes.partitioned_now() { Some(CubinStore::default()) } else { None };
+        let kits = pool
+            .lanes
+            .slots()
+            .iter()
+            .zip(blases)
+            .map(|(slot, blas)| Kit {
+                kernels: ModuleCache::new(
+                    slot.ctx.clone(),
+                    target.clone(),
+                    opts.kernel_cache_dir.clone(),
+                    store.clone(),
+                ),
+                blas: Mutex::new(blas),
+            })
+            .collect();
         tracing::info!(
             ordinal = opts.ordinal,
             name = %info.name,
@@ -110,19 +207,20 @@ impl CudaDevice {
             sms = info.sm_count,
             driver = driver_version,
             nvrtc = ?nvrtc_version,
+            partition = %partition,
             "cuda device opened"
         );
         Ok(CudaDevice {
-            pool: Pool::new(ctx.clone()),
-            kernels: ModuleCache::new(ctx.clone(), target, opts.kernel_cache_dir.clone()),
-            blas: Mutex::new(blas),
-            ctx,
-            stream,
+            kits,
+            lane: AtomicU8::new(Lane::Whole.index()),
+            partition,
             allow_tf32: opts.allow_tf32,
             info,
+            pool,
         })
     }
 
+    /// The device's name, e.g. "NVIDIA H200".
     pub fn name(&self) -> String {
         self.info.name.clone()
     }
@@ -132,10 +230,12 @@ impl CudaDevice {
         self.info.total_memory
     }
 
+    /// Streaming multiprocessors of the whole device.
     pub fn sm_count(&self) -> u32 {
         self.info.sm_count
     }
 
+    /// (major, minor) compute capability, e.g. (9, 0).
     pub fn compute_capability(&self) -> (u32, u32) {
         self.info.cc
     }
@@ -143,6 +243,28 @@ impl CudaDevice {
     /// `cuDriverGetVersion`, e.g. 13000 for CUDA 13.0.
     pub fn driver_version(&self) -> i32 {
         self.info.driver_version
+    }
+
+    /// Whether the SMs are partitioned, and how (or why not).
+    pub fn partition(&self) -> &PartitionState {
+        &self.partition
+    }
+
+    /// Sends every later upload, launch, matmul, memset and download to `lane`'s stream
+    /// (the same stream for every lane when there is no partition). Meant to be called by
+    /// the thread that drives the device.
+    pub fn set_lane(&self, lane: Lane) {
+        self.lane.store(lane.index(), Ordering::Relaxed);
+    }
+
+    /// The lane set by [`CudaDevice::set_lane`] ([`Lane::Whole`] at first).
+    pub fn lane(&self) -> Lane {
+        Lane::from_index(self.lane.load(Ordering::Relaxed))
+    }
+
+    /// SMs the kernels of `lane` run on (the whole device without a partition).
+    pub fn lane_sm_count(&self, lane: Lane) -> u32 {
+        self.pool.lanes.slot(self.slot_for(lane)).sms
     }
 
     /// What the caching allocator holds.
@@ -156,16 +278,18 @@ impl CudaDevice {
     }
 
     /// Compiles (or loads from the disk cache) every kernel module now, instead of on
-    /// first use; returns how many modules are loaded.
+    /// first use, in every lane's context; returns how many modules each lane has loaded.
     pub fn warm_up(&self) -> Result<usize, CudaError> {
-        for m in crate::kernels::Module::ALL {
-            self.kernels.module(m)?;
+        for kit in &self.kits {
+            for m in crate::kernels::Module::ALL {
+                kit.kernels.module(m)?;
+            }
         }
         Ok(crate::kernels::Module::ALL.len())
     }
 
-    /// Copies little-endian element bytes to a new device buffer (queued on the stream;
-    /// `bytes` may be dropped as soon as this returns).
+    /// Copies little-endian element bytes to a new device buffer (queued on the current
+    /// lane's stream; `bytes` may be dropped as soon as this returns).
     pub fn upload(&self, meta: &TensorMeta, bytes: &[u8]) -> Result<CudaBuffer, CudaError> {
         if bytes.len() != meta.byte_len() {
             return Err(CudaError::failure(format!(
@@ -176,88 +300,213 @@ impl CudaDevice {
                 bytes.len()
             )));
         }
+        let slot = self.slot();
+        self.pool.lanes.begin(slot);
         let buf = self.alloc(bytes.len())?;
         if !bytes.is_empty() {
-            self.bind()?;
+            let lane = self.active_slot(slot);
+            lane.bind()?;
             // SAFETY: `buf` holds at least `bytes.len()` bytes; pageable source memory is
             // staged by the driver before this returns.
-            unsafe { result::memcpy_htod_async(buf.device_ptr(), bytes, self.stream.cu_stream()) }
+            unsafe { result::memcpy_htod_async(buf.device_ptr(), bytes, lane.stream.cu_stream()) }
                 .map_err(|e| CudaError::driver("copying to the device", e))?;
+            if self.pool.lanes.partitioned_now() {
+                // Other lanes wait on exactly this copy, never on later work of this lane.
+                buf.set_upload_event(self.pool.lanes.record(slot)?);
+            }
         }
         Ok(buf)
     }
 
-    /// Queues `op` on the device's stream and returns its output buffer at once. The
-    /// launch must have passed [`sluice_host_api::infer`] with these inputs, giving `out`.
+    /// Queues `op` on the current lane's stream and returns its output buffer at once.
+    /// The launch must have passed [`sluice_host_api::infer`] with these inputs, giving
+    /// `out`.
     pub fn launch(
         &self,
         op: &Op,
         inputs: &[(&CudaBuffer, &TensorMeta)],
         out: &TensorMeta,
     ) -> Result<CudaBuffer, CudaError> {
+        self.check_inputs(op.name(), inputs)?;
+        debug_assert_eq!(
+            sluice_host_api::infer(op, &inputs.iter().map(|(_, m)| *m).collect::<Vec<_>>()).as_ref(),
+            Ok(out),
+            "launch of {op:?} did not pass infer"
+        );
+        self.prepare(inputs)?;
+        crate::ops::launch(self, op, inputs, out)
+    }
+
+    /// Output rows `rows` of the M axis of `matmul(a, b)` (as `Op::Matmul(*args)` with
+    /// output `out`), for every batch: a buffer of shape `[..batch, rows.len(), N]`, `out`'s
+    /// shape with M replaced by `rows.len()`. Concatenating the blocks of a partition of
+    /// `0..M` along that axis gives the whole product, so the scheduler can slice a big
+    /// GEMM into short kernels. Queued on the current lane's stream, like `launch`.
+    pub fn matmul_rows(
+        &self,
+        args: &MatmulArgs,
+        a: (&CudaBuffer, &TensorMeta),
+        b: (&CudaBuffer, &TensorMeta),
+        out: &TensorMeta,
+        rows: Range<usize>,
+    ) -> Result<CudaBuffer, CudaError> {
+        let m = out.shape.get(out.rank().wrapping_sub(2)).copied().unwrap_or(0) as usize;
+        if out.rank() < 2 || rows.start > rows.end || rows.end > m {
+            return Err(CudaError::failure(format!(
+                "rows {rows:?} are out of range for a matmul output {:?}",
+                out.shape
+            )));
+        }
+        let inputs = [a, b];
+        self.check_inputs("matmul", &inputs)?;
+        debug_assert_eq!(
+            sluice_host_api::infer(&Op::Matmul(*args), &[a.1, b.1]).as_ref(),
+            Ok(out),
+            "matmul_rows did not pass infer"
+        );
+        self.prepare(&inputs)?;
+        crate::gemm::matmul_rows(self, args, a, b, out, rows)
+    }
+
+    /// Waits for the work queued so far on the current lane (including the producers of
+    /// `buf` on other lanes) and returns the buffer's bytes (`meta.byte_len()`).
+    pub fn download(&self, buf: &CudaBuffer, meta: &TensorMeta) -> Result<Vec<u8>, CudaError> {
+        let n = meta.byte_len();
+        if buf.byte_len() < n {
+            return Err(CudaError::failure(format!("download of {n} bytes from a {}-byte buffer", buf.byte_len())));
+        }
+        if !buf.belongs_to(&self.pool) {
+            return Err(CudaError::failure("download of a buffer of another device"));
+        }
+        let slot = self.slot();
+        // The copy finishes before this returns, so the buffer's use mask stays as is.
+        let p = buf.producer();
+        self.pool.lanes.order_after(slot, p.slot as usize, p.seq, buf.upload_event())?;
+        let mut out = vec![0u8; n];
+        if n > 0 {
+            let lane = self.active_slot(slot);
+            lane.bind()?;
+            // SAFETY: `out` has `n` bytes and stays alive until the synchronize below.
+            unsafe { result::memcpy_dtoh_async(&mut out, buf.device_ptr(), lane.stream.cu_stream()) }
+                .map_err(|e| CudaError::driver("copying from the device", e))?;
+        }
+        self.pool.lanes.synchronize(slot)?;
+        Ok(out)
+    }
+
+    /// Waits until everything queued on every lane has run; reports a kernel fault of
+    /// any earlier op.
+    pub fn synchronize(&self) -> Result<(), CudaError> {
+        let mut first = Ok(());
+        for i in 0..self.pool.lanes.slots().len() {
+            if let Err(e) = self.pool.lanes.synchronize(i)
+                && first.is_ok()
+            {
+                first = Err(e);
+            }
+        }
+        first
+    }
+
+    /// Waits until everything queued on `lane`'s stream has run (all of the device
+    /// without a partition).
+    pub fn synchronize_lane(&self, lane: Lane) -> Result<(), CudaError> {
+        self.pool.lanes.synchronize(self.slot_for(lane))
+    }
+
+    /// Whether everything queued on `lane`'s stream has run, without waiting.
+    pub fn lane_idle(&self, lane: Lane) -> Result<bool, CudaError> {
+        self.pool.lanes.is_idle(self.slot_for(lane))
+    }
+
+    /// The stream slot of `lane`.
+    fn slot_for(&self, lane: Lane) -> usize {
+        slot_of(lane, self.pool.lanes.partitioned_now())
+    }
+
+    /// The stream slot of the current lane.
+    pub(crate) fn slot(&self) -> usize {
+        self.slot_for(self.lane())
+    }
+
+    fn active_slot(&self, slot: usize) -> Active<'_> {
+        let s = self.pool.lanes.slot(slot);
+        let kit = &self.kits[slot];
+        Active { ctx: &s.ctx, stream: &s.stream, kernels: &kit.kernels, blas: &kit.blas, sms: s.sms }
+    }
+
+    /// The current lane's stream, context, modules and cuBLAS handle.
+    pub(crate) fn active(&self) -> Active<'_> {
+        self.active_slot(self.slot())
+    }
+
+    /// Checks that every input lives on this device and is large enough for its meta.
+    fn check_inputs(&self, what: &str, inputs: &[(&CudaBuffer, &TensorMeta)]) -> Result<(), CudaError> {
         for (i, (buf, meta)) in inputs.iter().enumerate() {
             if !buf.belongs_to(&self.pool) {
-                return Err(CudaError::failure(format!("{} input {i} lives on another device", op.name())));
+                return Err(CudaError::failure(format!("{what} input {i} lives on another device")));
             }
             if buf.byte_len() < meta.byte_len() {
                 return Err(CudaError::failure(format!(
-                    "{} input {i}: buffer of {} bytes is too small for {:?} {}",
-                    op.name(),
+                    "{what} input {i}: buffer of {} bytes is too small for {:?} {}",
                     buf.byte_len(),
                     meta.shape,
                     meta.dtype
                 )));
             }
         }
-        debug_assert_eq!(
-            sluice_host_api::infer(op, &inputs.iter().map(|(_, m)| *m).collect::<Vec<_>>()).as_ref(),
-            Ok(out),
-            "launch of {op:?} did not pass infer"
-        );
-        crate::ops::launch(self, op, inputs, out)
+        Ok(())
     }
 
-    /// Waits for the work queued so far and returns the buffer's bytes (`meta.byte_len()`).
-    pub fn download(&self, buf: &CudaBuffer, meta: &TensorMeta) -> Result<Vec<u8>, CudaError> {
-        let n = meta.byte_len();
-        if buf.byte_len() < n {
-            return Err(CudaError::failure(format!("download of {n} bytes from a {}-byte buffer", buf.byte_len())));
+    /// Orders the current lane after the producers of `inputs` (a no-op when they were
+    /// made on this lane), notes the use for the allocator, and starts a unit of work.
+    fn prepare(&self, inputs: &[(&CudaBuffer, &TensorMeta)]) -> Result<(), CudaError> {
+        let slot = self.slot();
+        if self.pool.lanes.partitioned_now() {
+            for (buf, _) in inputs {
+                let p = buf.producer();
+                if p.slot as usize != slot {
+                    self.pool.lanes.order_after(slot, p.slot as usize, p.seq, buf.upload_event())?;
+                    buf.note_use(slot);
+                }
+            }
         }
-        let mut out = vec![0u8; n];
-        if n > 0 {
-            self.bind()?;
-            // SAFETY: `out` has `n` bytes and stays alive until the synchronize below.
-            unsafe { result::memcpy_dtoh_async(&mut out, buf.device_ptr(), self.stream.cu_stream()) }
-                .map_err(|e| CudaError::driver("copying from the device", e))?;
-        }
-        self.synchronize()?;
-        Ok(out)
+        self.pool.lanes.begin(slot);
+        Ok(())
     }
 
-    /// Waits until everything queued on the device's stream has run; reports a kernel
-    /// fault of any earlier op.
-    pub fn synchronize(&self) -> Result<(), CudaError> {
-        self.stream.synchronize().map_err(|e| CudaError::driver("synchronizing the stream", e))
-    }
-
-    pub(crate) fn bind(&self) -> Result<(), CudaError> {
-        self.ctx.bind_to_thread().map_err(|e| CudaError::driver("binding the context", e))
-    }
-
-    /// A buffer of `bytes` bytes from the pool, for work on this device's stream.
+    /// A buffer of `bytes` bytes from the pool, for work on the current lane's stream
+    /// (produced by the unit of work in progress there).
     pub(crate) fn alloc(&self, bytes: usize) -> Result<CudaBuffer, CudaError> {
-        self.pool.alloc(self.stream.cu_stream() as usize, bytes)
+        let slot = self.slot();
+        let producer = Producer { slot: slot as u8, seq: self.pool.lanes.slot(slot).seq() };
+        self.pool.alloc(producer, bytes)
     }
 
-    /// Queues a zero fill of the whole buffer.
+    /// SMs of the current lane, for sizing grids.
+    pub(crate) fn launch_sms(&self) -> u32 {
+        self.active().sms
+    }
+
+    /// Queues a zero fill of the whole buffer on the current lane's stream.
     pub(crate) fn memset_zero(&self, buf: &CudaBuffer) -> Result<(), CudaError> {
         if buf.byte_len() == 0 {
             return Ok(());
         }
-        self.bind()?;
+        let lane = self.active();
+        lane.bind()?;
         // SAFETY: the buffer holds `byte_len` bytes.
-        unsafe { result::memset_d8_async(buf.device_ptr(), 0, buf.byte_len(), self.stream.cu_stream()) }
+        unsafe { result::memset_d8_async(buf.device_ptr(), 0, buf.byte_len(), lane.stream.cu_stream()) }
             .map_err(|e| CudaError::driver("zero fill", e))
+    }
+}
+
+impl Drop for CudaDevice {
+    fn drop(&mut self) {
+        // Nothing may run while the modules and cuBLAS handles go.
+        if let Err(e) = self.synchronize() {
+            tracing::warn!(error = %e, "cuda device: synchronize before closing failed");
+        }
     }
 }
 

@@ -7,8 +7,15 @@
 //! cuBLAS gets B first, A second, and m/n swapped ([`GemmCall::row_major`]). Transposes
 //! are cuBLAS op flags, never copies. f16/bf16 accumulate in f32; f32 uses TF32 only if
 //! the device was opened with `allow_tf32`.
+//!
+//! [`crate::CudaDevice::matmul_rows`] computes output rows `r0..r1` of every batch with
+//! the same call and a pointer offset: op(A)'s rows start `r0·k` elements in (or `r0`
+//! when A is transposed: then they are columns of A's storage, still `M` apart), A keeps
+//! its full leading dimension and batch stride, and the output is a dense
+//! `[batch, r1 - r0, N]` ([`MatmulPlan::rows_call`]).
 
 use std::ffi::c_void;
+use std::ops::Range;
 
 use cudarc::cublas::result as blas;
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
@@ -124,6 +131,27 @@ impl MatmulPlan {
     }
 }
 
+impl MatmulPlan {
+    /// The cuBLAS call computing output rows `rows` of every batch into a dense
+    /// `[batch, rows.len(), n]` output, and the element offset of op(A)'s first row to
+    /// add to A's pointer. Never folds the batch into m (the rows of different batches
+    /// are not adjacent).
+    pub fn rows_call(&self, args: &MatmulArgs, rows: Range<u64>) -> (GemmCall, u64) {
+        let r = rows.end - rows.start;
+        let mut c = GemmCall::row_major(r, self.n, self.k, args.transpose_a, args.transpose_b);
+        // cuBLAS's B is our A: its leading dimension is that of the whole matrix (a
+        // transposed A is [k, M] in storage, its op rows being columns M apart).
+        c.ldb = if args.transpose_a { self.m } else { self.k };
+        let stride = |o: &Operand, size: u64| if *o == Operand::Shared { 0 } else { size };
+        c.stride_a = stride(&self.b, self.k * self.n);
+        c.stride_b = stride(&self.a, self.m * self.k);
+        c.stride_c = r * self.n;
+        c.batch = self.batch;
+        let offset = rows.start * if args.transpose_a { 1 } else { self.k };
+        (c, offset)
+    }
+}
+
 /// (rows, cols) of the last two axes after the optional transpose.
 fn dims2(last2: &[u32], t: bool) -> (u64, u64) {
     let (r, c) = (last2[0] as u64, last2[1] as u64);
@@ -166,6 +194,48 @@ pub(crate) fn matmul(
     Ok(c)
 }
 
+/// Output rows `rows` of `a · b` (see [`crate::CudaDevice::matmul_rows`]); `out` is the
+/// whole product's meta and `rows` was checked against it.
+pub(crate) fn matmul_rows(
+    dev: &CudaDevice,
+    args: &MatmulArgs,
+    (a, am): (&CudaBuffer, &TensorMeta),
+    (b, bm): (&CudaBuffer, &TensorMeta),
+    out: &TensorMeta,
+    rows: Range<usize>,
+) -> Result<CudaBuffer, CudaError> {
+    let plan = MatmulPlan::new(args, am, bm);
+    if rows.start == 0 && rows.end as u64 == plan.m {
+        return matmul(dev, args, (a, am), (b, bm), out);
+    }
+    let r = (rows.end - rows.start) as u64;
+    let es = out.dtype.size_of() as u64;
+    let c = dev.alloc((plan.batch * r * plan.n * es) as usize)?;
+    if r * plan.batch * plan.n == 0 {
+        return Ok(c);
+    }
+    if plan.k == 0 {
+        dev.memset_zero(&c)?;
+        return Ok(c);
+    }
+    let materialize = |buf: &CudaBuffer, meta: &TensorMeta, o: &Operand| -> Result<Option<CudaBuffer>, CudaError> {
+        match o {
+            Operand::Materialize(full) => crate::ops::indexing::broadcast_to(dev, buf, meta, full).map(Some),
+            _ => Ok(None),
+        }
+    };
+    let a_full = materialize(a, am, &plan.a)?;
+    let b_full = materialize(b, bm, &plan.b)?;
+    let (call, offset) = plan.rows_call(args, rows.start as u64..rows.end as u64);
+    let a_ptr = a_full.as_ref().unwrap_or(a).device_ptr() + offset * es;
+    let b_ptr = b_full.as_ref().unwrap_or(b).device_ptr();
+    // cuBLAS's A is our B.
+    gemm(dev, out.dtype, &call, b_ptr, a_ptr, c.device_ptr(), 0.0)
+        .map_err(|e| annotate(e, &format!("matmul rows {rows:?} of {:?} x {:?}", am.shape, bm.shape)))?;
+    drop((a_full, b_full));
+    Ok(c)
+}
+
 fn annotate(e: CudaError, what: &str) -> CudaError {
     match e {
         CudaError::OutOfMemory(m) => CudaError::OutOfMemory(format!("{what}: {m}")),
@@ -177,7 +247,8 @@ fn int(v: u64, what: &str) -> Result<i32, CudaError> {
     i32::try_from(v.max(1)).map_err(|_| CudaError::failure(format!("GEMM {what} = {v} exceeds cuBLAS's 32-bit limit")))
 }
 
-/// Runs one call (`C = A·B + beta·C` in cuBLAS terms, alpha 1) on the device's stream.
+/// Runs one call (`C = A·B + beta·C` in cuBLAS terms, alpha 1) on the current lane's
+/// stream, with that lane's cuBLAS handle.
 pub(crate) fn gemm(
     dev: &CudaDevice,
     dtype: DType,
@@ -203,15 +274,16 @@ pub(crate) fn gemm(
     let (lda, ldb, ldc) = (int(c.lda, "lda")?, int(c.ldb, "ldb")?, int(c.ldc, "ldc")?);
     let batch = int(c.batch, "batch")?;
     let alpha = 1.0f32;
-    let blas_handle = dev.blas.lock().unwrap_or_else(|p| p.into_inner());
-    dev.ctx.bind_to_thread().map_err(|e| CudaError::driver("binding the context", e))?;
+    let lane = dev.active();
+    let blas_handle = lane.blas.lock().unwrap_or_else(|p| p.into_inner());
+    lane.bind()?;
     let handle = *blas_handle.handle();
     let algo = cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT;
     let (alpha_p, beta_p) = (&alpha as *const f32 as *const c_void, &beta as *const f32 as *const c_void);
     let (a, b, out) = (a as *const c_void, b as *const c_void, out as *mut c_void);
     // SAFETY: the pointers are live device buffers of the sizes the call describes
     // (checked by `infer` and the allocator); alpha/beta are host f32 as the compute type
-    // requires; the handle is used under its lock, on the device's stream.
+    // requires; the handle is used under its lock, on its lane's stream and context.
     let r = unsafe {
         if batch == 1 {
             blas::gemm_ex(

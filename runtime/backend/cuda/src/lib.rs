@@ -4,9 +4,15 @@
 //! this crate always compiles and links; on a machine without CUDA [`CudaDevice::open`]
 //! returns [`CudaUnavailable::NoDriver`] ("no CUDA driver found") instead of panicking.
 //!
-//! - [`device`]: [`CudaDevice`], one context and one stream per device; `launch` is
-//!   asynchronous on that stream, `download` waits.
-//! - [`alloc`]: the stream-ordered caching allocator behind [`CudaBuffer`].
+//! - [`device`]: [`CudaDevice`]; `launch` is asynchronous on the current lane's stream,
+//!   `download` waits. [`CudaDevice::matmul_rows`] computes a block of output rows so the
+//!   scheduler can slice a big GEMM.
+//! - [`partition`]: the optional SM partition through CUDA green contexts: [`Lane`]s
+//!   (whole device, reserved partition, remainder), [`PartitionState`], and how work on
+//!   different lanes is kept ordered.
+//! - `lanes` (private): the streams behind the lanes, events and cross-stream ordering.
+//! - [`alloc`]: the stream-ordered caching allocator behind [`CudaBuffer`], safe for
+//!   buffers shared between lanes.
 //! - [`kernels`] and [`nvrtc_cache`]: the `.cu` sources in `src/kernels/`, compiled by
 //!   NVRTC for the device's architecture, loaded lazily per module and cached on disk.
 //! - [`gemm`]: matmul and convolution GEMMs through cuBLAS.
@@ -17,10 +23,12 @@ pub mod device;
 mod error;
 pub mod gemm;
 pub mod kernels;
+mod lanes;
 pub mod layout;
 mod module_cache;
 pub mod nvrtc_cache;
 pub mod ops;
+pub mod partition;
 pub mod probe;
 
 use std::path::PathBuf;
@@ -28,6 +36,7 @@ use std::path::PathBuf;
 pub use alloc::{CudaBuffer, MemoryStats};
 pub use device::CudaDevice;
 pub use error::{CudaError, CudaUnavailable};
+pub use partition::{Lane, PartitionState};
 
 /// How to open a device.
 #[derive(Clone, Debug, Default)]
@@ -39,4 +48,9 @@ pub struct CudaOptions {
     pub kernel_cache_dir: Option<PathBuf>,
     /// Let f32 GEMMs use TF32 tensor cores (faster, ~1e-3 relative error).
     pub allow_tf32: bool,
+    /// SMs to reserve for latency-class work in a green-context partition (rounded up to
+    /// the hardware granularity: 8 SMs on compute capability 9.x); 0 (the default) means
+    /// no partition. If the partition cannot be built the device still opens, without
+    /// one; [`CudaDevice::partition`] says why.
+    pub reserved_sms: u32,
 }

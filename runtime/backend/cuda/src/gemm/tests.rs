@@ -118,3 +118,49 @@ fn plans() {
     let p = MatmulPlan::new(&MatmulArgs { transpose_a: true, transpose_b: false }, &t(&[2, 4, 3]), &t(&[4, 5]));
     assert!(!p.fold, "a transposed per batch cannot fold into m");
 }
+
+#[test]
+fn row_calls_compute_row_blocks_of_the_product() {
+    let cases: &[(&[u32], &[u32])] = &[
+        (&[7, 4], &[4, 5]),
+        (&[2, 7, 4], &[4, 5]),
+        (&[2, 7, 4], &[2, 4, 5]),
+        (&[7, 4], &[3, 4, 5]),
+        (&[1, 7, 4], &[2, 4, 5]),
+    ];
+    let mut checked = 0;
+    for &(ash, bsh) in cases {
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            let args = MatmulArgs { transpose_a: ta, transpose_b: tb };
+            let swap = |s: &[u32], t: bool| {
+                let mut v = s.to_vec();
+                let r = v.len();
+                if t {
+                    v.swap(r - 1, r - 2);
+                }
+                v
+            };
+            let (am, bm) = (t(&swap(ash, ta)), t(&swap(bsh, tb)));
+            let out = sluice_host_api::infer(&sluice_host_api::Op::Matmul(args), &[&am, &bm]).unwrap();
+            let plan = MatmulPlan::new(&args, &am, &bm);
+            let a: Vec<f64> = (0..am.numel()).map(|i| (i as f64 * 0.37).sin()).collect();
+            let b: Vec<f64> = (0..bm.numel()).map(|i| (i as f64 * 0.11).cos()).collect();
+            let want = row_major_reference(&args, &am, &a, &bm, &b, &out);
+            let (m, n) = (plan.m as usize, plan.n as usize);
+            for rows in [0..m, 0..1, 2..5, m - 1..m, 1..m] {
+                let (call, offset) = plan.rows_call(&args, rows.start as u64..rows.end as u64);
+                let r = rows.len();
+                assert_eq!((call.stride_c, call.batch), ((r * n) as u64, plan.batch));
+                let mut got = vec![0.0; plan.batch as usize * r * n];
+                cublas_reference(&call, &b, &a[offset as usize..], &mut got);
+                let want_rows: Vec<f64> =
+                    want.chunks(m * n).flat_map(|blk| blk[rows.start * n..rows.end * n].to_vec()).collect();
+                for (g, w) in got.iter().zip(&want_rows) {
+                    assert!((g - w).abs() < 1e-9, "{ash:?}{ta} x {bsh:?}{tb} rows {rows:?}: {got:?} vs {want_rows:?}");
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 5 * 4 * 5);
+}

@@ -88,7 +88,7 @@ pub(crate) fn conv2d(
         Some(b) => {
             let total = out.numel() as u64;
             let (bp, yp) = (b.device_ptr(), y.device_ptr());
-            let cfg = elementwise_config(total, dev.sm_count());
+            let cfg = elementwise_config(total, dev.launch_sms());
             launch_kernel!(dev, Module::Conv, kernels::bias_fill_symbol(dt), cfg, &bp, &yp, &total, &o, &l)?;
             1.0
         }
@@ -126,7 +126,7 @@ pub(crate) fn conv2d(
     while start < n {
         let count = chunk.min(n - start);
         let xs = xp + start * image_in * es;
-        let cfg = elementwise_config(count * per_image, dev.sm_count());
+        let cfg = elementwise_config(count * per_image, dev.launch_sms());
         launch_kernel!(dev, Module::Conv, kernels::im2col_symbol(dt), cfg, &xs, &cp, &count, &geom)?;
         let out_at = |img: u64| yp + (start + img) * o * l * es;
         if g == 1 {
@@ -176,7 +176,7 @@ pub(crate) fn pool2d(
         pw: args.padding.1,
     };
     let (xp, yp) = (x.device_ptr(), y.device_ptr());
-    let cfg = elementwise_config(total, dev.sm_count());
+    let cfg = elementwise_config(total, dev.launch_sms());
     let sym = kernels::pool_symbol(args.kind, xm.dtype);
     debug_assert!(matches!(args.kind, PoolKind::Max | PoolKind::Avg));
     launch_kernel!(dev, Module::Pool, sym, cfg, &xp, &yp, &total, &geom)?;

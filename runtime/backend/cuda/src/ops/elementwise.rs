@@ -18,7 +18,7 @@ pub(crate) fn unary(
     let n = xm.numel() as u64;
     if n > 0 {
         let (xp, yp) = (x.device_ptr(), y.device_ptr());
-        let cfg = elementwise_config(n, dev.sm_count());
+        let cfg = elementwise_config(n, dev.launch_sms());
         launch_kernel!(dev, Module::Unary, kernels::unary_symbol(op, xm.dtype), cfg, &xp, &yp, &n)?;
     }
     Ok(y)
@@ -35,7 +35,7 @@ pub(crate) fn affine(
     let n = xm.numel() as u64;
     if n > 0 {
         let (xp, yp) = (x.device_ptr(), y.device_ptr());
-        let cfg = elementwise_config(n, dev.sm_count());
+        let cfg = elementwise_config(n, dev.launch_sms());
         launch_kernel!(dev, Module::Unary, kernels::affine_symbol(xm.dtype), cfg, &xp, &yp, &n, &scale, &bias)?;
     }
     Ok(y)
@@ -51,7 +51,7 @@ pub(crate) fn cast(
     let n = xm.numel() as u64;
     if n > 0 {
         let (xp, yp) = (x.device_ptr(), y.device_ptr());
-        let cfg = elementwise_config(n, dev.sm_count());
+        let cfg = elementwise_config(n, dev.launch_sms());
         launch_kernel!(dev, Module::Cast, kernels::cast_symbol(xm.dtype, to), cfg, &xp, &yp, &n)?;
     }
     Ok(y)
@@ -77,7 +77,7 @@ pub(crate) fn binary(
         let (layout, contiguous) = binary_layout(&am.shape, &bm.shape, &out.shape);
         let contiguous = contiguous as i32;
         let (ap, bp, cp) = (a.device_ptr(), b.device_ptr(), c.device_ptr());
-        let cfg = elementwise_config(n, dev.sm_count());
+        let cfg = elementwise_config(n, dev.launch_sms());
         launch_kernel!(
             dev,
             Module::Binary,

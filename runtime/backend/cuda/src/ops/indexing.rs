@@ -19,7 +19,7 @@ pub(crate) fn embedding(
     let n_ids = im.numel() as u64;
     if n_ids * dim > 0 {
         let (tp, ip, yp) = (table.device_ptr(), ids.device_ptr(), y.device_ptr());
-        let cfg = elementwise_config(n_ids * dim, dev.sm_count());
+        let cfg = elementwise_config(n_ids * dim, dev.launch_sms());
         let sym = kernels::embedding_symbol(tm.dtype, im.dtype);
         launch_kernel!(dev, Module::Indexing, sym, cfg, &tp, &ip, &yp, &n_ids, &dim, &vocab)?;
     }
@@ -43,7 +43,7 @@ fn copy(
         return Ok(());
     }
     let (sp, dp) = (src.device_ptr(), dst.device_ptr());
-    let cfg = elementwise_config(n, dev.sm_count());
+    let cfg = elementwise_config(n, dev.launch_sms());
     launch_kernel!(
         dev,
         Module::Indexing,

@@ -13,14 +13,16 @@ use sluice_host_api::{DType, Op, TensorMeta};
 use crate::kernels::{self, CopyKind, Module};
 use crate::{CudaBuffer, CudaDevice, CudaError};
 
-/// Launches `symbol` of `module` on the device's stream with the given argument
-/// references (device pointers as `u64`, scalars, `Layout`s).
+/// Launches `symbol` of `module` on the current lane's stream (loaded in that lane's
+/// context) with the given argument references (device pointers as `u64`, scalars,
+/// `Layout`s).
 macro_rules! launch_kernel {
     ($dev:expr, $module:expr, $symbol:expr, $cfg:expr, $($arg:expr),+ $(,)?) => {{
         use cudarc::driver::PushKernelArg as _;
         let symbol: &str = &$symbol;
-        let f = $dev.kernels.function($module, symbol)?;
-        let mut b = $dev.stream.launch_builder(&f);
+        let lane = $dev.active();
+        let f = lane.kernels.function($module, symbol)?;
+        let mut b = lane.stream.launch_builder(&f);
         $( b.arg($arg); )+
         // SAFETY: the argument list matches the kernel's C signature in its .cu file, and
         // every pointer is a live buffer sized by `infer` for the indices the kernel uses.

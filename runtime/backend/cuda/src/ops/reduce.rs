@@ -39,7 +39,7 @@ pub(crate) fn reduce(
             &len
         )?;
     } else {
-        let cfg = elementwise_config(outer * inner, dev.sm_count());
+        let cfg = elementwise_config(outer * inner, dev.launch_sms());
         launch_kernel!(
             dev,
             Module::Reduce,
