@@ -1,8 +1,9 @@
 //! Element conversions done in the guest: little-endian byte packing for uploads and
 //! read-backs, and f16/bf16 bit patterns to f32 (no `half` dependency).
 
-use crate::DType;
+use crate::bindings::sluice::gpu::ops::UnaryOp as WitUnaryOp;
 use crate::bindings::sluice::gpu::types::Dtype;
+use crate::{DType, UnaryOp};
 
 /// Maps the shared [`DType`] onto the generated WIT enum.
 pub(crate) fn dtype_to_wit(d: DType) -> Dtype {
@@ -13,6 +14,24 @@ pub(crate) fn dtype_to_wit(d: DType) -> Dtype {
         DType::I32 => Dtype::I32,
         DType::I64 => Dtype::I64,
         DType::U8 => Dtype::U8,
+    }
+}
+
+/// Maps the shared [`UnaryOp`] (an activation of [`crate::Tensor::linear`]) onto the
+/// generated WIT enum.
+pub(crate) fn unary_to_wit(u: UnaryOp) -> WitUnaryOp {
+    match u {
+        UnaryOp::Relu => WitUnaryOp::Relu,
+        UnaryOp::Gelu => WitUnaryOp::Gelu,
+        UnaryOp::GeluTanh => WitUnaryOp::GeluTanh,
+        UnaryOp::Tanh => WitUnaryOp::Tanh,
+        UnaryOp::Sigmoid => WitUnaryOp::Sigmoid,
+        UnaryOp::Exp => WitUnaryOp::Exp,
+        UnaryOp::Log => WitUnaryOp::Log,
+        UnaryOp::Sqrt => WitUnaryOp::Sqrt,
+        UnaryOp::Rsqrt => WitUnaryOp::Rsqrt,
+        UnaryOp::Neg => WitUnaryOp::Neg,
+        UnaryOp::Abs => WitUnaryOp::Abs,
     }
 }
 
@@ -80,5 +99,12 @@ mod tests {
         assert_eq!(f16_bits_to_f32(0x7c00), f32::INFINITY);
         assert!(f16_bits_to_f32(0x7e00).is_nan());
         assert_eq!(bf16_bits_to_f32(0x3f80), 1.0);
+    }
+
+    #[test]
+    fn activations_map_in_wit_order() {
+        for (i, u) in UnaryOp::ALL.into_iter().enumerate() {
+            assert_eq!(unary_to_wit(u) as usize, i, "{u:?}");
+        }
     }
 }

@@ -28,6 +28,11 @@
 //! Examples only run inside the sluice host: see `functions/echo` (IO round-trip) and
 //! `functions/mlp` (a small classifier) for complete, tested functions.
 //!
+//! Fused ops cut host launches (and kernel launches) in real models:
+//! [`Tensor::linear`] (matmul + bias + activation), [`Tensor::add_layer_norm`] (residual
+//! add + layer norm) and [`Tensor::attention`] (multi-head attention without permutes)
+//! compute what their chains of ops compute, in one launch each.
+//!
 //! Errors: every call returns [`Result`]; host refusals carry the host's
 //! [`ErrorCode`] (`shape-mismatch`, …). Returning an [`Error`] from
 //! [`Function::run`] becomes the WIT `run-error`: [`Error::invalid_input`] becomes
@@ -38,15 +43,17 @@ pub mod artifacts;
 pub mod bindings;
 mod convert;
 mod error;
+mod fused;
 mod io;
 mod ops;
 mod tensor;
 
 pub use convert::{bf16_bits_to_f32, f16_bits_to_f32};
 pub use error::{Error, ErrorCode, ErrorKind, Result};
+pub use fused::launch_fused;
 pub use io::{Inputs, IoData, IoTensor, RunError};
 pub use ops::{Conv2d, Pool2d, launch};
-pub use sluice_host_api::DType;
+pub use sluice_host_api::{DType, UnaryOp};
 pub use tensor::Tensor;
 
 /// An inference function: named tensors in, named tensors out.

@@ -53,22 +53,7 @@ pub fn infer(op: &Op, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
         }
         Op::LayerNorm { eps } => {
             let [x, gamma, beta] = arity::<3>(op, inputs)?;
-            float(op, x)?;
-            rank_at_least(op, x, 1)?;
-            same_dtype(op, x, gamma)?;
-            same_dtype(op, x, beta)?;
-            let last = *x.shape.last().unwrap_or(&0);
-            for (name, p) in [("gamma", gamma), ("beta", beta)] {
-                if p.shape != [last] {
-                    return Err(ApiError::shape(format!(
-                        "layer-norm {name} must have shape [{last}], got {:?}",
-                        p.shape
-                    )));
-                }
-            }
-            if !(eps.is_finite() && *eps >= 0.0) {
-                return Err(ApiError::arg(format!("layer-norm eps must be finite and ≥ 0, got {eps}")));
-            }
+            norm_params(op, *eps, x, gamma, beta)?;
             Ok(x.clone())
         }
         Op::Embedding => {
@@ -160,7 +145,125 @@ pub fn infer(op: &Op, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
             let [x] = arity::<1>(op, inputs)?;
             pool2d(op, args, x)
         }
+        Op::Linear { transpose_w, .. } => linear(op, *transpose_w, inputs),
+        Op::AddLayerNorm { eps } => {
+            let [x, residual, gamma, beta] = arity::<4>(op, inputs)?;
+            if residual.shape != x.shape {
+                return Err(ApiError::shape(format!(
+                    "add-layer-norm residual {:?} must have the input's shape {:?}",
+                    residual.shape, x.shape
+                )));
+            }
+            same_dtype(op, x, residual)?;
+            norm_params(op, *eps, x, gamma, beta)?;
+            Ok(x.clone())
+        }
+        Op::Attention { heads, scale } => attention(op, *heads, *scale, inputs),
     }
+}
+
+/// The checks layer norm and add-layer-norm share: a floating `x` of rank ≥ 1, `gamma`
+/// and `beta` of shape `[last]` and x's dtype, a finite `eps ≥ 0`.
+fn norm_params(op: &Op, eps: f32, x: &TensorMeta, gamma: &TensorMeta, beta: &TensorMeta) -> Result<(), ApiError> {
+    float(op, x)?;
+    rank_at_least(op, x, 1)?;
+    same_dtype(op, x, gamma)?;
+    same_dtype(op, x, beta)?;
+    let last = *x.shape.last().unwrap_or(&0);
+    for (name, p) in [("gamma", gamma), ("beta", beta)] {
+        if p.shape != [last] {
+            return Err(ApiError::shape(format!("{} {name} must have shape [{last}], got {:?}", op.name(), p.shape)));
+        }
+    }
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(ApiError::arg(format!("{} eps must be finite and ≥ 0, got {eps}", op.name())));
+    }
+    Ok(())
+}
+
+/// `x [..., k]`, `w [k, n]` (`[n, k]` when transposed), optional `b [n]`: `[..., n]`.
+fn linear(op: &Op, transpose_w: bool, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
+    let (x, w, bias) = match inputs {
+        [x, w] => (*x, *w, None),
+        [x, w, b] => (*x, *w, Some(*b)),
+        _ => return Err(wrong_arity(op, "2 or 3", inputs.len())),
+    };
+    same_dtype(op, x, w)?;
+    float(op, x)?;
+    rank_at_least(op, x, 1)?;
+    if w.rank() != 2 {
+        let layout = if transpose_w { "[n, k]" } else { "[k, n]" };
+        return Err(ApiError::shape(format!("linear weight must be 2-D {layout}, got {:?}", w.shape)));
+    }
+    let k = x.shape[x.rank() - 1];
+    let (wk, n) = if transpose_w { (w.shape[1], w.shape[0]) } else { (w.shape[0], w.shape[1]) };
+    if wk != k {
+        return Err(ApiError::shape(format!(
+            "linear input {:?} has {k} features but the weight {:?}{} takes {wk}",
+            x.shape,
+            w.shape,
+            if transpose_w { "ᵀ" } else { "" }
+        )));
+    }
+    if let Some(b) = bias {
+        same_dtype(op, x, b)?;
+        if b.shape != [n] {
+            return Err(ApiError::shape(format!("linear bias must have shape [{n}], got {:?}", b.shape)));
+        }
+    }
+    let mut shape = x.shape.clone();
+    *shape.last_mut().expect("rank ≥ 1") = n;
+    TensorMeta::new(x.dtype, shape)
+}
+
+/// `q [b, sq, e]`, `k` and `v [b, sk, e]`, `heads` dividing `e`, an optional additive
+/// mask broadcasting to the scores `[b, heads, sq, sk]`: `[b, sq, e]`.
+fn attention(op: &Op, heads: u32, scale: f32, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
+    let (q, k, v, mask) = match inputs {
+        [q, k, v] => (*q, *k, *v, None),
+        [q, k, v, m] => (*q, *k, *v, Some(*m)),
+        _ => return Err(wrong_arity(op, "3 or 4", inputs.len())),
+    };
+    for t in [k, v].into_iter().chain(mask) {
+        same_dtype(op, q, t)?;
+    }
+    float(op, q)?;
+    if q.rank() != 3 || k.rank() != 3 || v.rank() != 3 {
+        return Err(ApiError::shape(format!(
+            "attention needs q [batch, sq, heads*d] and k, v [batch, sk, heads*d], got {:?}, {:?} and {:?}",
+            q.shape, k.shape, v.shape
+        )));
+    }
+    let (b, sq, e) = (q.shape[0], q.shape[1], q.shape[2]);
+    if k.shape != v.shape || k.shape[0] != b || k.shape[2] != e {
+        return Err(ApiError::shape(format!(
+            "attention k and v must both be [{b}, sk, {e}] for q {:?}, got {:?} and {:?}",
+            q.shape, k.shape, v.shape
+        )));
+    }
+    if heads == 0 || e % heads != 0 {
+        return Err(ApiError::arg(format!("attention heads must be ≥ 1 and divide the last axis {e}, got {heads}")));
+    }
+    if !scale.is_finite() {
+        return Err(ApiError::arg(format!("attention scale must be finite, got {scale}")));
+    }
+    let scores = [b, heads, sq, k.shape[1]];
+    let numel = scores.iter().map(|&d| d as u64).product::<u64>();
+    if numel > crate::MAX_ELEMENTS {
+        return Err(ApiError::new(
+            crate::ErrorCode::TooLarge,
+            format!("attention scores {scores:?} would have more than {} elements", crate::MAX_ELEMENTS),
+        ));
+    }
+    if let Some(m) = mask
+        && (m.rank() > 4 || broadcast_shapes(&scores, &m.shape).ok().as_deref() != Some(&scores[..]))
+    {
+        return Err(ApiError::shape(format!(
+            "attention mask {:?} does not broadcast to the scores [batch, heads, sq, sk] = {scores:?}",
+            m.shape
+        )));
+    }
+    TensorMeta::new(q.dtype, q.shape.clone())
 }
 
 fn matmul(args: &MatmulArgs, a: &TensorMeta, b: &TensorMeta) -> Result<TensorMeta, ApiError> {
@@ -403,5 +506,85 @@ mod tests {
         assert!(infer(&Op::Softmax { scale: 1.0 }, &[&x, &mask]).is_ok());
         let bigmask = t(DType::F32, &[3, 2, 4]);
         assert!(infer(&Op::Softmax { scale: 1.0 }, &[&x, &bigmask]).is_err());
+    }
+
+    #[test]
+    fn linear_shapes_and_errors() {
+        let lin = |transpose_w| Op::Linear { transpose_w, activation: Some(crate::UnaryOp::Gelu) };
+        let x = t(DType::F32, &[2, 3, 4]);
+        let w = t(DType::F32, &[4, 5]);
+        let wt = t(DType::F32, &[5, 4]);
+        let b = t(DType::F32, &[5]);
+        assert_eq!(infer(&lin(false), &[&x, &w, &b]).unwrap().shape, vec![2, 3, 5]);
+        assert_eq!(infer(&lin(true), &[&x, &wt]).unwrap().shape, vec![2, 3, 5]);
+        // Rank 1 is one row.
+        assert_eq!(infer(&lin(true), &[&t(DType::BF16, &[4]), &t(DType::BF16, &[5, 4])]).unwrap().shape, vec![5]);
+        let code = |inputs: &[&TensorMeta], tw| infer(&lin(tw), inputs).unwrap_err().code;
+        assert_eq!(code(&[&x, &w, &b], true), ErrorCode::ShapeMismatch, "[k, n] weight read as [n, k]");
+        assert_eq!(code(&[&x, &wt], false), ErrorCode::ShapeMismatch);
+        assert_eq!(code(&[&x, &w, &t(DType::F32, &[4])], false), ErrorCode::ShapeMismatch, "bias of k");
+        assert_eq!(code(&[&x, &t(DType::F32, &[1, 4, 5])], false), ErrorCode::ShapeMismatch, "3-D weight");
+        assert_eq!(code(&[&t(DType::F32, &[]), &w], false), ErrorCode::ShapeMismatch, "scalar input");
+        assert_eq!(code(&[&x, &t(DType::F16, &[4, 5])], false), ErrorCode::DtypeMismatch);
+        assert_eq!(code(&[&x, &w, &t(DType::F16, &[5])], false), ErrorCode::DtypeMismatch);
+        assert_eq!(code(&[&t(DType::I32, &[2, 4]), &t(DType::I32, &[4, 5])], false), ErrorCode::DtypeMismatch);
+        assert_eq!(code(&[&x], false), ErrorCode::InvalidArgument);
+        assert_eq!(code(&[&x, &w, &b, &b], false), ErrorCode::InvalidArgument);
+        let msg = infer(&lin(false), &[&x, &wt]).unwrap_err().message;
+        assert!(msg.contains("4 features") && msg.contains("takes 5"), "{msg}");
+    }
+
+    #[test]
+    fn add_layer_norm_shapes_and_errors() {
+        let op = Op::AddLayerNorm { eps: 1e-12 };
+        let x = t(DType::F16, &[2, 3, 8]);
+        let g = t(DType::F16, &[8]);
+        assert_eq!(infer(&op, &[&x, &x, &g, &g]).unwrap(), x);
+        let code = |inputs: &[&TensorMeta]| infer(&op, inputs).unwrap_err().code;
+        assert_eq!(code(&[&x, &t(DType::F16, &[3, 8]), &g, &g]), ErrorCode::ShapeMismatch, "no broadcasting");
+        assert_eq!(code(&[&x, &x, &t(DType::F16, &[3]), &g]), ErrorCode::ShapeMismatch);
+        assert_eq!(code(&[&x, &t(DType::F32, &[2, 3, 8]), &g, &g]), ErrorCode::DtypeMismatch);
+        assert_eq!(code(&[&x, &x, &g, &t(DType::F32, &[8])]), ErrorCode::DtypeMismatch);
+        let xi = t(DType::I32, &[2, 8]);
+        let gi = t(DType::I32, &[8]);
+        assert_eq!(code(&[&xi, &xi, &gi, &gi]), ErrorCode::DtypeMismatch);
+        assert_eq!(code(&[&x, &x, &g]), ErrorCode::InvalidArgument);
+        let neg = infer(&Op::AddLayerNorm { eps: -1.0 }, &[&x, &x, &g, &g]).unwrap_err();
+        assert_eq!(neg.code, ErrorCode::InvalidArgument);
+        assert!(neg.message.contains("add-layer-norm eps"), "{}", neg.message);
+    }
+
+    #[test]
+    fn attention_shapes_and_errors() {
+        let op = |heads| Op::Attention { heads, scale: 0.125 };
+        let q = t(DType::F32, &[2, 5, 12]);
+        let kv = t(DType::F32, &[2, 7, 12]);
+        assert_eq!(infer(&op(3), &[&q, &kv, &kv]).unwrap(), q);
+        for mask in [&[2, 1, 1, 7][..], &[7], &[5, 7], &[2, 3, 5, 7], &[1, 3, 1, 1], &[]] {
+            let m = t(DType::F32, mask);
+            assert_eq!(infer(&op(3), &[&q, &kv, &kv, &m]).unwrap(), q, "mask {mask:?}");
+        }
+        let code = |heads, inputs: &[&TensorMeta]| infer(&op(heads), inputs).unwrap_err().code;
+        for mask in [&[2, 2, 5, 7][..], &[7, 5], &[3, 1, 1, 1], &[1, 2, 1, 5, 7]] {
+            let m = t(DType::F32, mask);
+            assert_eq!(code(3, &[&q, &kv, &kv, &m]), ErrorCode::ShapeMismatch, "mask {mask:?}");
+        }
+        assert_eq!(code(5, &[&q, &kv, &kv]), ErrorCode::InvalidArgument, "5 heads do not divide 12");
+        assert_eq!(code(0, &[&q, &kv, &kv]), ErrorCode::InvalidArgument);
+        let bad_scale = infer(&Op::Attention { heads: 3, scale: f32::NAN }, &[&q, &kv, &kv]).unwrap_err();
+        assert_eq!(bad_scale.code, ErrorCode::InvalidArgument);
+        assert_eq!(code(3, &[&q, &kv, &t(DType::F32, &[2, 6, 12])]), ErrorCode::ShapeMismatch, "k != v");
+        assert_eq!(code(3, &[&q, &t(DType::F32, &[1, 7, 12]), &t(DType::F32, &[1, 7, 12])]), ErrorCode::ShapeMismatch);
+        assert_eq!(code(3, &[&q, &t(DType::F32, &[2, 7, 6]), &t(DType::F32, &[2, 7, 6])]), ErrorCode::ShapeMismatch);
+        assert_eq!(code(3, &[&t(DType::F32, &[10, 12]), &kv, &kv]), ErrorCode::ShapeMismatch, "rank 2 q");
+        assert_eq!(code(3, &[&q, &kv, &t(DType::F16, &[2, 7, 12])]), ErrorCode::DtypeMismatch);
+        assert_eq!(code(3, &[&q, &kv, &kv, &t(DType::F16, &[7])]), ErrorCode::DtypeMismatch);
+        let qi = t(DType::I32, &[2, 5, 12]);
+        assert_eq!(code(3, &[&qi, &qi, &qi]), ErrorCode::DtypeMismatch);
+        assert_eq!(code(3, &[&q, &kv]), ErrorCode::InvalidArgument);
+        // Scores of 2^16 · 2^16 · 2 elements exceed the element limit even though q, k and
+        // v do not.
+        let big = t(DType::F16, &[2, 1 << 16, 2]);
+        assert_eq!(code(1, &[&big, &big, &big]), ErrorCode::TooLarge);
     }
 }

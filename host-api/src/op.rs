@@ -1,4 +1,5 @@
-//! The op catalog: the Rust mirror of the WIT `op` variant.
+//! The op catalog: the Rust mirror of the WIT `op` variant and of the `fused-op` variant
+//! (ops that do the work of several catalog ops in one launch).
 //!
 //! Backends implement every variant; [`crate::infer`] gives each its shape rules.
 
@@ -125,7 +126,9 @@ pub struct Pool2dArgs {
 }
 
 /// One op of the catalog with its parameters. The inputs each op takes are
-/// documented on the WIT `op` variant and enforced by [`crate::infer`].
+/// documented on the WIT `op` and `fused-op` variants and enforced by [`crate::infer`].
+/// The fused ops (`Linear`, `AddLayerNorm`, `Attention`) compute what a chain of the
+/// other ops computes, in one launch.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// `[a, b]`: batched matrix product over the last two axes.
@@ -158,6 +161,15 @@ pub enum Op {
     Conv2d(Conv2dArgs),
     /// `[x]`: NCHW pooling.
     Pool2d(Pool2dArgs),
+    /// `[x, w]` or `[x, w, b]`: `activation(x · W + b)` over the last axis of `x` (the
+    /// WIT `fused` interface). `W` is `w`, or `wᵀ` when `transpose_w` (PyTorch's
+    /// `nn.Linear` layout `[out, in]`).
+    Linear { transpose_w: bool, activation: Option<UnaryOp> },
+    /// `[x, residual, gamma, beta]`: layer norm over the last axis of `x + residual`.
+    AddLayerNorm { eps: f32 },
+    /// `[q, k, v]` or `[q, k, v, mask]`: multi-head scaled dot-product attention on
+    /// `[batch, seq, heads * head_dim]` tensors, heads interleaved along the last axis.
+    Attention { heads: u32, scale: f32 },
 }
 
 impl Op {
@@ -179,6 +191,9 @@ impl Op {
             Op::Cast(_) => "cast",
             Op::Conv2d(_) => "conv2d",
             Op::Pool2d(_) => "pool2d",
+            Op::Linear { .. } => "linear",
+            Op::AddLayerNorm { .. } => "add-layer-norm",
+            Op::Attention { .. } => "attention",
         }
     }
 }

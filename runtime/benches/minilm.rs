@@ -29,12 +29,17 @@
 //! (`{"bench":"sluice-minilm",…}`), and writes `$SLUICE_BENCH_DUMP` (token ids and
 //! batch-1 embeddings, for the PyTorch side's cross-check) when set. `SLUICE_BENCH_RUNS`
 //! and `SLUICE_BENCH_WARMUP` set the timed and warm-up runs per case (default 100, 10).
+//! Then batch 1 of each precision over HTTP (`common/minilm_http.rs`): a server in this
+//! process on a fresh device, the function deployed through the API, one keep-alive
+//! client; client p50/p99 and the server's own time (timing headers).
 //! Exit status 1 if a case failed. `SLUICE_BENCH_GPU_PATH=1` runs this path on the CPU
 //! device (a dry run without a GPU).
 
 mod common;
 #[path = "common/minilm_cuda.rs"]
 mod cuda;
+#[path = "common/minilm_http.rs"]
+mod http;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! In the function they are host calls through `sluice_guest::Tensor` (see `guest.rs`);
 //! in native tests a naive CPU implementation (`cpu_ref.rs`) runs the very same model
 //! code against the reference embeddings. Every method maps onto one op of the WIT
-//! catalog, so the trait adds no behaviour of its own.
+//! catalog (`ops` or `fused`), so the trait adds no behaviour of its own.
 
 /// Compute precision: the dtype weights are loaded as and activations run in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,8 +32,14 @@ impl Precision {
 pub trait Tensor: Sized {
     /// The error of a refused or failed op.
     type Error;
-    /// `self @ rhs` over the last two axes (optionally transposed), batched over the rest.
-    fn matmul(&self, rhs: &Self, transpose_a: bool, transpose_b: bool) -> Result<Self, Self::Error>;
+    /// A dense layer with PyTorch's `[out, in]` weight: `self · weightᵀ + bias` over the
+    /// last axis, then exact GELU if `gelu` (the fused `linear`).
+    fn linear(&self, weight: &Self, bias: &Self, gelu: bool) -> Result<Self, Self::Error>;
+    /// Layer norm over the last axis of `self + residual` (the fused `add-layer-norm`).
+    fn add_layer_norm(&self, residual: &Self, gamma: &Self, beta: &Self, eps: f32) -> Result<Self, Self::Error>;
+    /// Multi-head attention on `[n, s, heads * d]` q, k, v with an additive mask that
+    /// broadcasts to the scores `[n, heads, s, s]` (the fused `attention`).
+    fn attention(q: &Self, k: &Self, v: &Self, mask: &Self, heads: u32, scale: f32) -> Result<Self, Self::Error>;
     /// Broadcasting `self + rhs`.
     fn add(&self, rhs: &Self) -> Result<Self, Self::Error>;
     /// Broadcasting `self * rhs`.
@@ -42,20 +48,12 @@ pub trait Tensor: Sized {
     fn div(&self, rhs: &Self) -> Result<Self, Self::Error>;
     /// Broadcasting `max(self, rhs)`.
     fn maximum(&self, rhs: &Self) -> Result<Self, Self::Error>;
-    /// Exact (erf) GELU.
-    fn gelu(&self) -> Result<Self, Self::Error>;
     /// Elementwise square root.
     fn sqrt(&self) -> Result<Self, Self::Error>;
-    /// Softmax over the last axis of `self * scale + mask` (mask broadcasts).
-    fn softmax(&self, scale: f32, mask: &Self) -> Result<Self, Self::Error>;
     /// Layer norm over the last axis.
     fn layer_norm(&self, gamma: &Self, beta: &Self, eps: f32) -> Result<Self, Self::Error>;
     /// Sum over `axis`.
     fn sum(&self, axis: u32, keep_dim: bool) -> Result<Self, Self::Error>;
-    /// Same elements, new shape.
-    fn reshape(&self, shape: &[u32]) -> Result<Self, Self::Error>;
-    /// Output axis i is input axis `perm[i]`.
-    fn permute(&self, perm: &[u32]) -> Result<Self, Self::Error>;
     /// Elements `start..end` of `axis`.
     fn slice(&self, axis: u32, start: u32, end: u32) -> Result<Self, Self::Error>;
     /// Converts to the floating dtype of `precision`.

@@ -2,7 +2,9 @@
 //! native tests only: it runs the same `model.rs` code as the function so the forward
 //! pass is checked against the reference embeddings without a host. Weights come from
 //! the real `model.safetensors` (header parsed by hand). Casts are no-ops: only the f32
-//! path is checked here.
+//! path is checked here. The fused ops are spelled out as the chains of plain ops they
+//! stand for (matmul, add, GELU, layer norm, split heads, softmax), so the model's use
+//! of them is checked against their definition.
 
 use std::collections::HashMap;
 
@@ -108,11 +110,8 @@ impl Cpu {
         }
         Ok(out)
     }
-}
 
-impl Tensor for Cpu {
-    type Error = String;
-
+    /// `self @ rhs` over the last two axes (optionally transposed), batched over the rest.
     fn matmul(&self, rhs: &Self, ta: bool, tb: bool) -> R {
         let (ar, br) = (self.shape.len(), rhs.shape.len());
         let (am, ak) = (self.shape[ar - 2], self.shape[ar - 1]);
@@ -149,25 +148,12 @@ impl Tensor for Cpu {
         Ok(Cpu::new(shape, data))
     }
 
-    fn add(&self, rhs: &Self) -> R {
-        self.binary(rhs, |a, b| a + b)
-    }
-    fn mul(&self, rhs: &Self) -> R {
-        self.binary(rhs, |a, b| a * b)
-    }
-    fn div(&self, rhs: &Self) -> R {
-        self.binary(rhs, |a, b| a / b)
-    }
-    fn maximum(&self, rhs: &Self) -> R {
-        self.binary(rhs, f32::max)
-    }
+    /// Exact (erf) GELU.
     fn gelu(&self) -> R {
         self.unary(|x| (0.5 * f64::from(x) * (1.0 + libm::erf(f64::from(x) / std::f64::consts::SQRT_2))) as f32)
     }
-    fn sqrt(&self) -> R {
-        self.unary(f32::sqrt)
-    }
 
+    /// Softmax over the last axis of `self * scale + mask` (mask broadcasts).
     fn softmax(&self, scale: f32, mask: &Self) -> R {
         let x = self.binary(mask, |x, m| x * scale + m)?;
         x.rows(|_, row| {
@@ -181,6 +167,67 @@ impl Tensor for Cpu {
                 .sum();
             row.iter_mut().for_each(|v| *v /= sum);
         })
+    }
+
+    /// Same elements, new shape.
+    fn reshape(&self, shape: &[u32]) -> R {
+        Ok(Cpu::new(shape.iter().map(|&d| d as usize).collect(), self.data.clone()))
+    }
+
+    /// Output axis i is input axis `perm[i]`.
+    fn permute(&self, perm: &[u32]) -> R {
+        let shape: Vec<usize> = perm.iter().map(|&p| self.shape[p as usize]).collect();
+        let st = strides(&self.shape);
+        let mut idx = vec![0; shape.len()];
+        let data = (0..self.data.len())
+            .map(|i| {
+                unravel(i, &shape, &mut idx);
+                self.data[idx.iter().zip(perm).map(|(&x, &p)| x * st[p as usize]).sum::<usize>()]
+            })
+            .collect();
+        Ok(Cpu::new(shape, data))
+    }
+}
+
+impl Tensor for Cpu {
+    type Error = String;
+
+    fn linear(&self, weight: &Self, bias: &Self, gelu: bool) -> R {
+        let y = self.matmul(weight, false, true)?.add(bias)?;
+        if gelu { y.gelu() } else { Ok(y) }
+    }
+
+    fn add_layer_norm(&self, residual: &Self, gamma: &Self, beta: &Self, eps: f32) -> R {
+        self.add(residual)?.layer_norm(gamma, beta, eps)
+    }
+
+    /// Splits the heads out of the last axis, `softmax(q·kᵀ · scale + mask) · v` per
+    /// head, and merges them back.
+    fn attention(q: &Self, k: &Self, v: &Self, mask: &Self, heads: u32, scale: f32) -> R {
+        let split = |t: &Cpu| -> R {
+            let (n, s, e) = (t.shape[0] as u32, t.shape[1] as u32, t.shape[2] as u32);
+            t.reshape(&[n, s, heads, e / heads])?.permute(&[0, 2, 1, 3])
+        };
+        let (qh, kh, vh) = (split(q)?, split(k)?, split(v)?);
+        let probs = qh.matmul(&kh, false, true)?.softmax(scale, mask)?;
+        let ctx = probs.matmul(&vh, false, false)?.permute(&[0, 2, 1, 3])?;
+        ctx.reshape(&q.shape.iter().map(|&d| d as u32).collect::<Vec<_>>())
+    }
+
+    fn add(&self, rhs: &Self) -> R {
+        self.binary(rhs, |a, b| a + b)
+    }
+    fn mul(&self, rhs: &Self) -> R {
+        self.binary(rhs, |a, b| a * b)
+    }
+    fn div(&self, rhs: &Self) -> R {
+        self.binary(rhs, |a, b| a / b)
+    }
+    fn maximum(&self, rhs: &Self) -> R {
+        self.binary(rhs, f32::max)
+    }
+    fn sqrt(&self) -> R {
+        self.unary(f32::sqrt)
     }
 
     fn layer_norm(&self, gamma: &Self, beta: &Self, eps: f32) -> R {
@@ -212,23 +259,6 @@ impl Tensor for Cpu {
         } else {
             shape.remove(a);
         }
-        Ok(Cpu::new(shape, data))
-    }
-
-    fn reshape(&self, shape: &[u32]) -> R {
-        Ok(Cpu::new(shape.iter().map(|&d| d as usize).collect(), self.data.clone()))
-    }
-
-    fn permute(&self, perm: &[u32]) -> R {
-        let shape: Vec<usize> = perm.iter().map(|&p| self.shape[p as usize]).collect();
-        let st = strides(&self.shape);
-        let mut idx = vec![0; shape.len()];
-        let data = (0..self.data.len())
-            .map(|i| {
-                unravel(i, &shape, &mut idx);
-                self.data[idx.iter().zip(perm).map(|(&x, &p)| x * st[p as usize]).sum::<usize>()]
-            })
-            .collect();
         Ok(Cpu::new(shape, data))
     }
 

@@ -1,7 +1,7 @@
 //! The [`Tensor`]/[`Device`] traits over the guest SDK: every method is one host call
 //! (`sluice_guest::Tensor` op, `artifacts::load_tensor`, `Tensor::read`).
 
-use sluice_guest::{DType, Error, artifacts};
+use sluice_guest::{DType, Error, UnaryOp, artifacts};
 
 use crate::backend::{Device, Precision, Tensor};
 
@@ -17,8 +17,14 @@ pub fn dtype(p: Precision) -> DType {
 impl Tensor for sluice_guest::Tensor {
     type Error = Error;
 
-    fn matmul(&self, rhs: &Self, transpose_a: bool, transpose_b: bool) -> Result<Self, Error> {
-        self.matmul_t(rhs, transpose_a, transpose_b)
+    fn linear(&self, weight: &Self, bias: &Self, gelu: bool) -> Result<Self, Error> {
+        sluice_guest::Tensor::linear(self, weight, Some(bias), true, gelu.then_some(UnaryOp::Gelu))
+    }
+    fn add_layer_norm(&self, residual: &Self, gamma: &Self, beta: &Self, eps: f32) -> Result<Self, Error> {
+        sluice_guest::Tensor::add_layer_norm(self, residual, gamma, beta, eps)
+    }
+    fn attention(q: &Self, k: &Self, v: &Self, mask: &Self, heads: u32, scale: f32) -> Result<Self, Error> {
+        sluice_guest::Tensor::attention(q, k, v, Some(mask), heads, scale)
     }
     fn add(&self, rhs: &Self) -> Result<Self, Error> {
         sluice_guest::Tensor::add(self, rhs)
@@ -32,26 +38,14 @@ impl Tensor for sluice_guest::Tensor {
     fn maximum(&self, rhs: &Self) -> Result<Self, Error> {
         sluice_guest::Tensor::maximum(self, rhs)
     }
-    fn gelu(&self) -> Result<Self, Error> {
-        sluice_guest::Tensor::gelu(self)
-    }
     fn sqrt(&self) -> Result<Self, Error> {
         sluice_guest::Tensor::sqrt(self)
-    }
-    fn softmax(&self, scale: f32, mask: &Self) -> Result<Self, Error> {
-        sluice_guest::Tensor::softmax(self, scale, Some(mask))
     }
     fn layer_norm(&self, gamma: &Self, beta: &Self, eps: f32) -> Result<Self, Error> {
         sluice_guest::Tensor::layer_norm(self, gamma, beta, eps)
     }
     fn sum(&self, axis: u32, keep_dim: bool) -> Result<Self, Error> {
         sluice_guest::Tensor::sum(self, axis, keep_dim)
-    }
-    fn reshape(&self, shape: &[u32]) -> Result<Self, Error> {
-        sluice_guest::Tensor::reshape(self, shape)
-    }
-    fn permute(&self, perm: &[u32]) -> Result<Self, Error> {
-        sluice_guest::Tensor::permute(self, perm)
     }
     fn slice(&self, axis: u32, start: u32, end: u32) -> Result<Self, Error> {
         sluice_guest::Tensor::slice(self, axis, start, end)

@@ -4,6 +4,11 @@
 //! additive padding mask, GELU feed-forward), then mean pooling over the attention mask
 //! and L2 normalisation. Every step is one host op; nothing is computed in the guest
 //! except the masks, which are uploaded.
+//!
+//! The encoder layers use the fused ops: each dense layer is one `linear` (matmul, bias
+//! and, in the feed-forward, GELU), attention is one `attention` on the `[n, s, hidden]`
+//! projections (heads interleaved, no permutes), and each residual block one
+//! `add-layer-norm`: 9 launches per layer instead of 28.
 
 use bert_tokenizer::Batch;
 
@@ -21,8 +26,9 @@ struct Linear<T> {
 }
 
 impl<T: Tensor> Linear<T> {
-    fn forward(&self, x: &T) -> Result<T, T::Error> {
-        x.matmul(&self.weight, false, true)?.add(&self.bias)
+    /// `x Wᵀ + b`, then exact GELU if `gelu`: one launch.
+    fn forward(&self, x: &T, gelu: bool) -> Result<T, T::Error> {
+        x.linear(&self.weight, &self.bias, gelu)
     }
 }
 
@@ -36,6 +42,11 @@ struct LayerNorm<T> {
 impl<T: Tensor> LayerNorm<T> {
     fn forward(&self, x: &T) -> Result<T, T::Error> {
         x.layer_norm(&self.gamma, &self.beta, self.eps)
+    }
+
+    /// The post-norm residual block: `layer_norm(x + residual)`, one launch.
+    fn residual(&self, x: &T, residual: &T) -> Result<T, T::Error> {
+        x.add_layer_norm(residual, &self.gamma, &self.beta, self.eps)
     }
 }
 
@@ -67,7 +78,6 @@ pub struct Bert<T> {
 struct Dims {
     n: u32,
     s: u32,
-    h: u32,
     heads: u32,
     d: u32,
 }
@@ -134,18 +144,18 @@ impl<T: Tensor> Bert<T> {
         let dims = Dims {
             n: batch.batch as u32,
             s: batch.seq_len as u32,
-            h: self.cfg.hidden_size,
             heads: self.cfg.num_attention_heads,
             d: self.cfg.head_dim(),
         };
-        let Dims { n, s, h, .. } = dims;
+        let Dims { n, s, .. } = dims;
 
         // Embeddings: word[ids] + position[0..s] + token_type[0], then layer norm.
         let ids = dev.upload_i32(&[n, s], &batch.ids)?;
         let x = T::embedding(&self.word, &ids)?
             .add(&self.position.slice(0, 0, s)?)?
             .add(&self.token_type.slice(0, 0, 1)?)?;
-        let mut x = self.emb_norm.forward(&x)?.reshape(&[n * s, h])?;
+        // Activations stay [n, s, h]: linear takes any leading axes, attention wants them.
+        let mut x = self.emb_norm.forward(&x)?;
 
         // Additive attention mask [n, 1, 1, s]: 0 for tokens, MASKED for padding.
         let additive: Vec<f32> = batch.attention_mask.iter().map(|&m| if m == 0 { MASKED } else { 0.0 }).collect();
@@ -156,7 +166,7 @@ impl<T: Tensor> Bert<T> {
         }
 
         // Mean pooling over real tokens, in f32.
-        let hidden = self.to_f32(x)?.reshape(&[n, s, h])?;
+        let hidden = self.to_f32(x)?;
         let keep: Vec<f32> = batch.attention_mask.iter().map(|&m| f32::from(m)).collect();
         let keep = dev.upload_f32(&[n, s, 1], &keep)?;
         let counts: Vec<f32> = batch.lengths.iter().map(|&l| (l as f32).max(1e-9)).collect();
@@ -168,17 +178,16 @@ impl<T: Tensor> Bert<T> {
         dev.read_f32(&pooled.div(&norm)?)
     }
 
+    /// One encoder layer on `x [n, s, h]`: 9 launches.
     fn layer_forward(&self, l: &Layer<T>, x: &T, mask: &T, dims: Dims) -> Result<T, T::Error> {
-        let Dims { n, s, h, heads, d } = dims;
-        let split = |t: T| -> Result<T, T::Error> { t.reshape(&[n, s, heads, d])?.permute(&[0, 2, 1, 3]) };
-        let q = split(l.query.forward(x)?)?;
-        let k = split(l.key.forward(x)?)?;
-        let v = split(l.value.forward(x)?)?;
-        let probs = q.matmul(&k, false, true)?.softmax(1.0 / (d as f32).sqrt(), mask)?;
-        let ctx = probs.matmul(&v, false, false)?.permute(&[0, 2, 1, 3])?.reshape(&[n * s, h])?;
-        let x = l.attn_norm.forward(&l.attn_out.forward(&ctx)?.add(x)?)?;
-        let ffn = l.ffn_out.forward(&l.ffn_in.forward(&x)?.gelu()?)?;
-        l.ffn_norm.forward(&ffn.add(&x)?)
+        let Dims { heads, d, .. } = dims;
+        let q = l.query.forward(x, false)?;
+        let k = l.key.forward(x, false)?;
+        let v = l.value.forward(x, false)?;
+        let ctx = T::attention(&q, &k, &v, mask, heads, 1.0 / (d as f32).sqrt())?;
+        let x = l.attn_norm.residual(&l.attn_out.forward(&ctx, false)?, x)?;
+        let ffn = l.ffn_out.forward(&l.ffn_in.forward(&x, true)?, false)?;
+        l.ffn_norm.residual(&ffn, &x)
     }
 
     fn to_compute(&self, t: T) -> Result<T, T::Error> {

@@ -9,6 +9,7 @@ use sluice_runtime::backend::DeviceChoice;
 use sluice_runtime::engine::{FunctionImage, InvocationOutput, IoData};
 
 use super::common::{self, ms, print_rows};
+use super::http::HttpBench;
 use super::{Bench, HIDDEN, MIN_COSINE, cosine};
 
 /// Precisions and batch sizes of the CUDA run (every row the same 128-token text).
@@ -88,6 +89,50 @@ pub fn cuda_main(reference: &Value, choice: DeviceChoice) -> i32 {
         }
     }
     write_dump(&dump);
+    drop((image, gpu));
+
+    // The same text over HTTP, batch 1, on a fresh device behind a server in this process.
+    let mut http_rows = vec![
+        ["precision", "batch", "client p50", "client p99", "server p50", "cos vs CPU f32", "check"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    match HttpBench::start(common::open("minilm bench (HTTP)", choice, None)) {
+        Err(e) => {
+            failed = true;
+            println!("{}", json!({ "bench": "sluice-minilm-http", "ok": false, "error": format!("{e:#}") }));
+            http_rows.push(vec!["—".into(), "1".into(), format!("server failed: {e:#}")]);
+        }
+        Ok(http) => {
+            for precision in GPU_PRECISIONS {
+                eprintln!("minilm bench: over HTTP, {precision} batch 1 ({runs} runs) …");
+                let mut record = http.case(&text, precision, (warmup, runs), &want);
+                record["bench"] = json!("sluice-minilm-http");
+                record["device"] = json!(info.name);
+                record["precision"] = json!(precision);
+                record["batch"] = json!(1);
+                record["seq"] = json!(ids.len());
+                println!("{record}");
+                let ok = record["ok"].as_bool().unwrap_or(false);
+                failed |= !ok;
+                let num =
+                    |k: &str, digits: usize| record[k].as_f64().map_or("—".to_owned(), |v| format!("{v:.digits$}"));
+                http_rows.push(vec![
+                    precision.to_owned(),
+                    "1".into(),
+                    format!("{} ms", num("p50_ms", 3)),
+                    format!("{} ms", num("p99_ms", 3)),
+                    format!("{} ms", num("server_p50_ms", 3)),
+                    num("min_cosine", 6),
+                    if ok {
+                        "ok".into()
+                    } else {
+                        record["error"].as_str().unwrap_or("FAILED").chars().take(80).collect()
+                    },
+                ]);
+            }
+        }
+    }
     println!();
     println!(
         "MiniLM-L6 shape (weights from {}) through sluice on {} ({} SMs, {} GiB): {} tokens per row, \
@@ -101,6 +146,9 @@ pub fn cuda_main(reference: &Value, choice: DeviceChoice) -> i32 {
     println!("the NumPy comparison is CPU-only; on the GPU PyTorch is the baseline (bench/gpu/minilm_torch.py)");
     println!();
     print_rows(&rows);
+    println!();
+    println!("over HTTP (OIP /v2/models/minilm-embed/infer, one keep-alive client on loopback, JSON both ways):");
+    print_rows(&http_rows);
     i32::from(failed)
 }
 

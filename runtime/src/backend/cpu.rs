@@ -61,6 +61,15 @@ fn is_small(op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> boo
                 inputs.get(1).map_or(1, |(_, m)| m.numel()) / out.shape.last().copied().unwrap_or(1).max(1) as usize;
             out.numel().saturating_mul(reduced.max(1))
         }
+        // Multiply-adds of the product(s): out · k for linear, 2 · out · sk for attention.
+        Op::Linear { .. } => {
+            let k = inputs.first().and_then(|(_, m)| m.shape.last().copied()).unwrap_or(1) as usize;
+            out.numel().saturating_mul(k.max(1))
+        }
+        Op::Attention { .. } => {
+            let sk = inputs.get(1).and_then(|(_, m)| m.shape.get(1).copied()).unwrap_or(1) as usize;
+            out.numel().saturating_mul(2 * sk.max(1))
+        }
         _ => inputs.iter().map(|(_, m)| m.numel()).sum::<usize>() + out.numel(),
     };
     work < SMALL_WORK

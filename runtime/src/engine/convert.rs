@@ -3,6 +3,7 @@
 use sluice_host_api as api;
 use sluice_host_api::{ApiError, DType, ErrorCode};
 
+use super::bindings::sluice::gpu::fused as wit_fused;
 use super::bindings::sluice::gpu::ops as wit;
 use super::bindings::{WitDtype, WitError, WitErrorCode};
 
@@ -55,19 +56,7 @@ pub(crate) fn op_from_wit(op: wit::Op) -> api::Op {
             wit::BinaryOp::Maximum => api::BinaryOp::Maximum,
             wit::BinaryOp::Minimum => api::BinaryOp::Minimum,
         }),
-        wit::Op::Unary(u) => api::Op::Unary(match u {
-            wit::UnaryOp::Relu => api::UnaryOp::Relu,
-            wit::UnaryOp::Gelu => api::UnaryOp::Gelu,
-            wit::UnaryOp::GeluTanh => api::UnaryOp::GeluTanh,
-            wit::UnaryOp::Tanh => api::UnaryOp::Tanh,
-            wit::UnaryOp::Sigmoid => api::UnaryOp::Sigmoid,
-            wit::UnaryOp::Exp => api::UnaryOp::Exp,
-            wit::UnaryOp::Log => api::UnaryOp::Log,
-            wit::UnaryOp::Sqrt => api::UnaryOp::Sqrt,
-            wit::UnaryOp::Rsqrt => api::UnaryOp::Rsqrt,
-            wit::UnaryOp::Neg => api::UnaryOp::Neg,
-            wit::UnaryOp::Abs => api::UnaryOp::Abs,
-        }),
+        wit::Op::Unary(u) => api::Op::Unary(unary_from_wit(u)),
         wit::Op::Affine(a) => api::Op::Affine { scale: a.scale, bias: a.bias },
         wit::Op::Softmax(s) => api::Op::Softmax { scale: s.scale },
         wit::Op::LayerNorm(l) => api::Op::LayerNorm { eps: l.eps },
@@ -102,5 +91,59 @@ pub(crate) fn op_from_wit(op: wit::Op) -> api::Op {
             stride: p.stride,
             padding: p.padding,
         }),
+    }
+}
+
+fn unary_from_wit(u: wit::UnaryOp) -> api::UnaryOp {
+    match u {
+        wit::UnaryOp::Relu => api::UnaryOp::Relu,
+        wit::UnaryOp::Gelu => api::UnaryOp::Gelu,
+        wit::UnaryOp::GeluTanh => api::UnaryOp::GeluTanh,
+        wit::UnaryOp::Tanh => api::UnaryOp::Tanh,
+        wit::UnaryOp::Sigmoid => api::UnaryOp::Sigmoid,
+        wit::UnaryOp::Exp => api::UnaryOp::Exp,
+        wit::UnaryOp::Log => api::UnaryOp::Log,
+        wit::UnaryOp::Sqrt => api::UnaryOp::Sqrt,
+        wit::UnaryOp::Rsqrt => api::UnaryOp::Rsqrt,
+        wit::UnaryOp::Neg => api::UnaryOp::Neg,
+        wit::UnaryOp::Abs => api::UnaryOp::Abs,
+    }
+}
+
+/// The fused ops of the WIT `fused` interface are variants of the same [`api::Op`], so
+/// inference, scheduling, the cost model and the backends treat them like any op.
+pub(crate) fn fused_op_from_wit(op: wit_fused::FusedOp) -> api::Op {
+    match op {
+        wit_fused::FusedOp::Linear(l) => {
+            api::Op::Linear { transpose_w: l.transpose_w, activation: l.activation.map(unary_from_wit) }
+        }
+        wit_fused::FusedOp::AddLayerNorm(l) => api::Op::AddLayerNorm { eps: l.eps },
+        wit_fused::FusedOp::Attention(a) => api::Op::Attention { heads: a.heads, scale: a.scale },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fused_ops_keep_their_parameters() {
+        let lin = wit_fused::FusedOp::Linear(wit_fused::LinearArgs {
+            transpose_w: true,
+            activation: Some(wit::UnaryOp::GeluTanh),
+        });
+        assert_eq!(
+            fused_op_from_wit(lin),
+            api::Op::Linear { transpose_w: true, activation: Some(api::UnaryOp::GeluTanh) }
+        );
+        let plain = wit_fused::FusedOp::Linear(wit_fused::LinearArgs { transpose_w: false, activation: None });
+        assert_eq!(fused_op_from_wit(plain), api::Op::Linear { transpose_w: false, activation: None });
+        let aln = wit_fused::FusedOp::AddLayerNorm(wit::LayerNormArgs { eps: 1e-12 });
+        assert_eq!(fused_op_from_wit(aln), api::Op::AddLayerNorm { eps: 1e-12 });
+        let att = wit_fused::FusedOp::Attention(wit_fused::AttentionArgs { heads: 12, scale: 0.125 });
+        assert_eq!(fused_op_from_wit(att), api::Op::Attention { heads: 12, scale: 0.125 });
+        // Every activation maps onto the op of the same name.
+        assert_eq!(unary_from_wit(wit::UnaryOp::Rsqrt), api::UnaryOp::Rsqrt);
+        assert_eq!(unary_from_wit(wit::UnaryOp::Relu), api::UnaryOp::Relu);
     }
 }

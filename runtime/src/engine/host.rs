@@ -1,15 +1,16 @@
-//! The host side of the WIT imports: tensors, the op launch and artifacts.
+//! The host side of the WIT imports: tensors, the op launches (`ops` and `fused`) and
+//! artifacts.
 //!
-//! All three go through [`InvocationState::create`], so every new tensor is
+//! All of them go through [`InvocationState::create`], so every new tensor is
 //! validated, charged to the invocation's memory account and handed to the
 //! device's scheduler in exactly one place.
 
 use sluice_host_api::{ApiError, ErrorCode, Op, TensorMeta, infer};
 use wasmtime::component::Resource;
 
-use super::bindings::sluice::gpu::{artifacts, io, ops, tensors, types};
+use super::bindings::sluice::gpu::{artifacts, fused, io, ops, tensors, types};
 use super::bindings::{WitDtype, WitError};
-use super::convert::{dtype_from_wit, dtype_to_wit, error_to_wit, op_from_wit};
+use super::convert::{dtype_from_wit, dtype_to_wit, error_to_wit, fused_op_from_wit, op_from_wit};
 use super::state::{Allocation, InvocationState, TensorHandle};
 
 type HostResult<T> = wasmtime::Result<Result<T, WitError>>;
@@ -124,9 +125,25 @@ impl tensors::HostTensor for InvocationState {
 
 impl ops::Host for InvocationState {
     fn launch(&mut self, op: ops::Op, inputs: Vec<Resource<TensorHandle>>) -> HostResult<Resource<TensorHandle>> {
-        let op = op_from_wit(op);
+        self.launch_op(op_from_wit(op), &inputs)
+    }
+}
+
+impl fused::Host for InvocationState {
+    fn launch(
+        &mut self,
+        op: fused::FusedOp,
+        inputs: Vec<Resource<TensorHandle>>,
+    ) -> HostResult<Resource<TensorHandle>> {
+        self.launch_op(fused_op_from_wit(op), &inputs)
+    }
+}
+
+impl InvocationState {
+    /// Both launch imports: infer the output, then queue the op through [`Self::create`].
+    fn launch_op(&mut self, op: Op, inputs: &[Resource<TensorHandle>]) -> HostResult<Resource<TensorHandle>> {
         let mut args = Vec::with_capacity(inputs.len());
-        for r in &inputs {
+        for r in inputs {
             let h = self.handle(r)?;
             args.push((h.id, h.meta.clone()));
         }

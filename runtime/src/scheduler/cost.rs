@@ -3,8 +3,8 @@
 //!
 //! Two levels: an exact entry per (op, shapes, dtypes), an exponentially weighted
 //! average of measured durations; and, for shapes not seen yet, a rate per op family
-//! (nanoseconds per unit of work: FLOPs for matmul and conv, elements touched for
-//! the rest) learned from every measurement of that family. The scheduler uses the
+//! (nanoseconds per unit of work: FLOPs for matmul, conv, linear and attention,
+//! elements touched for the rest) learned from every measurement of that family. The scheduler uses the
 //! estimate to decide whether a best-effort kernel fits the preemption budget and
 //! must be sliced; fair share itself charges measured time, not estimates.
 
@@ -72,10 +72,14 @@ fn hash_op(op: &Op, h: &mut DefaultHasher) {
         Op::Cast(d) => d.hash(h),
         Op::Conv2d(c) => c.hash(h),
         Op::Pool2d(p) => p.hash(h),
+        Op::Linear { transpose_w, activation } => (transpose_w, activation).hash(h),
+        Op::AddLayerNorm { eps } => eps.to_bits().hash(h),
+        Op::Attention { heads, scale } => (heads, scale.to_bits()).hash(h),
     }
 }
 
-/// FLOPs for contractions, elements touched for everything else.
+/// FLOPs for contractions (matmul, conv2d, linear, attention), elements touched for
+/// everything else (add-layer-norm: its four inputs and the output).
 pub fn work_units<'a>(op: &Op, mut inputs: impl Iterator<Item = &'a TensorMeta>, out: &TensorMeta) -> f64 {
     match op {
         Op::Matmul(args) => {
@@ -86,6 +90,16 @@ pub fn work_units<'a>(op: &Op, mut inputs: impl Iterator<Item = &'a TensorMeta>,
         Op::Conv2d(_) => {
             let Some(w) = inputs.nth(1) else { return 0.0 };
             2.0 * out.numel() as f64 * (w.shape[1] * w.shape[2] * w.shape[3]) as f64
+        }
+        // 2·M·N·K: every output element is a dot product over the input's last axis.
+        Op::Linear { .. } => {
+            let Some(x) = inputs.next() else { return 0.0 };
+            2.0 * out.numel() as f64 * x.shape.last().copied().unwrap_or(0) as f64
+        }
+        // 4·B·H·Sq·Sk·D = 4·(B·Sq·H·D)·Sk: the two products q·kᵀ and p·v.
+        Op::Attention { .. } => {
+            let Some(k) = inputs.nth(1) else { return 0.0 };
+            4.0 * out.numel() as f64 * k.shape.get(1).copied().unwrap_or(0) as f64
         }
         _ => (inputs.map(TensorMeta::numel).sum::<usize>() + out.numel()) as f64,
     }
@@ -135,7 +149,7 @@ impl CostModel {
 /// Prior rates: ~20 GFLOP/s for contractions, ~1 ns per element otherwise.
 fn default_rate(family: &str) -> f64 {
     match family {
-        "matmul" | "conv2d" => 0.05,
+        "matmul" | "conv2d" | "linear" | "attention" => 0.05,
         _ => 1.0,
     }
 }
@@ -164,5 +178,30 @@ mod tests {
         // Never measured, but 8× the work of a known shape of the same family.
         let guess = model.estimate(&big).as_micros();
         assert!((700..=900).contains(&guess), "{guess}");
+    }
+
+    #[test]
+    fn fused_ops_count_flops_and_hash_their_parameters() {
+        use sluice_host_api::UnaryOp;
+        // linear: x [2, 3, 8] · w [8, 5] → 2·M·N·K with M = 6.
+        let lin = Op::Linear { transpose_w: false, activation: None };
+        let (x, w, b, y) = (meta(&[2, 3, 8]), meta(&[8, 5]), meta(&[5]), meta(&[2, 3, 5]));
+        assert_eq!(work_units(&lin, [&x, &w, &b].into_iter(), &y), 2.0 * 6.0 * 5.0 * 8.0);
+        // attention: B 2, Sq 3, Sk 7, H·D = 12 → 4·B·H·Sq·Sk·D.
+        let att = Op::Attention { heads: 4, scale: 0.5 };
+        let (q, kv) = (meta(&[2, 3, 12]), meta(&[2, 7, 12]));
+        assert_eq!(work_units(&att, [&q, &kv, &kv].into_iter(), &q), 4.0 * 2.0 * 3.0 * 7.0 * 12.0);
+        // add-layer-norm: elements of x, residual, gamma, beta and the output.
+        let aln = Op::AddLayerNorm { eps: 1e-5 };
+        let (g, z) = (meta(&[12]), meta(&[2, 3, 12]));
+        assert_eq!(work_units(&aln, [&z, &z, &g, &g].into_iter(), &z), (72 * 3 + 24) as f64);
+        // Parameters are part of the exact key.
+        let key = |op: &Op| KernelKey::new(op, [&x, &w].into_iter(), &y).exact;
+        let gelu = Op::Linear { transpose_w: false, activation: Some(UnaryOp::Gelu) };
+        let relu = Op::Linear { transpose_w: false, activation: Some(UnaryOp::Relu) };
+        assert_ne!(key(&lin), key(&gelu));
+        assert_ne!(key(&gelu), key(&relu));
+        assert_ne!(key(&Op::Attention { heads: 4, scale: 0.5 }), key(&Op::Attention { heads: 2, scale: 0.5 }));
+        assert_ne!(key(&Op::AddLayerNorm { eps: 1e-5 }), key(&Op::AddLayerNorm { eps: 1e-6 }));
     }
 }

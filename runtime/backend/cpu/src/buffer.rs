@@ -263,6 +263,16 @@ pub(crate) fn new_with<T: Default + Clone>(n: usize, fill: impl FnOnce(&mut [T])
     data
 }
 
+/// `x` rounded to the floating `dtype` and widened back: the value an op returning
+/// `dtype` hands to the next op (identity for f32).
+pub(crate) fn round_to(dtype: DType, x: f32) -> f32 {
+    match dtype {
+        DType::F16 => f16::from_f32(x).to_f32(),
+        DType::BF16 => bf16::from_f32(x).to_f32(),
+        _ => x,
+    }
+}
+
 /// A fresh `f32` result of `n` elements as `dtype`, computed by `fill`.
 pub(crate) fn float_with(dtype: DType, n: usize, fill: impl FnOnce(&mut [f32])) -> CpuBuffer {
     if dtype == DType::F32 {

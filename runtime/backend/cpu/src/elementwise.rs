@@ -103,7 +103,7 @@ pub fn gelu_tanh(x: f32) -> f32 {
     (x / (1.0 + (-2.0 * u).exp())) as f32
 }
 
-fn float_unary(op: UnaryOp, x: &[f32]) -> std::sync::Arc<[f32]> {
+pub(crate) fn float_unary(op: UnaryOp, x: &[f32]) -> std::sync::Arc<[f32]> {
     match op {
         UnaryOp::Relu => map(x, |v: f32| if v < 0.0 { 0.0 } else { v }),
         UnaryOp::Gelu => map(x, gelu),

@@ -16,13 +16,16 @@
 //!   and a zero divisor is an error;
 //! - a softmax row whose logits are all `-inf` (fully masked) is all zeros;
 //! - cast: float→int truncates toward zero and saturates (NaN → 0), int→int wraps;
-//! - avg pooling counts padding as zeros in the divisor, max pooling ignores padding.
+//! - avg pooling counts padding as zeros in the divisor, max pooling ignores padding;
+//! - the fused ops (linear, add-layer-norm, attention) round to the dtype wherever the
+//!   chain of ops they replace would, so they equal that chain (see `fused.rs`).
 
 mod broadcast;
 mod buffer;
 mod cast;
 mod conv;
 mod elementwise;
+mod fused;
 mod layout;
 mod matmul;
 mod nn;
@@ -63,6 +66,15 @@ pub fn launch(op: &Op, inputs: &[(&CpuBuffer, &TensorMeta)], out: &TensorMeta) -
         (Op::Conv2d(args), &[x, w]) => conv::conv2d(args, x, w, None, out),
         (Op::Conv2d(args), &[x, w, (bias, _)]) => conv::conv2d(args, x, w, Some(bias), out),
         (Op::Pool2d(args), &[x]) => conv::pool2d(args, x, out),
+        (Op::Linear { transpose_w, activation }, &[x, w]) => fused::linear(*transpose_w, *activation, x, w, None, out),
+        (Op::Linear { transpose_w, activation }, &[x, w, (b, _)]) => {
+            fused::linear(*transpose_w, *activation, x, w, Some(b), out)
+        }
+        (Op::AddLayerNorm { eps }, &[x, (r, _), (g, _), (b, _)]) => fused::add_layer_norm(*eps, x, r, g, b),
+        (Op::Attention { heads, scale }, &[q, k, (v, _)]) => fused::attention(*heads, *scale, q, k, v, None, out),
+        (Op::Attention { heads, scale }, &[q, k, (v, _), mask]) => {
+            fused::attention(*heads, *scale, q, k, v, Some(mask), out)
+        }
         (op, inputs) => Err(KernelError(format!("{} cannot take {} input(s)", op.name(), inputs.len()))),
     };
     let result = result.map_err(|e| KernelError(format!("{}: {}", op.name(), e.0)))?;

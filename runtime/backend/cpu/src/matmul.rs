@@ -2,7 +2,8 @@
 //! broadcast batch axes, on the `gemm` crate: f32 and f16 natively, bf16 through f32.
 //! Large products use gemm's rayon parallelism, many medium ones run one per rayon
 //! task, and small ones stay on the calling thread. [`matmul_rows`] computes a block of
-//! output rows so that the scheduler can slice a big GEMM into short kernels.
+//! output rows so that the scheduler can slice a big GEMM into short kernels, and
+//! [`gemm_f32`] one product over arbitrary strides (for the fused attention).
 
 use std::ops::Range;
 
@@ -100,6 +101,52 @@ impl Geometry {
         } else {
             self.batches.iter().zip(out.chunks_mut(block)).for_each(|x| one_gemm(x, Parallelism::Rayon(threads)));
         }
+    }
+}
+
+/// A strided operand of [`gemm_f32`]: elements, row stride, column stride.
+pub(crate) type Strided<'a> = (&'a [f32], usize, usize);
+
+/// One f32 product `dst[i, j] = Σ_p lhs[i, p] · rhs[p, j]` (`m × k` times `k × n`) over
+/// explicitly strided operands, on the calling thread, with the gemm kernels [`matmul`]
+/// uses; `dst` rows are `dst_rs` elements apart. Used by the fused attention to read
+/// heads in place. Panics if a stride would address past a slice.
+pub(crate) fn gemm_f32(m: usize, n: usize, k: usize, dst: &mut [f32], dst_rs: usize, lhs: Strided, rhs: Strided) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    let last = |rows: usize, cols: usize, rs: usize, cs: usize| (rows - 1) * rs + (cols - 1) * cs;
+    assert!(last(m, n, dst_rs, 1) < dst.len(), "gemm_f32: dst too small");
+    if k == 0 {
+        dst.chunks_mut(dst_rs).take(m).for_each(|row| row[..n].fill(0.0));
+        return;
+    }
+    assert!(last(m, k, lhs.1, lhs.2) < lhs.0.len(), "gemm_f32: lhs too small");
+    assert!(last(k, n, rhs.1, rhs.2) < rhs.0.len(), "gemm_f32: rhs too small");
+    // SAFETY: the asserts above keep every (row, col) addressed by these strides inside
+    // its slice, and `dst` is borrowed mutably, so nothing else reads or writes it.
+    unsafe {
+        gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            dst_rs as isize,
+            false,
+            lhs.0.as_ptr(),
+            lhs.2 as isize,
+            lhs.1 as isize,
+            rhs.0.as_ptr(),
+            rhs.2 as isize,
+            rhs.1 as isize,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            Parallelism::None,
+        );
     }
 }
 

@@ -34,7 +34,7 @@ pub(crate) fn softmax(
     }))
 }
 
-fn softmax_row(row: &mut [f32]) {
+pub(crate) fn softmax_row(row: &mut [f32]) {
     let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| if v > m || v.is_nan() { v } else { m });
     if max == f32::NEG_INFINITY {
         row.fill(0.0);
@@ -60,16 +60,22 @@ pub(crate) fn layer_norm(
     let eps = eps as f64;
     Ok(float_with(xm.dtype, xv.len(), |out| {
         out.copy_from_slice(&xv);
-        for_rows(out, width, |row| {
-            let n = row.len() as f64;
-            let mean = row.iter().map(|&v| v as f64).sum::<f64>() / n;
-            let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
-            let rstd = 1.0 / (var + eps).sqrt();
-            for ((v, &g), &b) in row.iter_mut().zip(g.iter()).zip(b.iter()) {
-                *v = ((*v as f64 - mean) * rstd * g as f64 + b as f64) as f32;
-            }
-        });
+        normalize_rows(out, width, &g, &b, eps);
     }))
+}
+
+/// Layer norm of every `width`-element row of `data`, in place (shared with the fused
+/// add-layer-norm, so both normalise identically).
+pub(crate) fn normalize_rows(data: &mut [f32], width: usize, g: &[f32], b: &[f32], eps: f64) {
+    for_rows(data, width, |row| {
+        let n = row.len() as f64;
+        let mean = row.iter().map(|&v| v as f64).sum::<f64>() / n;
+        let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
+        let rstd = 1.0 / (var + eps).sqrt();
+        for ((v, &g), &b) in row.iter_mut().zip(g.iter()).zip(b.iter()) {
+            *v = ((*v as f64 - mean) * rstd * g as f64 + b as f64) as f32;
+        }
+    });
 }
 
 /// Gathers rows of `table` (`[vocab, dim]`) by `ids` (i32 or i64, any shape).

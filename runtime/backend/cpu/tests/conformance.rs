@@ -7,6 +7,8 @@ mod reference;
 
 #[path = "conformance/elementwise.rs"]
 mod elementwise;
+#[path = "conformance/fused.rs"]
+mod fused;
 #[path = "conformance/layout.rs"]
 mod layout;
 #[path = "conformance/nn.rs"]

@@ -1,5 +1,5 @@
-//! GEMMs through cuBLAS: matmul (batched, broadcasting, with transposes) and the
-//! products of convolution.
+//! GEMMs through cuBLAS: matmul (batched, broadcasting, with transposes), the products
+//! of convolution, and `gemm_batched` over pointer arrays (the fused attention).
 //!
 //! sluice tensors are row-major and cuBLAS is column-major. A row-major `[r, c]` matrix is
 //! the column-major `[c, r]` matrix with the same bytes, i.e. its transpose, so the
@@ -236,7 +236,8 @@ pub(crate) fn matmul_rows(
     Ok(c)
 }
 
-fn annotate(e: CudaError, what: &str) -> CudaError {
+/// `e` with `what` was being done put first; out-of-memory keeps its variant.
+pub(crate) fn annotate(e: CudaError, what: &str) -> CudaError {
     match e {
         CudaError::OutOfMemory(m) => CudaError::OutOfMemory(format!("{what}: {m}")),
         CudaError::Failure(m) => CudaError::Failure(format!("{what}: {m}")),
@@ -245,6 +246,76 @@ fn annotate(e: CudaError, what: &str) -> CudaError {
 
 fn int(v: u64, what: &str) -> Result<i32, CudaError> {
     i32::try_from(v.max(1)).map_err(|_| CudaError::failure(format!("GEMM {what} = {v} exceeds cuBLAS's 32-bit limit")))
+}
+
+/// cuBLAS's storage and compute types of a GEMM in `dtype`.
+fn data_types(dev: &CudaDevice, dtype: DType) -> Result<(cudaDataType, cublasComputeType_t), CudaError> {
+    Ok(match dtype {
+        DType::F32 if dev.allow_tf32 => (cudaDataType::CUDA_R_32F, cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32),
+        DType::F32 => (cudaDataType::CUDA_R_32F, cublasComputeType_t::CUBLAS_COMPUTE_32F),
+        DType::F16 => (cudaDataType::CUDA_R_16F, cublasComputeType_t::CUBLAS_COMPUTE_32F),
+        DType::BF16 => (cudaDataType::CUDA_R_16BF, cublasComputeType_t::CUBLAS_COMPUTE_32F),
+        other => {
+            return Err(CudaError::failure(format!("GEMM is not defined on {other}")));
+        }
+    })
+}
+
+/// Runs one `cublasGemmBatchedEx` call (`C = A·B` in cuBLAS terms) on the current lane's
+/// stream: `c`'s transposes, sizes and leading dimensions (its strides are unused) for
+/// `batch` products whose matrices are listed in the device arrays of `batch` pointers
+/// at `a`, `b` and `out`. For batches that are not one stride apart, like the heads of
+/// an attention across batch elements.
+pub(crate) fn gemm_batched(
+    dev: &CudaDevice,
+    dtype: DType,
+    c: &GemmCall,
+    batch: u64,
+    (a, b, out): (u64, u64, u64),
+) -> Result<(), CudaError> {
+    let (ty, compute) = data_types(dev, dtype)?;
+    let op = |t: bool| {
+        if t { cublasOperation_t::CUBLAS_OP_T } else { cublasOperation_t::CUBLAS_OP_N }
+    };
+    let (m, n, k) = (int(c.m, "m")?, int(c.n, "n")?, int(c.k, "k")?);
+    let (lda, ldb, ldc) = (int(c.lda, "lda")?, int(c.ldb, "ldb")?, int(c.ldc, "ldc")?);
+    let batch = int(batch, "batch")?;
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    let lane = dev.active();
+    let blas_handle = lane.blas.lock().unwrap_or_else(|p| p.into_inner());
+    lane.bind()?;
+    let handle = *blas_handle.handle();
+    let (alpha_p, beta_p) = (&alpha as *const f32 as *const c_void, &beta as *const f32 as *const c_void);
+    // SAFETY: `a`, `b` and `out` are device arrays of `batch` pointers to live device
+    // matrices of the sizes the call describes; alpha/beta are host f32 as the compute
+    // type requires; the handle is used under its lock, on its lane's stream and context.
+    let status = unsafe {
+        cudarc::cublas::sys::cublasGemmBatchedEx(
+            handle,
+            op(c.trans_a),
+            op(c.trans_b),
+            m,
+            n,
+            k,
+            alpha_p,
+            a as *const *const c_void,
+            ty,
+            lda,
+            b as *const *const c_void,
+            ty,
+            ldb,
+            beta_p,
+            out as *const *mut c_void,
+            ty,
+            ldc,
+            batch,
+            compute,
+            cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    };
+    status
+        .result()
+        .map_err(|e| CudaError::cublas(&format!("cublasGemmBatchedEx {dtype} m={m} n={n} k={k} batch={batch}"), e))
 }
 
 /// Runs one call (`C = A·B + beta·C` in cuBLAS terms, alpha 1) on the current lane's
@@ -258,15 +329,7 @@ pub(crate) fn gemm(
     out: u64,
     beta: f32,
 ) -> Result<(), CudaError> {
-    let (ty, compute) = match dtype {
-        DType::F32 if dev.allow_tf32 => (cudaDataType::CUDA_R_32F, cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32),
-        DType::F32 => (cudaDataType::CUDA_R_32F, cublasComputeType_t::CUBLAS_COMPUTE_32F),
-        DType::F16 => (cudaDataType::CUDA_R_16F, cublasComputeType_t::CUBLAS_COMPUTE_32F),
-        DType::BF16 => (cudaDataType::CUDA_R_16BF, cublasComputeType_t::CUBLAS_COMPUTE_32F),
-        other => {
-            return Err(CudaError::failure(format!("GEMM is not defined on {other}")));
-        }
-    };
+    let (ty, compute) = data_types(dev, dtype)?;
     let op = |t: bool| {
         if t { cublasOperation_t::CUBLAS_OP_T } else { cublasOperation_t::CUBLAS_OP_N }
     };

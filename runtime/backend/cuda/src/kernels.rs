@@ -24,6 +24,8 @@ pub enum Module {
     Indexing,
     Conv,
     Pool,
+    /// The fused ops' kernels (`fused.cu`, with `unary.cu`'s activation functors).
+    Fused,
 }
 
 const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
@@ -40,7 +42,7 @@ pub enum CopyKind {
 pub const COPY_KINDS: [CopyKind; 4] = [CopyKind::Permute, CopyKind::Slice, CopyKind::Concat, CopyKind::Broadcast];
 
 impl Module {
-    pub const ALL: [Module; 9] = [
+    pub const ALL: [Module; 10] = [
         Module::Unary,
         Module::Binary,
         Module::Cast,
@@ -50,6 +52,7 @@ impl Module {
         Module::Indexing,
         Module::Conv,
         Module::Pool,
+        Module::Fused,
     ];
 
     pub fn name(self) -> &'static str {
@@ -63,6 +66,7 @@ impl Module {
             Module::Indexing => "indexing",
             Module::Conv => "conv",
             Module::Pool => "pool",
+            Module::Fused => "fused",
         }
     }
 
@@ -77,6 +81,9 @@ impl Module {
             Module::Indexing => include_str!("kernels/indexing.cu"),
             Module::Conv => include_str!("kernels/conv.cu"),
             Module::Pool => include_str!("kernels/pool.cu"),
+            // The activation functors (U_Gelu, ...) are unary.cu's, so a fused linear
+            // computes exactly what the unary op does.
+            Module::Fused => concat!(include_str!("kernels/unary.cu"), "\n", include_str!("kernels/fused.cu")),
         }
     }
 
@@ -162,6 +169,17 @@ impl Module {
                         let mac = if k == PoolKind::Max { "MAX_POOL" } else { "AVG_POOL" };
                         v.push((s.clone(), format!("{mac}({s}, {})", ctype(d))));
                     }
+                }
+            }
+            Module::Fused => {
+                for d in FLOATS {
+                    for act in std::iter::once(None).chain(UnaryOp::ALL.map(Some)) {
+                        let s = bias_act_symbol(act, d);
+                        let functor = act.map_or("U_Identity".to_owned(), |u| format!("U_{u:?}"));
+                        v.push((s.clone(), format!("BIAS_ACT({s}, {functor}, {})", ctype(d))));
+                    }
+                    let s = add_layernorm_symbol(d);
+                    v.push((s.clone(), format!("ADD_LAYERNORM({s}, {})", ctype(d))));
                 }
             }
         }
@@ -269,6 +287,15 @@ pub fn layernorm_symbol(d: DType) -> String {
     format!("layernorm_{d}")
 }
 
+/// The epilogue of a linear: bias add and activation (`none`: the bias only).
+pub fn bias_act_symbol(act: Option<UnaryOp>, d: DType) -> String {
+    format!("bias_act_{}_{d}", act.map_or("none", unary_name))
+}
+
+pub fn add_layernorm_symbol(d: DType) -> String {
+    format!("add_layernorm_{d}")
+}
+
 pub fn im2col_symbol(d: DType) -> String {
     format!("im2col_{d}")
 }
@@ -352,6 +379,8 @@ mod tests {
         }
         assert!(all.contains("gelu_tanh_bf16") && all.contains("cast_i64_f16") && all.contains("reduce_rows_max_u8"));
         assert!(!all.contains("gelu_i32") && !all.contains("reduce_mean_i64"));
+        assert!(all.contains("bias_act_gelu_f16") && all.contains("bias_act_none_bf16"));
+        assert!(all.contains("add_layernorm_f32") && !all.contains("bias_act_none_i32"));
     }
 
     #[test]

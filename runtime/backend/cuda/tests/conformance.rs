@@ -1,5 +1,6 @@
-//! CUDA vs CPU conformance: every op of the catalog, in every dtype `infer` accepts, on
-//! random inputs, run on the GPU and on the CPU reference backend and compared.
+//! CUDA vs CPU conformance: every op of the catalog (the fused linear, add-layer-norm
+//! and attention included), in every dtype `infer` accepts, on random inputs, run on the
+//! GPU and on the CPU reference backend and compared.
 //!
 //! Tolerance: |cuda - cpu| / max(|cpu|, 1) ≤ 1e-5 for f32 (TF32 off), ≤ 1e-2 for f16/bf16;
 //! integers must match exactly; no NaN may appear (inputs are chosen so none should).
@@ -177,6 +178,44 @@ fn cases() -> Vec<Case> {
         let p = Pool2dArgs { kind, kernel: (3, 2), stride: (2, 2), padding: (1, 1) };
         v.push(case(Op::Pool2d(p), &[&[2, 3, 7, 6]]));
     }
+    v.extend(fused_cases());
+    v
+}
+
+/// The fused ops: GEMM + epilogue linears (both weight layouts, every activation, with
+/// and without bias, MiniLM's feed-forward shape), add-layer-norm, and attention (one
+/// and 12 heads, batches, masks of several broadcast shapes, no keys).
+fn fused_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    let lin = |transpose_w, activation| Op::Linear { transpose_w, activation };
+    for tw in [false, true] {
+        let w: &[u32] = if tw { &[20, 33] } else { &[33, 20] };
+        v.push(case(lin(tw, None), &[&[2, 3, 33], w]));
+        v.push(case(lin(tw, None), &[&[2, 3, 33], w, &[20]]));
+        v.push(case(lin(tw, Some(UnaryOp::Gelu)), &[&[3, 33], w, &[20]]));
+        v.push(case(lin(tw, Some(UnaryOp::Relu)), &[&[33], w]));
+    }
+    v.push(case(lin(true, Some(UnaryOp::Gelu)), &[&[1, 9, 384], &[1536, 384], &[1536]]));
+    v.push(case(lin(false, None), &[&[4, 0], &[0, 6], &[6]]));
+    // Every activation through the epilogue; k = 1 keeps the pre-activation exact in
+    // every dtype, so only the activation itself may differ.
+    for act in UnaryOp::ALL {
+        let mut c = case(lin(true, Some(act)), &[&[3, 1], &[5, 1], &[5]]);
+        if matches!(act, UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt) {
+            c.gens = vec![Gen::Positive; 3];
+        }
+        v.push(c);
+    }
+    v.push(case(Op::AddLayerNorm { eps: 1e-5 }, &[&[4, 37], &[4, 37], &[37], &[37]]));
+    v.push(case(Op::AddLayerNorm { eps: 1e-12 }, &[&[2, 3, 384], &[2, 3, 384], &[384], &[384]]));
+    let att = |heads, scale| Op::Attention { heads, scale };
+    v.push(case(att(1, 0.5), &[&[1, 1, 8], &[1, 1, 8], &[1, 1, 8]]));
+    v.push(case(att(3, 0.5), &[&[2, 3, 12], &[2, 5, 12], &[2, 5, 12], &[2, 1, 1, 5]]));
+    v.push(case(att(2, 0.4), &[&[2, 4, 6], &[2, 5, 6], &[2, 5, 6], &[4, 5]]));
+    v.push(case(att(2, 0.4), &[&[2, 4, 6], &[2, 5, 6], &[2, 5, 6], &[2, 2, 4, 5]]));
+    v.push(case(att(12, 0.176_776_7), &[&[1, 9, 384], &[1, 9, 384], &[1, 9, 384], &[1, 1, 1, 9]]));
+    v.push(case(att(12, 0.176_776_7), &[&[3, 17, 384], &[3, 17, 384], &[3, 17, 384]]));
+    v.push(case(att(2, 1.0), &[&[1, 2, 4], &[1, 0, 4], &[1, 0, 4]]));
     v
 }
 
@@ -281,7 +320,7 @@ fn every_op_matches_the_cpu_backend() {
         }
     }
     println!("{passed} passed, {} failed, ops covered: {ops_seen:?}", failures.len());
-    assert_eq!(ops_seen.len(), 15, "every op family must be exercised");
+    assert_eq!(ops_seen.len(), 18, "every op family must be exercised");
     assert!(failures.is_empty(), "{} case(s) failed:\n{}", failures.len(), failures.join("\n"));
 }
 
@@ -322,10 +361,11 @@ fn kernel_cache_survives_a_restart() {
     let dir = std::env::temp_dir().join(format!("sluice-kcache-{}", std::process::id()));
     let open = || CudaDevice::open(CudaOptions { kernel_cache_dir: Some(dir.clone()), ..Default::default() }).unwrap();
     let t0 = std::time::Instant::now();
-    assert_eq!(open().warm_up().unwrap(), 9);
+    let modules = sluice_backend_cuda::kernels::Module::ALL.len();
+    assert_eq!(open().warm_up().unwrap(), modules);
     let cold = t0.elapsed();
     let files = std::fs::read_dir(&dir).unwrap().count();
-    assert_eq!(files, 9, "one CUBIN per module");
+    assert_eq!(files, modules, "one CUBIN per module");
     let t1 = std::time::Instant::now();
     open().warm_up().unwrap();
     let warm = t1.elapsed();

@@ -4,6 +4,7 @@
 
 pub(crate) mod conv;
 pub(crate) mod elementwise;
+pub mod fused;
 pub(crate) mod indexing;
 pub(crate) mod norm;
 pub(crate) mod reduce;
@@ -109,6 +110,19 @@ pub(crate) fn launch(
             arity(1)?;
             conv::pool2d(dev, args, inputs[0], out)
         }
+        Op::Linear { transpose_w, activation } => {
+            arity(2)?;
+            let bias = inputs.get(2).map(|(b, _)| *b);
+            fused::linear(dev, *transpose_w, *activation, inputs[0], inputs[1].0, bias, out)
+        }
+        Op::AddLayerNorm { eps } => {
+            arity(4)?;
+            fused::add_layer_norm(dev, *eps, inputs[0], inputs[1].0, inputs[2].0, inputs[3].0, out)
+        }
+        Op::Attention { heads, scale } => {
+            arity(3)?;
+            fused::attention(dev, *heads, *scale, inputs[0], inputs[1], inputs[2].0, inputs.get(3).copied(), out)
+        }
     }
 }
 
@@ -148,6 +162,13 @@ pub fn plan(op: &Op, dtypes: &[DType]) -> Vec<Step> {
             k(Module::Conv, kernels::bias_fill_symbol(d)),
         ],
         Op::Pool2d(p) => vec![k(Module::Pool, kernels::pool_symbol(p.kind, d))],
+        // The epilogue runs only with a bias (a third input) or an activation.
+        Op::Linear { activation, .. } if activation.is_some() || dtypes.len() > 2 => {
+            vec![Step::Cublas, k(Module::Fused, kernels::bias_act_symbol(*activation, d))]
+        }
+        Op::Linear { .. } => vec![Step::Cublas],
+        Op::AddLayerNorm { .. } => vec![k(Module::Fused, kernels::add_layernorm_symbol(d))],
+        Op::Attention { .. } => vec![Step::Cublas, k(Module::Softmax, kernels::softmax_symbol(d))],
     }
 }
 

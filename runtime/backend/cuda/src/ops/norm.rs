@@ -26,14 +26,26 @@ pub fn mask_layout(x: &[u32], mask: &[u32]) -> (Layout, u64) {
 pub(crate) fn softmax(
     dev: &CudaDevice,
     scale: f32,
-    (x, xm): (&CudaBuffer, &TensorMeta),
+    x: (&CudaBuffer, &TensorMeta),
     mask: Option<(&CudaBuffer, &TensorMeta)>,
     out: &TensorMeta,
 ) -> Result<CudaBuffer, CudaError> {
     let y = dev.alloc(out.byte_len())?;
+    softmax_into(dev, scale, x, mask, &y)?;
+    Ok(y)
+}
+
+/// [`softmax`] into `y`, a buffer of x's size (the fused attention's probabilities).
+pub(crate) fn softmax_into(
+    dev: &CudaDevice,
+    scale: f32,
+    (x, xm): (&CudaBuffer, &TensorMeta),
+    mask: Option<(&CudaBuffer, &TensorMeta)>,
+    y: &CudaBuffer,
+) -> Result<(), CudaError> {
     let (rows, len) = rows_of(xm);
     if rows == 0 {
-        return Ok(y);
+        return Ok(());
     }
     let (layout, step, mp, has_mask) = match mask {
         Some((m, mm)) => {
@@ -58,8 +70,7 @@ pub(crate) fn softmax(
         &layout,
         &step,
         &has_mask
-    )?;
-    Ok(y)
+    )
 }
 
 pub(crate) fn layer_norm(

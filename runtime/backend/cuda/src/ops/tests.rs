@@ -1,5 +1,5 @@
-//! Every op of the catalog, in every dtype combination `infer` accepts, maps onto
-//! kernels that the kernel modules actually define.
+//! Every op of the catalog (the fused ones included), in every dtype combination `infer`
+//! accepts, maps onto kernels that the kernel modules actually define.
 
 use std::collections::{HashMap, HashSet};
 
@@ -42,6 +42,18 @@ fn launches(d: DType) -> Vec<(Op, Vec<TensorMeta>)> {
         let p = Pool2dArgs { kind, kernel: (2, 2), stride: (2, 2), padding: (0, 0) };
         v.push((Op::Pool2d(p), vec![t(d, &[1, 2, 4, 4])]));
     }
+    for activation in std::iter::once(None).chain(UnaryOp::ALL.map(Some)) {
+        for transpose_w in [false, true] {
+            let op = Op::Linear { transpose_w, activation };
+            let w = if transpose_w { t(d, &[5, 3]) } else { t(d, &[3, 5]) };
+            v.push((op.clone(), vec![t(d, &[2, 3]), w.clone()]));
+            v.push((op, vec![t(d, &[2, 3]), w, t(d, &[5])]));
+        }
+    }
+    v.push((Op::AddLayerNorm { eps: 1e-12 }, vec![t(d, &[2, 4]), t(d, &[2, 4]), t(d, &[4]), t(d, &[4])]));
+    let attention = Op::Attention { heads: 2, scale: 0.5 };
+    v.push((attention.clone(), vec![t(d, &[2, 3, 4]), t(d, &[2, 5, 4]), t(d, &[2, 5, 4])]));
+    v.push((attention, vec![t(d, &[2, 3, 4]), t(d, &[2, 5, 4]), t(d, &[2, 5, 4]), t(d, &[2, 1, 1, 5])]));
     v
 }
 
@@ -89,11 +101,20 @@ fn every_accepted_op_maps_to_defined_kernels() {
         "cast",
         "conv2d",
         "pool2d",
+        "linear",
+        "add-layer-norm",
+        "attention",
     ];
     for name in all {
         assert!(covered.contains(name), "op {name} never accepted by infer in this test");
     }
     assert!(accepted > 150, "only {accepted} launches accepted");
+    // A linear with neither bias nor activation is the GEMM alone; any other runs the
+    // epilogue kernel.
+    let lin = |activation| Op::Linear { transpose_w: false, activation };
+    assert_eq!(plan(&lin(None), &[DType::F32, DType::F32]), vec![Step::Cublas]);
+    assert_eq!(plan(&lin(None), &[DType::F32; 3]).len(), 2);
+    assert_eq!(plan(&lin(Some(UnaryOp::Gelu)), &[DType::F16; 2]).len(), 2);
 }
 
 #[test]

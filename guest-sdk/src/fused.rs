@@ -1,0 +1,65 @@
+//! The fused ops of the WIT `fused` interface as [`Tensor`] methods: a dense layer with
+//! bias and activation, a residual add with layer norm, and multi-head attention, each
+//! one host launch instead of a chain of them. Each computes what its chain of ops
+//! computes (see the WIT comments), so they can replace the chains in a model with the
+//! same results and fewer kernel launches.
+
+use crate::bindings::sluice::gpu::fused::{self as raw, AttentionArgs, FusedOp, LinearArgs};
+use crate::bindings::sluice::gpu::ops::LayerNormArgs;
+use crate::convert::unary_to_wit;
+use crate::{Result, Tensor, UnaryOp};
+
+/// Launches a raw WIT fused op on `inputs` (the escape hatch under the methods below).
+pub fn launch_fused(op: FusedOp, inputs: &[&Tensor]) -> Result<Tensor> {
+    let raws: Vec<_> = inputs.iter().map(|t| t.as_raw()).collect();
+    Ok(Tensor::from_raw(raw::launch(op, &raws)?))
+}
+
+impl Tensor {
+    /// A dense layer, `activation(self · W + bias)`, in one launch: `self [..., k]` (every
+    /// leading axis a row), `w [k, n]`, or `[n, k]` (PyTorch's `nn.Linear` layout) with
+    /// `transpose_w`; optional `bias [n]`; the output is `[..., n]`. The same as
+    /// `matmul` + `add` + the activation's method, with the same rounding.
+    pub fn linear(
+        &self,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        transpose_w: bool,
+        activation: Option<UnaryOp>,
+    ) -> Result<Tensor> {
+        let op = FusedOp::Linear(LinearArgs { transpose_w, activation: activation.map(unary_to_wit) });
+        match bias {
+            Some(b) => launch_fused(op, &[self, w, b]),
+            None => launch_fused(op, &[self, w]),
+        }
+    }
+
+    /// Layer normalisation over the last axis of `self + residual` (same shape, no
+    /// broadcasting) with 1-D `gamma` and `beta`, in one launch: the post-norm residual
+    /// block of a transformer. The same as `add` then [`Tensor::layer_norm`].
+    pub fn add_layer_norm(&self, residual: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f32) -> Result<Tensor> {
+        launch_fused(FusedOp::AddLayerNorm(LayerNormArgs { eps }), &[self, residual, gamma, beta])
+    }
+
+    /// Multi-head scaled dot-product attention in one launch, on the layout a
+    /// [`Tensor::linear`] produces: `q [b, sq, heads * d]`, `k` and `v [b, sk, heads * d]`,
+    /// head `h` being columns `h*d .. (h+1)*d`. Per batch element and head:
+    /// `softmax(q_h · k_hᵀ * scale + mask) · v_h`, written back interleaved as
+    /// `[b, sq, heads * d]`. The optional additive `mask` broadcasts to the scores
+    /// `[b, heads, sq, sk]` (e.g. `[b, 1, 1, sk]` with 0 for tokens and -10000 for
+    /// padding) and shares q's dtype.
+    pub fn attention(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: Option<&Tensor>,
+        heads: u32,
+        scale: f32,
+    ) -> Result<Tensor> {
+        let op = FusedOp::Attention(AttentionArgs { heads, scale });
+        match mask {
+            Some(m) => launch_fused(op, &[q, k, v, m]),
+            None => launch_fused(op, &[q, k, v]),
+        }
+    }
+}

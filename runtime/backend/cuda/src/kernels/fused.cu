@@ -1,0 +1,61 @@
+// Kernels of the fused ops (kernels.rs prepends unary.cu, for the activation functors):
+// - `bias_act_<act>_<dtype>`: the epilogue of a linear, in place on the GEMM's output
+//   y [rows, cols]: y = act(round(y + bias[col])), `act` one of the U_ functors or
+//   U_Identity. The sum is rounded to T first, as the separate add op would.
+// - `add_layernorm_<dtype>`: layer norm of x + r over the last axis, one block per row
+//   (the two passes of layernorm.cu over the sum, itself rounded to T first).
+// Attention needs no kernel of its own: two cuBLAS GEMMs around softmax.cu's kernel.
+
+struct U_Identity { static __device__ __forceinline__ float apply(float v) { return v; } };
+
+template <typename T>
+__device__ __forceinline__ float round_to(float v) {
+    return Num<T>::load(Num<T>::store(v));
+}
+
+template <typename T, typename F>
+__device__ __forceinline__ void bias_act(T* y, const T* __restrict__ bias, u64 n, u64 cols, int has_bias) {
+    GRID_LOOP(i, n) {
+        float v = Num<T>::load(y[i]);
+        if (has_bias) v = round_to<T>(v + Num<T>::load(bias[i % cols]));
+        y[i] = Num<T>::store(F::apply(v));
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ float residual_sum(const T* __restrict__ x, const T* __restrict__ r, u64 i) {
+    return round_to<T>(Num<T>::load(x[i]) + Num<T>::load(r[i]));
+}
+
+template <typename T>
+__device__ __forceinline__ void add_layernorm_rows(const T* __restrict__ x, const T* __restrict__ r,
+                                                   const T* __restrict__ gamma, const T* __restrict__ beta,
+                                                   T* __restrict__ out, u64 rows, u64 len, float eps) {
+    for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const u64 base = row * len;
+        float s = 0.0f;
+        for (u64 j = threadIdx.x; j < len; j += blockDim.x) s += residual_sum(x, r, base + j);
+        const float mean = block_reduce<float, SumF>(s, 0.0f) / (float)len;
+        float q = 0.0f;
+        for (u64 j = threadIdx.x; j < len; j += blockDim.x) {
+            const float d = residual_sum(x, r, base + j) - mean;
+            q += d * d;
+        }
+        const float var = block_reduce<float, SumF>(q, 0.0f) / (float)len;
+        const float rstd = 1.0f / sqrtf(var + eps);
+        for (u64 j = threadIdx.x; j < len; j += blockDim.x) {
+            const float v = (residual_sum(x, r, base + j) - mean) * rstd;
+            out[base + j] = Num<T>::store(v * Num<T>::load(gamma[j]) + Num<T>::load(beta[j]));
+        }
+    }
+}
+
+#define BIAS_ACT(NAME, F, T) \
+    extern "C" __global__ void NAME(T* y, const T* bias, u64 n, u64 cols, int has_bias) { \
+        bias_act<T, F>(y, bias, n, cols, has_bias); \
+    }
+#define ADD_LAYERNORM(NAME, T) \
+    extern "C" __global__ void NAME(const T* x, const T* r, const T* gamma, const T* beta, T* out, u64 rows, \
+                                    u64 len, float eps) { \
+        add_layernorm_rows<T>(x, r, gamma, beta, out, rows, len, eps); \
+    }
