@@ -11,12 +11,14 @@ mod dtype;
 mod error;
 mod infer;
 mod op;
+mod rows;
 mod shape;
 
 pub use dtype::DType;
 pub use error::{ApiError, ErrorCode};
 pub use infer::infer;
 pub use op::{BinaryOp, Conv2dArgs, MatmulArgs, Op, Pool2dArgs, PoolKind, ReduceArgs, ReduceOp, SliceArgs, UnaryOp};
+pub use rows::RowSplit;
 pub use shape::{MAX_ELEMENTS, MAX_RANK, Shape, TensorMeta, broadcast_shapes};
 
 /// Folder of the WIT package, for `bindgen!`/`generate!` path arguments.

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sluice_host_api::{MatmulArgs, Op, TensorMeta};
+use sluice_host_api::{Op, TensorMeta};
 use sluice_runtime::backend::{Buffer, Device, DeviceChoice, DeviceError, DeviceInfo, DeviceSettings, open_device};
 use sluice_runtime::engine::{InvocationContext, IoData, IoTensor};
 use sluice_runtime::scheduler::{DeviceQueue, MemoryAccount, PriorityClass, SchedulingInfo};
@@ -262,17 +262,16 @@ impl Device for TimedDevice {
         self.inner.synchronize()
     }
 
-    fn matmul_rows(
+    fn launch_rows(
         &self,
-        args: &MatmulArgs,
-        a: (&Buffer, &TensorMeta),
-        b: (&Buffer, &TensorMeta),
+        op: &Op,
+        inputs: &[(&Buffer, &TensorMeta)],
         out: &TensorMeta,
         rows: Range<usize>,
     ) -> Option<Result<Buffer, DeviceError>> {
         let t0 = Instant::now();
-        let result = self.inner.matmul_rows(args, a, b, out, rows);
-        self.times.add(op_key(&Op::Matmul(*args), &[a, b]), t0.elapsed());
+        let result = self.inner.launch_rows(op, inputs, out, rows);
+        self.times.add(op_key(op, inputs), t0.elapsed());
         result
     }
 

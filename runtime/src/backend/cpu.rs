@@ -3,7 +3,7 @@
 use sluice_backend_cpu::CpuBuffer;
 use std::ops::Range;
 
-use sluice_host_api::{MatmulArgs, Op, TensorMeta};
+use sluice_host_api::{Op, TensorMeta};
 
 use super::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind};
 
@@ -117,18 +117,20 @@ impl Device for CpuDevice {
         Ok(())
     }
 
-    fn matmul_rows(
+    fn launch_rows(
         &self,
-        args: &MatmulArgs,
-        a: (&Buffer, &TensorMeta),
-        b: (&Buffer, &TensorMeta),
+        op: &Op,
+        inputs: &[(&Buffer, &TensorMeta)],
         out: &TensorMeta,
         rows: Range<usize>,
     ) -> Option<Result<Buffer, DeviceError>> {
         let run = || {
-            let (ca, cb) = (cpu(a.0)?, cpu(b.0)?);
+            let mut cpu_inputs = Vec::with_capacity(inputs.len());
+            for (b, m) in inputs {
+                cpu_inputs.push((cpu(b)?, *m));
+            }
             self.pool
-                .install(|| sluice_backend_cpu::matmul_rows(args, (ca, a.1), (cb, b.1), out, rows))
+                .install(|| sluice_backend_cpu::launch_rows(op, &cpu_inputs, out, rows))
                 .map(Buffer::Cpu)
                 .map_err(|e| DeviceError::Failure(e.to_string()))
         };

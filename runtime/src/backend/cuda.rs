@@ -8,7 +8,7 @@
 use std::ops::Range;
 
 use sluice_backend_cuda::{CudaBuffer, CudaError, CudaOptions};
-use sluice_host_api::{MatmulArgs, Op, TensorMeta};
+use sluice_host_api::{Op, TensorMeta};
 
 use super::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind, Lane};
 
@@ -79,17 +79,19 @@ impl Device for CudaDevice {
         self.inner.synchronize().map_err(error)
     }
 
-    fn matmul_rows(
+    fn launch_rows(
         &self,
-        args: &MatmulArgs,
-        a: (&Buffer, &TensorMeta),
-        b: (&Buffer, &TensorMeta),
+        op: &Op,
+        inputs: &[(&Buffer, &TensorMeta)],
         out: &TensorMeta,
         rows: Range<usize>,
     ) -> Option<Result<Buffer, DeviceError>> {
         let run = || {
-            let (ga, gb) = (gpu(a.0)?, gpu(b.0)?);
-            self.inner.matmul_rows(args, (ga, a.1), (gb, b.1), out, rows).map(Buffer::Cuda).map_err(error)
+            let mut args = Vec::with_capacity(inputs.len());
+            for (b, m) in inputs {
+                args.push((gpu(b)?, *m));
+            }
+            self.inner.launch_rows(op, &args, out, rows).map(Buffer::Cuda).map_err(error)
         };
         Some(run())
     }

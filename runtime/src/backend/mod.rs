@@ -17,7 +17,7 @@ use std::fmt;
 
 use std::ops::Range;
 
-use sluice_host_api::{ApiError, ErrorCode, MatmulArgs, Op, TensorMeta};
+use sluice_host_api::{ApiError, ErrorCode, Op, TensorMeta};
 
 pub use cpu::CpuDevice;
 pub use select::{CudaRequired, DeviceChoice, DeviceSettings, OpenedDevice, open_device};
@@ -133,14 +133,14 @@ pub trait Device: Send + Sync + 'static {
     /// Waits until every enqueued kernel has finished.
     fn synchronize(&self) -> Result<(), DeviceError>;
 
-    /// Output rows `rows` (of the M axis, in every batch) of a matmul whose whole
-    /// output is `out`, so the scheduler can slice a long best-effort GEMM into
+    /// Output rows `rows` of `op` (a matmul or a linear; see
+    /// [`sluice_host_api::RowSplit`] for what a row is and the block's metadata), whose
+    /// whole output is `out`, so the scheduler can slice a long best-effort kernel into
     /// pieces that fit its preemption budget. `None` if the device cannot.
-    fn matmul_rows(
+    fn launch_rows(
         &self,
-        _args: &MatmulArgs,
-        _a: (&Buffer, &TensorMeta),
-        _b: (&Buffer, &TensorMeta),
+        _op: &Op,
+        _inputs: &[(&Buffer, &TensorMeta)],
         _out: &TensorMeta,
         _rows: Range<usize>,
     ) -> Option<Result<Buffer, DeviceError>> {

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, TryRecvError};
-use sluice_host_api::{ApiError, ErrorCode, MatmulArgs, Op, TensorMeta};
+use sluice_host_api::{ApiError, ErrorCode, Op, RowSplit, TensorMeta};
 use tokio::sync::oneshot;
 
 use super::cost::{CostModel, KernelKey};
@@ -397,14 +397,13 @@ impl Actor {
                 let lane = self.lane;
                 let key = KernelKey::new(op, inputs.iter().map(|(_, m)| m), out).on_lane(lane);
                 let args: Vec<(&Buffer, &TensorMeta)> = args.iter().zip(inputs).map(|(b, (_, m))| (b, m)).collect();
-                let sliceable = matches!(op, Op::Matmul(_)) && out.rank() >= 2 && out.shape[out.rank() - 2] > 1;
+                let split = RowSplit::of(op, out);
                 let estimate = self.cost.estimate(&key);
                 let wants_slices =
-                    sliceable && (q.slices.is_some() || (slice_now && estimate > self.config.preemption_budget));
+                    split.is_some() && (q.slices.is_some() || (slice_now && estimate > self.config.preemption_budget));
                 let started = Instant::now();
-                let outcome = if wants_slices {
-                    let Op::Matmul(margs) = op else { unreachable!() };
-                    self.slice_matmul(margs, &args, out, estimate, slice_now, &mut q.slices)
+                let outcome = if let Some(split) = split.filter(|_| wants_slices) {
+                    self.slice_rows(op, &split, &args, out, estimate, slice_now, &mut q.slices)
                 } else {
                     Some(self.device.launch(op, &args, out).map_err(ApiError::from))
                 };
@@ -427,18 +426,21 @@ impl Actor {
         }
     }
 
-    /// One slice of a best-effort matmul; `Some` with the whole result once the last
-    /// rows are done. Without latency work active, the remaining rows run at once.
-    fn slice_matmul(
+    /// One slice of a best-effort matmul or linear; `Some` with the whole result once
+    /// the last rows are done. Without latency work active, the remaining rows run at
+    /// once.
+    #[allow(clippy::too_many_arguments, reason = "the kernel, its split and the slicing state")]
+    fn slice_rows(
         &mut self,
-        args: &MatmulArgs,
+        op: &Op,
+        split: &RowSplit,
         inputs: &[(&Buffer, &TensorMeta)],
         out: &TensorMeta,
         estimate: Duration,
         slice_now: bool,
         progress: &mut Option<SliceProgress>,
     ) -> Option<Result<Buffer, ApiError>> {
-        let m = out.shape[out.rank() - 2] as usize;
+        let m = split.rows;
         let p =
             progress.get_or_insert_with(|| SliceProgress { next_row: 0, parts: Vec::new(), elapsed: Duration::ZERO });
         if p.next_row == 0 {
@@ -452,17 +454,14 @@ impl Actor {
             left
         };
         let range = p.next_row..p.next_row + rows;
-        let mut part_meta = out.clone();
-        let r = part_meta.rank();
-        part_meta.shape[r - 2] = rows as u32;
         let started = Instant::now();
-        match self.device.matmul_rows(args, inputs[0], inputs[1], out, range) {
+        match self.device.launch_rows(op, inputs, out, range) {
             None => {
                 // The device cannot slice: run the rest whole.
-                return Some(self.device.launch(&Op::Matmul(*args), inputs, out).map_err(ApiError::from));
+                return Some(self.device.launch(op, inputs, out).map_err(ApiError::from));
             }
             Some(Err(e)) => return Some(Err(e.into())),
-            Some(Ok(b)) => p.parts.push((b, part_meta)),
+            Some(Ok(b)) => p.parts.push((b, split.block(rows))),
         }
         p.next_row += rows;
         if p.next_row < m {
@@ -473,8 +472,10 @@ impl Actor {
         if parts.len() == 1 {
             return parts.into_iter().next().map(|(b, _)| Ok(b));
         }
+        // The blocks concatenate to the output seen as rows (the same elements).
         let refs: Vec<(&Buffer, &TensorMeta)> = parts.iter().map(|(b, m)| (b, m)).collect();
-        Some(self.device.launch(&Op::Concat { axis: (out.rank() - 2) as u32 }, &refs, out).map_err(ApiError::from))
+        let concat = Op::Concat { axis: split.axis as u32 };
+        Some(self.device.launch(&concat, &refs, split.whole()).map_err(ApiError::from))
     }
 
     /// How much work may be in flight on an asynchronous device before more of

@@ -226,6 +226,18 @@ impl CpuBuffer {
         }
     }
 
+    /// A copy of elements `range` (in element units).
+    pub fn rows(&self, range: std::ops::Range<usize>) -> CpuBuffer {
+        match self {
+            CpuBuffer::F32(v) => CpuBuffer::F32(v[range].into()),
+            CpuBuffer::F16(v) => CpuBuffer::F16(v[range].into()),
+            CpuBuffer::BF16(v) => CpuBuffer::BF16(v[range].into()),
+            CpuBuffer::I32(v) => CpuBuffer::I32(v[range].into()),
+            CpuBuffer::I64(v) => CpuBuffer::I64(v[range].into()),
+            CpuBuffer::U8(v) => CpuBuffer::U8(v[range].into()),
+        }
+    }
+
     /// Every element converted to `f32` (integers rounded to the nearest `f32`).
     pub fn to_f32_vec(&self) -> Vec<f32> {
         match self {

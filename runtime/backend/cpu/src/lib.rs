@@ -34,7 +34,7 @@ mod reduce;
 pub use buffer::{CpuBuffer, Element};
 pub use elementwise::{gelu, gelu_tanh};
 pub use matmul::matmul_rows;
-use sluice_host_api::{Op, TensorMeta};
+use sluice_host_api::{Op, RowSplit, TensorMeta};
 
 /// A kernel could not run: a data-dependent fault or inputs that do not match their
 /// metadata. The message names the op and the reason.
@@ -90,6 +90,36 @@ pub fn launch(op: &Op, inputs: &[(&CpuBuffer, &TensorMeta)], out: &TensorMeta) -
         )));
     }
     Ok(result)
+}
+
+/// Output rows `rows` of `op` (see [`RowSplit`]): for a matmul, rows of the M axis in
+/// every batch; for a linear, rows of `x` flattened to `[M, K]`. The result has the
+/// metadata `RowSplit::of(op, out).block(rows.len())`; blocks of a partition of the rows
+/// concatenate to the whole output. Other ops cannot be computed in rows.
+pub fn launch_rows(
+    op: &Op,
+    inputs: &[(&CpuBuffer, &TensorMeta)],
+    out: &TensorMeta,
+    rows: std::ops::Range<usize>,
+) -> Result<CpuBuffer, KernelError> {
+    let Some(split) = RowSplit::of(op, out) else {
+        return Err(KernelError(format!("{} with output {:?} cannot be computed in row blocks", op.name(), out.shape)));
+    };
+    if rows.start > rows.end || rows.end > split.rows {
+        return Err(KernelError(format!("rows {rows:?} are out of range for {} rows of {}", split.rows, op.name())));
+    }
+    check_inputs(inputs)?;
+    match (op, inputs) {
+        (Op::Matmul(args), &[a, b]) => matmul::matmul_rows(args, a, b, out, rows),
+        (Op::Linear { transpose_w, activation }, &[(x, xm), w, ref bias @ ..]) => {
+            let k = xm.shape.last().copied().unwrap_or(0);
+            let block = split.block(rows.len());
+            let x_block = x.rows(rows.start * k as usize..rows.end * k as usize);
+            let x_meta = TensorMeta::new(xm.dtype, vec![rows.len() as u32, k]).map_err(|e| KernelError(e.message))?;
+            fused::linear(*transpose_w, *activation, (&x_block, &x_meta), w, bias.first().map(|(b, _)| *b), &block)
+        }
+        (op, inputs) => Err(KernelError(format!("{} cannot take {} input(s)", op.name(), inputs.len()))),
+    }
 }
 
 /// Checks that each buffer holds exactly what its metadata describes.

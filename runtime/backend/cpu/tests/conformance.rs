@@ -18,7 +18,7 @@ use half::{bf16, f16};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use reference as r;
-use sluice_backend_cpu::{CpuBuffer, KernelError, launch, matmul_rows};
+use sluice_backend_cpu::{CpuBuffer, KernelError, launch, launch_rows, matmul_rows};
 use sluice_host_api::{
     BinaryOp, Conv2dArgs, DType, MatmulArgs, Op, Pool2dArgs, PoolKind, ReduceArgs, ReduceOp, SliceArgs, TensorMeta,
     UnaryOp, infer,

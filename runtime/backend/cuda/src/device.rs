@@ -368,6 +368,36 @@ impl CudaDevice {
         crate::gemm::matmul_rows(self, args, a, b, out, rows)
     }
 
+    /// Output rows `rows` of `op` as [`sluice_host_api::RowSplit`] defines them: a matmul
+    /// goes to [`CudaDevice::matmul_rows`]; a linear computes rows of `x` flattened to
+    /// `[M, K]` (a GEMM on an offset into `x`, then the bias/activation kernel) into a
+    /// `[rows.len(), N]` buffer. Other ops cannot be computed in rows. Queued on the
+    /// current lane's stream, like `launch`.
+    pub fn launch_rows(
+        &self,
+        op: &Op,
+        inputs: &[(&CudaBuffer, &TensorMeta)],
+        out: &TensorMeta,
+        rows: Range<usize>,
+    ) -> Result<CudaBuffer, CudaError> {
+        let Some(split) = sluice_host_api::RowSplit::of(op, out) else {
+            return Err(CudaError::failure(format!("{} cannot be computed in row blocks", op.name())));
+        };
+        if rows.start > rows.end || rows.end > split.rows {
+            return Err(CudaError::failure(format!("rows {rows:?} are out of range for {} rows", split.rows)));
+        }
+        match (op, inputs) {
+            (Op::Matmul(args), &[a, b]) => self.matmul_rows(args, a, b, out, rows),
+            (Op::Linear { transpose_w, activation }, &[x, (w, _), ref bias @ ..]) => {
+                self.check_inputs(op.name(), inputs)?;
+                self.prepare(inputs)?;
+                let bias = bias.first().map(|(b, _)| *b);
+                crate::ops::fused::linear_rows(self, *transpose_w, *activation, x, w, bias, out, rows)
+            }
+            _ => Err(CudaError::failure(format!("{} got {} input(s)", op.name(), inputs.len()))),
+        }
+    }
+
     /// Waits for the work queued so far on the current lane (including the producers of
     /// `buf` on other lanes) and returns the buffer's bytes (`meta.byte_len()`).
     pub fn download(&self, buf: &CudaBuffer, meta: &TensorMeta) -> Result<Vec<u8>, CudaError> {

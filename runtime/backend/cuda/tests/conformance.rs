@@ -495,6 +495,46 @@ fn matmul_rows_equal_rows_of_the_full_product() {
 }
 
 #[test]
+fn linear_rows_equal_the_cpu_backend() {
+    let Some(dev) = device() else { return };
+    let mut rng = Rng(0x11ea);
+    let mut checked = 0;
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for (transpose_w, bias, activation) in [(true, true, Some(UnaryOp::Gelu)), (false, false, None)] {
+            let op = Op::Linear { transpose_w, activation };
+            let xm = meta(dtype, &[3, 13, 24]);
+            let wm = meta(dtype, if transpose_w { &[20, 24] } else { &[24, 20] });
+            let bm = meta(dtype, &[20]);
+            let (hx, hw, hb) =
+                (values(&mut rng, &xm, Gen::Any), values(&mut rng, &wm, Gen::Any), values(&mut rng, &bm, Gen::Any));
+            let (x, w, b) = (
+                dev.upload(&xm, &hx.to_le_bytes()).unwrap(),
+                dev.upload(&wm, &hw.to_le_bytes()).unwrap(),
+                dev.upload(&bm, &hb.to_le_bytes()).unwrap(),
+            );
+            let mut gpu_in = vec![(&x, &xm), (&w, &wm)];
+            let mut cpu_in = vec![(&hx, &xm), (&hw, &wm)];
+            if bias {
+                gpu_in.push((&b, &bm));
+                cpu_in.push((&hb, &bm));
+            }
+            let out = infer(&op, &cpu_in.iter().map(|(_, m)| *m).collect::<Vec<_>>()).unwrap();
+            for rows in [0..39, 0..1, 7..30, 38..39, 5..5] {
+                let got = dev.launch_rows(&op, &gpu_in, &out, rows.clone()).unwrap();
+                let gm = meta(dtype, &[rows.len() as u32, 20]);
+                let got = fetch(dev, &got, &gm);
+                let want = sluice_backend_cpu::launch_rows(&op, &cpu_in, &out, rows.clone()).unwrap();
+                compare(dtype, &got, &want)
+                    .unwrap_or_else(|e| panic!("{dtype} transpose_w={transpose_w} rows {rows:?}: {e}"));
+                checked += 1;
+            }
+            assert!(dev.launch_rows(&op, &gpu_in, &out, 30..40).is_err(), "rows past the end");
+        }
+    }
+    println!("{checked} linear row blocks checked");
+}
+
+#[test]
 fn lanes_without_a_partition_are_the_one_stream() {
     let Some(dev) = device() else { return };
     assert_eq!(*dev.partition(), PartitionState::NotRequested);

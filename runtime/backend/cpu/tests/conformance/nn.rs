@@ -73,6 +73,37 @@ fn matmul_row_blocks_partition_the_product() {
 }
 
 #[test]
+fn linear_row_blocks_partition_the_output() {
+    let mut rng = StdRng::seed_from_u64(8);
+    for (dtype, transpose_w, bias) in [(DType::F32, true, true), (DType::F16, false, true), (DType::BF16, true, false)]
+    {
+        let x = random(&mut rng, dtype, &[2, 5, 6], -1.0, 1.0);
+        let w = random(&mut rng, dtype, if transpose_w { &[4, 6] } else { &[6, 4] }, -1.0, 1.0);
+        let b = random(&mut rng, dtype, &[4], -1.0, 1.0);
+        let op = Op::Linear { transpose_w, activation: Some(sluice_host_api::UnaryOp::Tanh) };
+        let mut inputs = vec![(&x.buf, &x.meta), (&w.buf, &w.meta)];
+        if bias {
+            inputs.push((&b.buf, &b.meta));
+        }
+        let metas: Vec<&TensorMeta> = inputs.iter().map(|(_, m)| *m).collect();
+        let out = infer(&op, &metas).unwrap();
+        let whole = values(&launch(&op, &inputs, &out).unwrap());
+        let mut got = vec![];
+        for rows in [0..3, 3..3, 3..9, 9..10] {
+            let block = launch_rows(&op, &inputs, &out, rows.clone()).unwrap();
+            assert_eq!(block.len(), rows.len() * 4, "{dtype} rows {rows:?}");
+            got.extend(values(&block));
+        }
+        check(&format!("linear rows {dtype} transpose_w={transpose_w}"), &got, &whole, None, tol(dtype), 0.0);
+        assert!(launch_rows(&op, &inputs, &out, 8..11).is_err(), "rows past the end");
+    }
+    let x = random(&mut rng, DType::F32, &[4, 4], -1.0, 1.0);
+    let op = Op::Unary(sluice_host_api::UnaryOp::Exp);
+    let err = launch_rows(&op, &[(&x.buf, &x.meta)], &x.meta, 0..2).unwrap_err();
+    assert!(err.0.contains("cannot be computed in row blocks"), "{err}");
+}
+
+#[test]
 fn softmax_with_scale_and_mask() {
     let mut rng = StdRng::seed_from_u64(8);
     let cases: &[(&[usize], Option<&[usize]>)] = &[

@@ -69,6 +69,46 @@ pub(crate) fn linear(
     Ok(y)
 }
 
+/// Rows `rows` of a linear's output (rows of `x` flattened to `[M, K]`), as a new
+/// `[rows.len(), N]` buffer: the GEMM reads `x` from the block's first row on.
+#[allow(clippy::too_many_arguments, reason = "the linear's operands, as in `linear`")]
+pub(crate) fn linear_rows(
+    dev: &CudaDevice,
+    transpose_w: bool,
+    activation: Option<UnaryOp>,
+    (x, xm): (&CudaBuffer, &TensorMeta),
+    w: &CudaBuffer,
+    bias: Option<&CudaBuffer>,
+    out: &TensorMeta,
+    rows: std::ops::Range<usize>,
+) -> Result<CudaBuffer, CudaError> {
+    let (m, n, k) = linear_dims(xm, out);
+    if rows.end as u64 > m || rows.start > rows.end {
+        return Err(CudaError::failure(format!("rows {rows:?} are out of range for a linear of {m} rows")));
+    }
+    let block = rows.len() as u64;
+    let y = dev.alloc((block * n) as usize * out.dtype.size_of())?;
+    let total = block * n;
+    if total == 0 {
+        return Ok(y);
+    }
+    if k == 0 {
+        dev.memset_zero(&y)?;
+    } else {
+        let x_rows = x.device_ptr() + rows.start as u64 * k * xm.dtype.size_of() as u64;
+        gemm(dev, out.dtype, &linear_call(block, n, k, transpose_w), w.device_ptr(), x_rows, y.device_ptr(), 0.0)
+            .map_err(|e| annotate(e, &format!("linear rows {rows:?} of {:?}", xm.shape)))?;
+    }
+    if bias.is_some() || activation.is_some() {
+        let (yp, bp) = (y.device_ptr(), bias.map_or(0, CudaBuffer::device_ptr));
+        let has_bias = bias.is_some() as i32;
+        let cfg = elementwise_config(total, dev.launch_sms());
+        let symbol = kernels::bias_act_symbol(activation, out.dtype);
+        launch_kernel!(dev, Module::Fused, symbol, cfg, &yp, &bp, &total, &n, &has_bias)?;
+    }
+    Ok(y)
+}
+
 pub(crate) fn add_layer_norm(
     dev: &CudaDevice,
     eps: f32,
