@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Reads the logs bench/gpu/run.sh wrote under OUT and prints one summary table: sluice's
 MiniLM (f32/f16, batch 1/8/32) against PyTorch eager and CUDA-graph replay, kernel
-launches per invocation, the embedding cross-check, the co-location rows and the
-scheduler overhead, each with the DESIGN.md goal it is measured against.
+launches per invocation, MiniLM over HTTP, the embedding cross-check, the co-location
+rows (FIFO, priority, + SM partition) and the scheduler overhead, each with the DESIGN.md goal it is measured against.
 
     python3 bench/gpu/summarize.py OUT          # OUT holds minilm.txt, torch.txt, colocation.txt
 
@@ -103,6 +103,15 @@ def main():
             print(f"; moonshot ≤ 0.5 ms and ≤ 1.6× graph: {f16 / graph16:.2f}×, "
                   f"{met(f16 <= 0.5 and f16 / graph16 <= 1.6)}", end="")
         print()
+    for r in sluice:
+        if r.get("bench") == "sluice-minilm-http":
+            if r.get("ok") is False and r.get("p50_ms") is None:
+                print(f"   over HTTP, {r.get('precision', '?')} batch 1: FAILED: {str(r.get('error'))[:120]}")
+            else:
+                print(f"   over HTTP (OIP, one keep-alive client), {r.get('precision')} batch 1: client p50 "
+                      f"{fmt(r.get('p50_ms'))} ms, p99 {fmt(r.get('p99_ms'))} ms, server p50 "
+                      f"{fmt(r.get('server_p50_ms'))} ms, cosine {fmt(r.get('min_cosine'), digits=6)}"
+                      + ("" if r.get("ok") else f" — FAILED: {str(r.get('error'))[:80]}"))
     for r in torch:
         if r.get("bench") == "torch-vs-sluice":
             cos = ", ".join(f"{k[4:]} {v:.6f}" for k, v in r.items() if k.startswith("cos_"))

@@ -46,3 +46,21 @@ fn forcing_cuda_without_a_gpu_fails_clearly() {
     assert!(stderr.contains("the CUDA backend was requested (--device cuda) but is unavailable"), "{stderr}");
     assert!(stderr.contains("no CUDA driver found"), "{stderr}");
 }
+
+#[test]
+fn a_partition_request_without_a_gpu_is_reported_and_ignored() {
+    let args = ["--device", "auto", "--reserved-sms", "16"].map(String::from).to_vec();
+    let server = Server::start_with(ServerOptions { args, ..Default::default() });
+    let status = server.status(ADMIN_KEY);
+    if status["device"]["kind"] == "cuda" {
+        // A GPU is usable here: the partition is in force or the reason is given.
+        let partition = status["devices"][0]["partition"].as_str().unwrap_or_default().to_owned();
+        println!("a CUDA device is usable on this machine; partition: {partition}");
+        assert!(!partition.is_empty(), "{status}");
+        return;
+    }
+    let out = server.stdout();
+    assert!(out.contains("using the CPU backend (no SM partition: the CPU backend has none)"), "{out}");
+    let text = status.to_string();
+    assert!(text.contains("the CPU backend has no spatial partitions"), "the status names the partition: {text}");
+}
