@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sluice_host_api::{DType, MatmulArgs, Op, RowSplit, TensorMeta, UnaryOp};
-use sluice_runtime::backend::{Buffer, CpuDevice, Device, DeviceError, DeviceInfo, Lane};
+use sluice_runtime::backend::{Buffer, CpuDevice, Device, DeviceError, DeviceInfo, KernelClock, Lane, TimedLaunch};
 use sluice_runtime::scheduler::{
     DeviceQueue, InvocationGuard, Policy, PriorityClass, SchedulerConfig, SchedulingInfo, TensorId,
 };
@@ -556,4 +556,100 @@ fn on_a_partitioned_device_latency_work_runs_beside_best_effort_work() {
     // remainder while it was active (and on the whole device again after, unless
     // everything was already enqueued).
     assert!(whole >= 1 && remainder >= 1, "whole {whole}, remainder {remainder}");
+}
+
+/// A stream device that times kernels like GPU events: each kernel's simulated device
+/// time is known once the timeline passed its end. Abs takes 4 ms on inputs ≥ 100 and
+/// 1 ms otherwise, so two tenants running the very same kernel shape cost different
+/// amounts, which no cost model keyed by shape can tell apart.
+struct ClockedDevice {
+    cpu: CpuDevice,
+    busy_until: Mutex<Instant>,
+}
+
+struct SimClock {
+    end: Instant,
+    took: Duration,
+}
+
+impl KernelClock for SimClock {
+    fn elapsed(&self) -> Result<Option<Duration>, DeviceError> {
+        Ok((Instant::now() >= self.end).then_some(self.took))
+    }
+}
+
+impl ClockedDevice {
+    fn enqueue(&self, inputs: &[(&Buffer, &TensorMeta)]) -> (Instant, Duration) {
+        let first = match inputs[0].0 {
+            Buffer::Cpu(b) => b.to_f32_vec()[0],
+            _ => unreachable!("a CPU buffer"),
+        };
+        let took = if first.abs() >= 100.0 { Duration::from_millis(4) } else { Duration::from_millis(1) };
+        let mut busy = self.busy_until.lock().unwrap();
+        *busy = (*busy).max(Instant::now()) + took;
+        (*busy, took)
+    }
+
+    fn wait_idle(&self) {
+        let until = *self.busy_until.lock().unwrap();
+        spin(until.saturating_duration_since(Instant::now()));
+    }
+}
+
+impl Device for ClockedDevice {
+    fn info(&self) -> DeviceInfo {
+        self.cpu.info()
+    }
+    fn upload(&self, meta: &TensorMeta, bytes: &[u8]) -> Result<Buffer, DeviceError> {
+        self.cpu.upload(meta, bytes)
+    }
+    fn launch(&self, op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> Result<Buffer, DeviceError> {
+        self.enqueue(inputs);
+        self.cpu.launch(op, inputs, out)
+    }
+    fn launch_timed(
+        &self,
+        op: &Op,
+        inputs: &[(&Buffer, &TensorMeta)],
+        out: &TensorMeta,
+    ) -> Option<Result<TimedLaunch, DeviceError>> {
+        let (end, took) = self.enqueue(inputs);
+        Some(self.cpu.launch(op, inputs, out).map(|b| (b, Box::new(SimClock { end, took }) as Box<dyn KernelClock>)))
+    }
+    fn download(&self, buffer: &Buffer, meta: &TensorMeta) -> Result<Vec<u8>, DeviceError> {
+        self.wait_idle();
+        self.cpu.download(buffer, meta)
+    }
+    fn synchronize(&self) -> Result<(), DeviceError> {
+        self.wait_idle();
+        Ok(())
+    }
+    fn is_async(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn device_timed_kernels_are_charged_what_they_took() {
+    let device = ClockedDevice { cpu: CpuDevice::with_threads(1), busy_until: Mutex::new(Instant::now()) };
+    let queue = DeviceQueue::start_with(Box::new(device), SchedulerConfig::default());
+    let heavy = stream(&queue, "heavy", PriorityClass::Batch, 1);
+    let light = stream(&queue, "light", PriorityClass::Batch, 1);
+    let (mut h, mut l) = (upload(&queue, &heavy, &[4], &[500.0; 4]), upload(&queue, &light, &[4], &[1.0; 4]));
+    for _ in 0..10 {
+        h = unary(&queue, &heavy, UnaryOp::Abs, &h);
+        l = unary(&queue, &light, UnaryOp::Abs, &l);
+    }
+    assert_eq!(read_f32(&queue, &h), vec![500.0; 4]);
+    assert_eq!(read_f32(&queue, &l), vec![1.0; 4]);
+    let status = queue.status_blocking();
+    let time = |name: &str| {
+        let t = status.tenants.iter().find(|t| t.tenant == name).expect("tenant in the status");
+        Duration::from_micros(t.device_time_us)
+    };
+    let (heavy_time, light_time) = (time("heavy"), time("light"));
+    eprintln!("charged: heavy {heavy_time:?} (took 40 ms), light {light_time:?} (took 10 ms)");
+    // The same kernel shape, so estimates alone would charge both alike (25 ms each).
+    assert!(heavy_time.abs_diff(Duration::from_millis(40)) <= Duration::from_millis(2), "heavy {heavy_time:?}");
+    assert!(light_time.abs_diff(Duration::from_millis(10)) <= Duration::from_millis(2), "light {light_time:?}");
 }

@@ -10,7 +10,7 @@ use std::ops::Range;
 use sluice_backend_cuda::{CudaBuffer, CudaError, CudaOptions};
 use sluice_host_api::{Op, TensorMeta};
 
-use super::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind, Lane};
+use super::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind, KernelClock, Lane, TimedLaunch};
 
 pub use sluice_backend_cuda::CudaUnavailable;
 
@@ -30,6 +30,12 @@ fn gpu(buffer: &Buffer) -> Result<&CudaBuffer, DeviceError> {
     match buffer {
         Buffer::Cuda(b) => Ok(b),
         _ => Err(DeviceError::Failure("buffer of another device passed to the GPU".into())),
+    }
+}
+
+impl KernelClock for sluice_backend_cuda::KernelTimer {
+    fn elapsed(&self) -> Result<Option<std::time::Duration>, DeviceError> {
+        sluice_backend_cuda::KernelTimer::elapsed(self).map_err(error)
     }
 }
 
@@ -92,6 +98,23 @@ impl Device for CudaDevice {
                 args.push((gpu(b)?, *m));
             }
             self.inner.launch_rows(op, &args, out, rows).map(Buffer::Cuda).map_err(error)
+        };
+        Some(run())
+    }
+
+    fn launch_timed(
+        &self,
+        op: &Op,
+        inputs: &[(&Buffer, &TensorMeta)],
+        out: &TensorMeta,
+    ) -> Option<Result<TimedLaunch, DeviceError>> {
+        let run = || {
+            let mut args = Vec::with_capacity(inputs.len());
+            for (b, m) in inputs {
+                args.push((gpu(b)?, *m));
+            }
+            let (buffer, timer) = self.inner.launch_timed(op, &args, out).map_err(error)?;
+            Ok((Buffer::Cuda(buffer), Box::new(timer) as Box<dyn KernelClock>))
         };
         Some(run())
     }

@@ -114,6 +114,15 @@ impl From<DeviceError> for ApiError {
     }
 }
 
+/// The device time of one launched op, as the device measured it (GPU events).
+pub trait KernelClock: Send {
+    /// The op's device time, or `None` while it has not finished. Never waits.
+    fn elapsed(&self) -> Result<Option<std::time::Duration>, DeviceError>;
+}
+
+/// An output buffer with the device's clock of the op that produced it.
+pub type TimedLaunch = (Buffer, Box<dyn KernelClock>);
+
 /// One device. Called from the device's scheduler thread only, in launch order.
 pub trait Device: Send + Sync + 'static {
     /// What the device is.
@@ -144,6 +153,17 @@ pub trait Device: Send + Sync + 'static {
         _out: &TensorMeta,
         _rows: Range<usize>,
     ) -> Option<Result<Buffer, DeviceError>> {
+        None
+    }
+
+    /// [`Device::launch`], timed by the device itself, for an asynchronous device whose
+    /// launches return before the kernel ran. `None` if the device cannot time kernels.
+    fn launch_timed(
+        &self,
+        _op: &Op,
+        _inputs: &[(&Buffer, &TensorMeta)],
+        _out: &TensorMeta,
+    ) -> Option<Result<TimedLaunch, DeviceError>> {
         None
     }
 

@@ -140,6 +140,11 @@ impl CostModel {
         }
     }
 
+    /// Whether this exact kernel (op, shapes, dtypes, lane) was measured before.
+    pub fn knows(&self, key: &KernelKey) -> bool {
+        self.exact.contains_key(&key.exact)
+    }
+
     /// Distinct kernel shapes seen.
     pub fn known_shapes(&self) -> usize {
         self.exact.len()

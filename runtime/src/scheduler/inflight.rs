@@ -4,19 +4,42 @@
 //! before it has run, so whatever sits on the device is what latency work must wait
 //! for. The scheduler keeps that bounded: it tracks the estimated cost of the kernels
 //! in flight and, before enqueueing best-effort work past the bound, waits for the
-//! device to drain. Draining also measures: the wall time of the window, spread over
-//! its kernels in proportion to their estimates, feeds the cost model (per-kernel
-//! timestamps would need device events).
+//! device to drain (or, on a partitioned device, checks whether it has).
+//!
+//! Draining also measures. A kernel launched with a device clock (the long ones, timed
+//! with GPU events) reports its own device time: the cost model learns it exactly and
+//! its tenant's charge (the estimate, at launch) is corrected to it. The rest of the
+//! window's wall time is spread over the untimed kernels in proportion to their
+//! estimates.
 
 use std::time::{Duration, Instant};
 
 use super::cost::{CostModel, KernelKey};
+use crate::backend::KernelClock;
 
-/// Kernels enqueued since the device was last known idle.
+/// One kernel in flight.
+struct Flight {
+    key: KernelKey,
+    estimate: Duration,
+    /// The device's own measurement, when the kernel was timed.
+    clock: Option<Box<dyn KernelClock>>,
+    /// Whom the estimate was charged to (a tenant index of the queues).
+    tenant: Option<usize>,
+}
+
+/// A correction of a tenant's charge: the measured device time minus the estimate
+/// charged at launch, in nanoseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Correction {
+    pub tenant: usize,
+    pub delta_ns: i64,
+}
+
+/// Kernels enqueued since the device (lane) was last known idle.
 #[derive(Default)]
 pub(super) struct InFlight {
     since: Option<Instant>,
-    kernels: Vec<(KernelKey, Duration)>,
+    kernels: Vec<Flight>,
     estimated: Duration,
 }
 
@@ -30,23 +53,92 @@ impl InFlight {
         !self.kernels.is_empty() && self.estimated.saturating_add(estimate) > bound
     }
 
-    /// Records a kernel just enqueued.
-    pub fn add(&mut self, key: KernelKey, estimate: Duration) {
+    /// Records a kernel just enqueued, with the device's clock if it was timed and the
+    /// tenant its estimate was charged to.
+    pub fn add(
+        &mut self,
+        key: KernelKey,
+        estimate: Duration,
+        clock: Option<Box<dyn KernelClock>>,
+        tenant: Option<usize>,
+    ) {
         self.since.get_or_insert_with(Instant::now);
-        self.kernels.push((key, estimate));
+        self.kernels.push(Flight { key, estimate, clock, tenant });
         self.estimated += estimate;
     }
 
-    /// The device has drained (the caller synchronised it): feeds the window's
-    /// measured time to `cost` and forgets the kernels. Returns the window's length.
-    pub fn drained(&mut self, cost: &mut CostModel) -> Duration {
-        let Some(since) = self.since.take() else { return Duration::ZERO };
-        let measured = since.elapsed();
-        let scale = measured.as_secs_f64() / self.estimated.as_secs_f64().max(1e-9);
-        for (key, estimate) in self.kernels.drain(..) {
-            cost.record(&key, estimate.mul_f64(scale));
+    /// The device has drained (the caller synchronised it, or saw it idle): feeds what
+    /// each kernel took to `cost` and forgets the kernels. Returns the charge
+    /// corrections of the timed kernels.
+    pub fn drained(&mut self, cost: &mut CostModel) -> Vec<Correction> {
+        let Some(since) = self.since.take() else { return Vec::new() };
+        let window = since.elapsed();
+        let mut corrections = Vec::new();
+        let (mut timed, mut untimed_estimate) = (Duration::ZERO, Duration::ZERO);
+        let mut untimed = Vec::new();
+        for f in self.kernels.drain(..) {
+            let measured = match &f.clock {
+                Some(clock) => clock.elapsed().unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "reading a kernel's device time failed");
+                    None
+                }),
+                None => None,
+            };
+            match measured {
+                Some(t) => {
+                    cost.record(&f.key, t);
+                    timed += t;
+                    if let Some(tenant) = f.tenant {
+                        let delta_ns = t.as_nanos() as i64 - f.estimate.as_nanos() as i64;
+                        corrections.push(Correction { tenant, delta_ns });
+                    }
+                }
+                None => {
+                    untimed_estimate += f.estimate;
+                    untimed.push(f);
+                }
+            }
+        }
+        // What the timed kernels do not explain is spread over the others.
+        let rest = window.saturating_sub(timed);
+        let scale = rest.as_secs_f64() / untimed_estimate.as_secs_f64().max(1e-9);
+        for f in untimed {
+            cost.record(&f.key, f.estimate.mul_f64(scale));
         }
         self.estimated = Duration::ZERO;
-        measured
+        corrections
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::DeviceError;
+    use sluice_host_api::{DType, Op, TensorMeta, UnaryOp};
+
+    struct Fixed(Duration);
+
+    impl KernelClock for Fixed {
+        fn elapsed(&self) -> Result<Option<Duration>, DeviceError> {
+            Ok(Some(self.0))
+        }
+    }
+
+    fn key(n: u32) -> KernelKey {
+        let m = TensorMeta::new(DType::F32, vec![n]).unwrap();
+        KernelKey::new(&Op::Unary(UnaryOp::Exp), [&m].into_iter(), &m)
+    }
+
+    #[test]
+    fn timed_kernels_are_learned_exactly_and_corrected() {
+        let mut inflight = InFlight::default();
+        let mut cost = CostModel::default();
+        inflight.add(key(1), Duration::from_millis(1), Some(Box::new(Fixed(Duration::from_millis(3)))), Some(7));
+        inflight.add(key(2), Duration::from_micros(10), None, Some(7));
+        let corrections = inflight.drained(&mut cost);
+        assert_eq!(corrections, vec![Correction { tenant: 7, delta_ns: 2_000_000 }]);
+        assert_eq!(cost.estimate(&key(1)), Duration::from_millis(3), "learned from the device's clock");
+        assert!(inflight.is_empty());
+        assert_eq!(inflight.drained(&mut cost), vec![], "nothing in flight, nothing to correct");
     }
 }

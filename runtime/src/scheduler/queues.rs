@@ -164,6 +164,15 @@ impl Queues {
     }
 
     /// Charges measured device time to the invocation's tenant.
+    /// Corrects tenant `tenant`'s charge by `delta_ns` (a kernel charged at its estimate
+    /// whose device time is now known).
+    pub fn correct(&mut self, tenant: usize, delta_ns: i64) {
+        if let Some(t) = self.tenants.get_mut(tenant) {
+            t.device_ns = (t.device_ns as i64 + delta_ns).max(0) as u64;
+            t.vtime += delta_ns as f64 / t.weight as f64;
+        }
+    }
+
     pub fn charge(&mut self, inv: InvocationId, elapsed: Duration, kernel_done: bool) {
         if let Some(i) = self.invocations.get(&inv) {
             let t = &mut self.tenants[i.tenant];

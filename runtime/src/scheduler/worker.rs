@@ -17,7 +17,7 @@ use sluice_host_api::{ApiError, ErrorCode, Op, RowSplit, TensorMeta};
 use tokio::sync::oneshot;
 
 use super::cost::{CostModel, KernelKey};
-use super::inflight::InFlight;
+use super::inflight::{Correction, InFlight};
 use super::queues::{Pick, Queued, Queues};
 use super::status::{DeviceStatus, LatencySummary, TenantStatus};
 use super::{Command, InvocationId, Policy, PriorityClass, Published, SchedulerConfig, TensorId, Work};
@@ -130,6 +130,10 @@ pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver
         published.resident_bytes.store(actor.resident_bytes, Ordering::Relaxed);
     }
 }
+
+/// Kernels on an asynchronous device estimated at least this long are timed by the
+/// device (GPU events): a few microseconds of host time each, negligible next to them.
+const TIMED_KERNEL_MIN: Duration = Duration::from_micros(20);
 
 /// How often a scheduler whose best-effort work waits for a busy lane of a
 /// partitioned device checks that lane again.
@@ -323,7 +327,11 @@ impl Actor {
         let mut head = queue.pop_front().expect("picked a non-empty queue");
         let is_kernel = matches!(head.work, Work::Launch { .. });
         self.enter(lane);
-        let (elapsed, done) = self.execute(&mut head, slice_now);
+        let tenant = match pick {
+            Pick::System => None,
+            Pick::Invocation(id) => Some(self.queues.invocations[&id].tenant),
+        };
+        let (elapsed, done) = self.execute(&mut head, slice_now, tenant);
         if !done {
             // Put the partly sliced kernel back at the head of its queue.
             match pick {
@@ -359,7 +367,8 @@ impl Actor {
         }
         match self.device.lane_idle(lane) {
             Ok(true) => {
-                self.inflight[lane.index()].drained(&mut self.cost);
+                let corrections = self.inflight[lane.index()].drained(&mut self.cost);
+                self.correct(&corrections);
                 true
             }
             Ok(false) => false,
@@ -372,7 +381,7 @@ impl Actor {
     }
 
     /// Executes `q` (or one slice of it); returns the device time and whether it is done.
-    fn execute(&mut self, q: &mut Queued, slice_now: bool) -> (Duration, bool) {
+    fn execute(&mut self, q: &mut Queued, slice_now: bool, tenant: Option<usize>) -> (Duration, bool) {
         match &q.work {
             Work::Upload { id, meta, bytes } => {
                 let started = Instant::now();
@@ -402,8 +411,19 @@ impl Actor {
                 let wants_slices =
                     split.is_some() && (q.slices.is_some() || (slice_now && estimate > self.config.preemption_budget));
                 let started = Instant::now();
+                let mut clock = None;
                 let outcome = if let Some(split) = split.filter(|_| wants_slices) {
                     self.slice_rows(op, &split, &args, out, estimate, slice_now, &mut q.slices)
+                } else if self.asynchronous && (estimate >= TIMED_KERNEL_MIN || !self.cost.knows(&key)) {
+                    // Long kernels (and each shape's first) are timed by the device.
+                    match self.device.launch_timed(op, &args, out) {
+                        Some(Ok((buffer, c))) => {
+                            clock = Some(c);
+                            Some(Ok(buffer))
+                        }
+                        Some(Err(e)) => Some(Err(e.into())),
+                        None => Some(self.device.launch(op, &args, out).map_err(ApiError::from)),
+                    }
                 } else {
                     Some(self.device.launch(op, &args, out).map_err(ApiError::from))
                 };
@@ -412,8 +432,9 @@ impl Actor {
                 let total = q.slices.take().map(|p| p.elapsed + elapsed).unwrap_or(elapsed);
                 if self.asynchronous {
                     // The launch only enqueued it: charge the estimate; the drain
-                    // that follows measures the truth for the cost model.
-                    self.inflight[lane.index()].add(key, estimate);
+                    // that follows measures the truth for the cost model (and
+                    // corrects the charge of a timed kernel).
+                    self.inflight[lane.index()].add(key, estimate, clock, tenant);
                     elapsed = estimate;
                 } else {
                     self.cost.record(&key, total);
@@ -525,8 +546,18 @@ impl Actor {
         if let Err(e) = self.device.synchronize() {
             tracing::error!(error = %e, "device synchronize failed");
         }
-        for lane in &mut self.inflight {
-            lane.drained(&mut self.cost);
+        for lane in Lane::ALL {
+            let corrections = self.inflight[lane.index()].drained(&mut self.cost);
+            self.correct(&corrections);
+        }
+    }
+
+    /// Applies the charge corrections of timed kernels to their tenants and to the
+    /// device's busy time.
+    fn correct(&mut self, corrections: &[Correction]) {
+        for c in corrections {
+            self.queues.correct(c.tenant, c.delta_ns);
+            self.busy = Duration::from_nanos((self.busy.as_nanos() as i64 + c.delta_ns).max(0) as u64);
         }
     }
 
@@ -538,7 +569,8 @@ impl Actor {
         if let Err(e) = self.device.synchronize_lane(lane) {
             tracing::error!(error = %e, ?lane, "device synchronize failed");
         }
-        self.inflight[lane.index()].drained(&mut self.cost);
+        let corrections = self.inflight[lane.index()].drained(&mut self.cost);
+        self.correct(&corrections);
     }
 
     /// The inputs' buffers (cheap clones of shared handles), or the error that

@@ -17,6 +17,7 @@
 //!   NVRTC for the device's architecture, loaded lazily per module and cached on disk.
 //! - [`gemm`]: matmul and convolution GEMMs through cuBLAS.
 //! - [`ops`]: one file per op family, mapping an [`sluice_host_api::Op`] onto kernels.
+//! - [`timing`]: [`KernelTimer`], an op's device time from a pair of CUDA events.
 
 pub mod alloc;
 pub mod device;
@@ -30,6 +31,7 @@ pub mod nvrtc_cache;
 pub mod ops;
 pub mod partition;
 pub mod probe;
+pub mod timing;
 
 use std::path::PathBuf;
 
@@ -37,6 +39,7 @@ pub use alloc::{CudaBuffer, MemoryStats};
 pub use device::CudaDevice;
 pub use error::{CudaError, CudaUnavailable};
 pub use partition::{Lane, PartitionState};
+pub use timing::KernelTimer;
 
 /// How to open a device.
 #[derive(Clone, Debug, Default)]
