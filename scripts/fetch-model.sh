@@ -17,20 +17,9 @@ SHA256="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 DIR="${SLUICE_MODEL_DIR:-$HOME/.cache/sluice/models/all-MiniLM-L6-v2}"
 PYTHON="${PYTHON:-python3}"
 
-log() { echo "fetch-model: $*" >&2; }
-die() { echo "fetch-model: ERROR: $*" >&2; exit 1; }
-
-sha256_of() {
-    if command -v sha256sum >/dev/null 2>&1; then
-        sha256sum "$1" | cut -d' ' -f1
-    else
-        "$PYTHON" -c 'import hashlib,sys
-h=hashlib.sha256()
-with open(sys.argv[1],"rb") as f:
-    for b in iter(lambda: f.read(1<<20), b""): h.update(b)
-print(h.hexdigest())' "$1"
-    fi
-}
+TAG=fetch-model
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # Are all files present and the weights intact?
 complete() {

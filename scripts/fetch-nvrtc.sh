@@ -26,20 +26,9 @@ LIB="$DIR/lib"
 STAMP="$DIR/.wheel-sha256"
 PYTHON="${PYTHON:-python3}"
 
-log() { echo "fetch-nvrtc: $*" >&2; }
-die() { echo "fetch-nvrtc: ERROR: $*" >&2; exit 1; }
-
-sha256_of() {
-    if command -v sha256sum >/dev/null 2>&1; then
-        sha256sum "$1" | cut -d' ' -f1
-    else
-        "$PYTHON" -c 'import hashlib,sys
-h=hashlib.sha256()
-with open(sys.argv[1],"rb") as f:
-    for b in iter(lambda: f.read(1<<20), b""): h.update(b)
-print(h.hexdigest())' "$1"
-    fi
-}
+TAG=fetch-nvrtc
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # Installed from the verified wheel? (The stamp is written last, after every file.)
 complete() {

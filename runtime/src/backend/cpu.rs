@@ -75,6 +75,13 @@ fn is_small(op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> boo
     work < SMALL_WORK
 }
 
+/// The CPU buffers of `inputs`, with their metadata.
+fn cpu_inputs<'a>(
+    inputs: &[(&'a Buffer, &'a TensorMeta)],
+) -> Result<Vec<(&'a CpuBuffer, &'a TensorMeta)>, DeviceError> {
+    inputs.iter().map(|(b, m)| Ok((cpu(b)?, *m))).collect()
+}
+
 fn cpu(buffer: &Buffer) -> Result<&CpuBuffer, DeviceError> {
     match buffer {
         Buffer::Cpu(b) => Ok(b),
@@ -98,10 +105,7 @@ impl Device for CpuDevice {
     }
 
     fn launch(&self, op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> Result<Buffer, DeviceError> {
-        let mut cpu_inputs = Vec::with_capacity(inputs.len());
-        for (b, m) in inputs {
-            cpu_inputs.push((cpu(b)?, *m));
-        }
+        let cpu_inputs = cpu_inputs(inputs)?;
         let run = || sluice_backend_cpu::launch(op, &cpu_inputs, out);
         // Handing a kernel to the pool wakes one of its threads (microseconds); small
         // kernels, which run single-threaded anyway, run right here instead.
@@ -125,10 +129,7 @@ impl Device for CpuDevice {
         rows: Range<usize>,
     ) -> Option<Result<Buffer, DeviceError>> {
         let run = || {
-            let mut cpu_inputs = Vec::with_capacity(inputs.len());
-            for (b, m) in inputs {
-                cpu_inputs.push((cpu(b)?, *m));
-            }
+            let cpu_inputs = cpu_inputs(inputs)?;
             self.pool
                 .install(|| sluice_backend_cpu::launch_rows(op, &cpu_inputs, out, rows))
                 .map(Buffer::Cpu)

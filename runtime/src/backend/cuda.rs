@@ -47,6 +47,13 @@ fn lane(lane: Lane) -> sluice_backend_cuda::Lane {
     }
 }
 
+/// The GPU buffers of `inputs`, with their metadata.
+fn gpu_inputs<'a>(
+    inputs: &[(&'a Buffer, &'a TensorMeta)],
+) -> Result<Vec<(&'a CudaBuffer, &'a TensorMeta)>, DeviceError> {
+    inputs.iter().map(|(b, m)| Ok((gpu(b)?, *m))).collect()
+}
+
 fn error(e: CudaError) -> DeviceError {
     match e {
         CudaError::OutOfMemory(m) => DeviceError::OutOfMemory(m),
@@ -70,10 +77,7 @@ impl Device for CudaDevice {
     }
 
     fn launch(&self, op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> Result<Buffer, DeviceError> {
-        let mut args = Vec::with_capacity(inputs.len());
-        for (b, m) in inputs {
-            args.push((gpu(b)?, *m));
-        }
+        let args = gpu_inputs(inputs)?;
         self.inner.launch(op, &args, out).map(Buffer::Cuda).map_err(error)
     }
 
@@ -93,10 +97,7 @@ impl Device for CudaDevice {
         rows: Range<usize>,
     ) -> Option<Result<Buffer, DeviceError>> {
         let run = || {
-            let mut args = Vec::with_capacity(inputs.len());
-            for (b, m) in inputs {
-                args.push((gpu(b)?, *m));
-            }
+            let args = gpu_inputs(inputs)?;
             self.inner.launch_rows(op, &args, out, rows).map(Buffer::Cuda).map_err(error)
         };
         Some(run())
@@ -109,10 +110,7 @@ impl Device for CudaDevice {
         out: &TensorMeta,
     ) -> Option<Result<TimedLaunch, DeviceError>> {
         let run = || {
-            let mut args = Vec::with_capacity(inputs.len());
-            for (b, m) in inputs {
-                args.push((gpu(b)?, *m));
-            }
+            let args = gpu_inputs(inputs)?;
             let (buffer, timer) = self.inner.launch_timed(op, &args, out).map_err(error)?;
             Ok((Buffer::Cuda(buffer), Box::new(timer) as Box<dyn KernelClock>))
         };

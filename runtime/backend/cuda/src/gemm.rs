@@ -175,14 +175,8 @@ pub(crate) fn matmul(
         dev.memset_zero(&c)?;
         return Ok(c);
     }
-    let materialize = |buf: &CudaBuffer, meta: &TensorMeta, o: &Operand| -> Result<Option<CudaBuffer>, CudaError> {
-        match o {
-            Operand::Materialize(full) => crate::ops::indexing::broadcast_to(dev, buf, meta, full).map(Some),
-            _ => Ok(None),
-        }
-    };
-    let a_full = materialize(a, am, &plan.a)?;
-    let b_full = materialize(b, bm, &plan.b)?;
+    let a_full = materialize(dev, a, am, &plan.a)?;
+    let b_full = materialize(dev, b, bm, &plan.b)?;
     let a_ptr = a_full.as_ref().unwrap_or(a).device_ptr();
     let b_ptr = b_full.as_ref().unwrap_or(b).device_ptr();
     // cuBLAS's A is our B.
@@ -192,6 +186,20 @@ pub(crate) fn matmul(
     // any reuse.
     drop((a_full, b_full));
     Ok(c)
+}
+
+/// A broadcast copy of an operand the GEMM cannot stride over, or `None` when it can
+/// read `buf` in place.
+fn materialize(
+    dev: &CudaDevice,
+    buf: &CudaBuffer,
+    meta: &TensorMeta,
+    operand: &Operand,
+) -> Result<Option<CudaBuffer>, CudaError> {
+    match operand {
+        Operand::Materialize(full) => crate::ops::indexing::broadcast_to(dev, buf, meta, full).map(Some),
+        _ => Ok(None),
+    }
 }
 
 /// Output rows `rows` of `a · b` (see [`crate::CudaDevice::matmul_rows`]); `out` is the
@@ -218,14 +226,8 @@ pub(crate) fn matmul_rows(
         dev.memset_zero(&c)?;
         return Ok(c);
     }
-    let materialize = |buf: &CudaBuffer, meta: &TensorMeta, o: &Operand| -> Result<Option<CudaBuffer>, CudaError> {
-        match o {
-            Operand::Materialize(full) => crate::ops::indexing::broadcast_to(dev, buf, meta, full).map(Some),
-            _ => Ok(None),
-        }
-    };
-    let a_full = materialize(a, am, &plan.a)?;
-    let b_full = materialize(b, bm, &plan.b)?;
+    let a_full = materialize(dev, a, am, &plan.a)?;
+    let b_full = materialize(dev, b, bm, &plan.b)?;
     let (call, offset) = plan.rows_call(args, rows.start as u64..rows.end as u64);
     let a_ptr = a_full.as_ref().unwrap_or(a).device_ptr() + offset * es;
     let b_ptr = b_full.as_ref().unwrap_or(b).device_ptr();

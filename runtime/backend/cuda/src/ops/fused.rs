@@ -42,35 +42,18 @@ pub(crate) fn linear(
     dev: &CudaDevice,
     transpose_w: bool,
     activation: Option<UnaryOp>,
-    (x, xm): (&CudaBuffer, &TensorMeta),
+    x: (&CudaBuffer, &TensorMeta),
     w: &CudaBuffer,
     bias: Option<&CudaBuffer>,
     out: &TensorMeta,
 ) -> Result<CudaBuffer, CudaError> {
-    let y = dev.alloc(out.byte_len())?;
-    let total = out.numel() as u64;
-    if total == 0 {
-        return Ok(y);
-    }
-    let (m, n, k) = linear_dims(xm, out);
-    if k == 0 {
-        dev.memset_zero(&y)?;
-    } else {
-        gemm(dev, out.dtype, &linear_call(m, n, k, transpose_w), w.device_ptr(), x.device_ptr(), y.device_ptr(), 0.0)
-            .map_err(|e| annotate(e, &format!("linear {:?} (k = {k}, n = {n})", xm.shape)))?;
-    }
-    if bias.is_some() || activation.is_some() {
-        let (yp, bp) = (y.device_ptr(), bias.map_or(0, CudaBuffer::device_ptr));
-        let has_bias = bias.is_some() as i32;
-        let cfg = elementwise_config(total, dev.launch_sms());
-        let symbol = kernels::bias_act_symbol(activation, out.dtype);
-        launch_kernel!(dev, Module::Fused, symbol, cfg, &yp, &bp, &total, &n, &has_bias)?;
-    }
-    Ok(y)
+    let (m, _, _) = linear_dims(x.1, out);
+    linear_rows(dev, transpose_w, activation, x, w, bias, out, 0..m as usize)
 }
 
 /// Rows `rows` of a linear's output (rows of `x` flattened to `[M, K]`), as a new
-/// `[rows.len(), N]` buffer: the GEMM reads `x` from the block's first row on.
+/// `[rows.len(), N]` buffer: the GEMM reads `x` from the block's first row on, then one
+/// kernel adds the bias and applies the activation in place. All rows: the whole linear.
 #[allow(clippy::too_many_arguments, reason = "the linear's operands, as in `linear`")]
 pub(crate) fn linear_rows(
     dev: &CudaDevice,
@@ -87,8 +70,8 @@ pub(crate) fn linear_rows(
         return Err(CudaError::failure(format!("rows {rows:?} are out of range for a linear of {m} rows")));
     }
     let block = rows.len() as u64;
-    let y = dev.alloc((block * n) as usize * out.dtype.size_of())?;
     let total = block * n;
+    let y = dev.alloc(total as usize * out.dtype.size_of())?;
     if total == 0 {
         return Ok(y);
     }
@@ -97,7 +80,7 @@ pub(crate) fn linear_rows(
     } else {
         let x_rows = x.device_ptr() + rows.start as u64 * k * xm.dtype.size_of() as u64;
         gemm(dev, out.dtype, &linear_call(block, n, k, transpose_w), w.device_ptr(), x_rows, y.device_ptr(), 0.0)
-            .map_err(|e| annotate(e, &format!("linear rows {rows:?} of {:?}", xm.shape)))?;
+            .map_err(|e| annotate(e, &format!("linear {:?} rows {rows:?} (k = {k}, n = {n})", xm.shape)))?;
     }
     if bias.is_some() || activation.is_some() {
         let (yp, bp) = (y.device_ptr(), bias.map_or(0, CudaBuffer::device_ptr));
