@@ -224,6 +224,41 @@ fn sliced_kernels_give_the_same_result_and_bound_the_wait() {
 }
 
 #[test]
+fn best_effort_stays_sliced_for_the_hold_after_latency_work_ends() {
+    let (m, k, n) = (64u32, 32u32, 16u32);
+    let a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32).collect();
+    let b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32).collect();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let device = TimedDevice { cpu: CpuDevice::new(), cost: gemm_cost, log: log.clone() };
+    let config = SchedulerConfig {
+        policy: Policy::Priority,
+        preemption_budget: Duration::from_micros(500),
+        latency_hold: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let queue = DeviceQueue::start_with(Box::new(device), config);
+    let gemm = |queue: &DeviceQueue| {
+        let be = stream(queue, "be", PriorityClass::Batch, 1);
+        let ta = upload(queue, &be, &[m, k], &a);
+        let tb = upload(queue, &be, &[k, n], &b);
+        let id = queue.new_tensor_id();
+        let out = f32_meta(&[m, n]);
+        queue.launch(be.id(), id, Op::Matmul(MatmulArgs::default()), vec![ta, tb], out.clone());
+        read_f32(queue, &(id, out))
+    };
+    let whole = gemm(&queue); // learns the 4 ms cost; no latency work yet: whole
+    assert_eq!(queue.status_blocking().sliced_kernels, 0);
+    drop(stream(&queue, "ls", PriorityClass::Latency, 1)); // a latency request comes and goes
+    let held = Instant::now();
+    assert_eq!(gemm(&queue), whole);
+    assert!(held.elapsed() < Duration::from_millis(250), "the check ran within the hold");
+    assert_eq!(queue.status_blocking().sliced_kernels, 1, "sliced within the hold");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(gemm(&queue), whole);
+    assert_eq!(queue.status_blocking().sliced_kernels, 1, "whole again once the hold has passed");
+}
+
+#[test]
 fn sliced_linears_give_the_same_result() {
     // x [2, 24, 32] (48 rows) · wᵀ (w [16, 32]) + b, then GELU.
     let (rows, k, n) = (48u32, 32u32, 16u32);
@@ -385,8 +420,12 @@ fn stream_latency(policy: Policy) -> Duration {
     let ends = Arc::new(Mutex::new(Vec::new()));
     let device =
         StreamDevice { cpu: CpuDevice::with_threads(1), busy_until: Mutex::new(Instant::now()), ends: ends.clone() };
-    let config =
-        SchedulerConfig { policy, preemption_budget: Duration::from_micros(100), fill_depth: Duration::from_millis(5) };
+    let config = SchedulerConfig {
+        policy,
+        preemption_budget: Duration::from_micros(100),
+        fill_depth: Duration::from_millis(5),
+        ..Default::default()
+    };
     let queue = DeviceQueue::start_with(Box::new(device), config);
     // Warm-up: the cost model learns what a best-effort kernel costs.
     let warm = stream(&queue, "batch-tenant", PriorityClass::Batch, 1);
@@ -517,6 +556,7 @@ fn on_a_partitioned_device_latency_work_runs_beside_best_effort_work() {
         policy: Policy::Priority,
         preemption_budget: Duration::from_micros(100),
         fill_depth: Duration::from_millis(20),
+        ..Default::default()
     };
     let queue = DeviceQueue::start_with(Box::new(device), config);
     let be = stream(&queue, "batch-tenant", PriorityClass::Batch, 1);

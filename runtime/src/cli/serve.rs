@@ -43,6 +43,12 @@ pub struct ServeArgs {
     /// is active.
     #[arg(long, default_value_t = 2000)]
     fill_depth_us: u64,
+    /// Milliseconds after the last latency-class invocation ended during which
+    /// best-effort work stays preemptible (sliced) as if latency work were active (0:
+    /// only while latency work is active). Trades best-effort throughput for the
+    /// first-kernel wait of latency tenants that send requests with think time.
+    #[arg(long, default_value_t = 0)]
+    latency_hold_ms: u64,
     /// SMs of the GPU reserved for latency-class functions (a CUDA green-context
     /// partition, rounded up to the hardware's granularity: 8 SMs on Hopper); best-effort
     /// work uses the rest while latency work is active and the whole GPU otherwise.
@@ -94,6 +100,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             policy: args.policy,
             preemption_budget: Duration::from_micros(args.preemption_budget_us),
             fill_depth: Duration::from_micros(args.fill_depth_us),
+            latency_hold: Duration::from_millis(args.latency_hold_ms),
         },
         warm_instances_per_function: args.warm_instances,
         ..PlatformConfig::default()

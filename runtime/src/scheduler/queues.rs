@@ -46,6 +46,8 @@ pub(super) struct Queues {
     pub tenants: Vec<Tenant>,
     tenant_index: HashMap<(Arc<str>, PriorityClass), usize>,
     seq: u64,
+    /// When the last latency-class invocation ended.
+    last_latency_end: Option<Instant>,
 }
 
 /// Where the next work item comes from.
@@ -96,6 +98,9 @@ impl Queues {
         match self.invocations.remove(&inv) {
             Some(i) => {
                 self.tenants[i.tenant].active -= 1;
+                if i.class == PriorityClass::Latency {
+                    self.last_latency_end = Some(Instant::now());
+                }
                 i.items.into()
             }
             None => Vec::new(),
@@ -130,6 +135,13 @@ impl Queues {
     /// Whether any latency-class invocation is open (queued or running work).
     pub fn latency_active(&self) -> bool {
         self.invocations.values().any(|i| i.class == PriorityClass::Latency)
+    }
+
+    /// Whether latency work is active or ended less than `hold` ago, so more is likely
+    /// to come: best-effort work stays preemptible (sliced, shallow) meanwhile, so the
+    /// next latency request does not find a long best-effort kernel running.
+    pub fn latency_expected(&self, hold: Duration) -> bool {
+        self.latency_active() || self.last_latency_end.is_some_and(|t| t.elapsed() < hold)
     }
 
     /// Whether best-effort work is waiting.

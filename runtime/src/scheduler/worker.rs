@@ -301,7 +301,7 @@ impl Actor {
         // is active, so it runs whole there instead of in slices.
         let slice_now = self.config.policy == Policy::Priority
             && class == PriorityClass::Batch
-            && self.queues.latency_active()
+            && self.queues.latency_expected(self.config.latency_hold)
             && !self.partitioned;
         let lane = self.lane_for(pick, class);
         if self.asynchronous && !self.room_on(lane, pick, class) {
@@ -506,7 +506,9 @@ impl Actor {
     fn inflight_bound(&self, class: PriorityClass) -> Duration {
         match (self.config.policy, class) {
             (Policy::Fifo, _) | (_, PriorityClass::Latency) => Duration::MAX,
-            (Policy::Priority, PriorityClass::Batch) if self.queues.latency_active() && !self.partitioned => {
+            (Policy::Priority, PriorityClass::Batch)
+                if self.queues.latency_expected(self.config.latency_hold) && !self.partitioned =>
+            {
                 self.config.preemption_budget
             }
             (Policy::Priority, PriorityClass::Batch) => self.config.fill_depth,
@@ -524,7 +526,7 @@ impl Actor {
         match (pick, class) {
             (Pick::System, _) => Lane::Whole,
             (_, PriorityClass::Latency) => Lane::Reserved,
-            (_, PriorityClass::Batch) if self.queues.latency_active() => Lane::Remainder,
+            (_, PriorityClass::Batch) if self.queues.latency_expected(self.config.latency_hold) => Lane::Remainder,
             (_, PriorityClass::Batch) => Lane::Whole,
         }
     }
