@@ -6,6 +6,9 @@
 //! kernels still read is deferred until they ran. A failed kernel poisons its output
 //! so every later op on it fails the same way and a read reports the first cause.
 //! When an invocation ends, its queued work is cancelled.
+//!
+//! [`lanes`] decides where work runs and how much may be in flight on an asynchronous
+//! device; [`slicing`] cuts long best-effort kernels into row blocks.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -13,15 +16,20 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, TryRecvError};
-use sluice_host_api::{ApiError, ErrorCode, Op, RowSplit, TensorMeta};
+use sluice_host_api::{ApiError, ErrorCode, RowSplit, TensorMeta};
 use tokio::sync::oneshot;
 
 use super::cost::{CostModel, KernelKey};
-use super::inflight::{Correction, InFlight};
+use super::inflight::InFlight;
 use super::queues::{Pick, Queued, Queues};
 use super::status::{DeviceStatus, LatencySummary, TenantStatus};
 use super::{Command, InvocationId, Policy, PriorityClass, Published, SchedulerConfig, TensorId, Work};
 use crate::backend::{Buffer, Device, Lane};
+
+mod lanes;
+mod slicing;
+
+pub(super) use slicing::SliceProgress;
 
 type Reply = oneshot::Sender<Result<Vec<u8>, ApiError>>;
 
@@ -47,13 +55,6 @@ impl Slot {
     fn pending() -> Slot {
         Slot { state: State::Pending, bytes: 0, uses: 0, freed: false, lane: Lane::Whole, readers: Vec::new() }
     }
-}
-
-/// Rows of a sliced matmul computed so far.
-pub(super) struct SliceProgress {
-    next_row: usize,
-    parts: Vec<(Buffer, TensorMeta)>,
-    elapsed: Duration,
 }
 
 const LATENCY_SAMPLES: usize = 4096;
@@ -344,42 +345,6 @@ impl Actor {
         Step::Ran
     }
 
-    /// Whether the head of `pick`'s queue may be enqueued on `lane` of an asynchronous
-    /// device now. Work past the lane's in-flight bound waits for the lane to drain:
-    /// on one queue the scheduler waits for it (latency work would wait for it
-    /// anyway); on a partitioned device it only checks, so that latency work keeps
-    /// flowing to its own partition meanwhile.
-    fn room_on(&mut self, lane: Lane, pick: Pick, class: PriorityClass) -> bool {
-        let queue = match pick {
-            Pick::System => &self.queues.system,
-            Pick::Invocation(id) => &self.queues.invocations[&id].items,
-        };
-        let Some(Queued { work: Work::Launch { op, inputs, out, .. }, .. }) = queue.front() else { return true };
-        let key = KernelKey::new(op, inputs.iter().map(|(_, m)| m), out).on_lane(lane);
-        let estimate = self.cost.estimate(&key);
-        let bound = self.inflight_bound(class);
-        if !self.inflight[lane.index()].would_exceed(estimate, bound) {
-            return true;
-        }
-        if !self.partitioned {
-            self.drain_lane(lane);
-            return true;
-        }
-        match self.device.lane_idle(lane) {
-            Ok(true) => {
-                let corrections = self.inflight[lane.index()].drained(&mut self.cost);
-                self.correct(&corrections);
-                true
-            }
-            Ok(false) => false,
-            Err(e) => {
-                tracing::error!(error = %e, ?lane, "device query failed");
-                self.drain_lane(lane);
-                true
-            }
-        }
-    }
-
     /// Executes `q` (or one slice of it); returns the device time and whether it is done.
     fn execute(&mut self, q: &mut Queued, slice_now: bool, tenant: Option<usize>) -> (Duration, bool) {
         match &q.work {
@@ -445,134 +410,6 @@ impl Actor {
                 (elapsed, true)
             }
         }
-    }
-
-    /// One slice of a best-effort matmul or linear; `Some` with the whole result once
-    /// the last rows are done. Without latency work active, the remaining rows run at
-    /// once.
-    #[allow(clippy::too_many_arguments, reason = "the kernel, its split and the slicing state")]
-    fn slice_rows(
-        &mut self,
-        op: &Op,
-        split: &RowSplit,
-        inputs: &[(&Buffer, &TensorMeta)],
-        out: &TensorMeta,
-        estimate: Duration,
-        slice_now: bool,
-        progress: &mut Option<SliceProgress>,
-    ) -> Option<Result<Buffer, ApiError>> {
-        let m = split.rows;
-        let p =
-            progress.get_or_insert_with(|| SliceProgress { next_row: 0, parts: Vec::new(), elapsed: Duration::ZERO });
-        if p.next_row == 0 {
-            self.sliced_kernels += 1;
-        }
-        let left = m - p.next_row;
-        let rows = if slice_now {
-            let per_row = estimate.as_nanos() as f64 / m as f64;
-            ((self.config.preemption_budget.as_nanos() as f64 / per_row.max(1.0)) as usize).clamp(1, left)
-        } else {
-            left
-        };
-        let range = p.next_row..p.next_row + rows;
-        let started = Instant::now();
-        match self.device.launch_rows(op, inputs, out, range) {
-            None => {
-                // The device cannot slice: run the rest whole.
-                return Some(self.device.launch(op, inputs, out).map_err(ApiError::from));
-            }
-            Some(Err(e)) => return Some(Err(e.into())),
-            Some(Ok(b)) => p.parts.push((b, split.block(rows))),
-        }
-        p.next_row += rows;
-        if p.next_row < m {
-            p.elapsed += started.elapsed();
-            return None;
-        }
-        let parts = std::mem::take(&mut p.parts);
-        if parts.len() == 1 {
-            return parts.into_iter().next().map(|(b, _)| Ok(b));
-        }
-        // The blocks concatenate to the output seen as rows (the same elements).
-        let refs: Vec<(&Buffer, &TensorMeta)> = parts.iter().map(|(b, m)| (b, m)).collect();
-        let concat = Op::Concat { axis: split.axis as u32 };
-        Some(self.device.launch(&concat, &refs, split.whole()).map_err(ApiError::from))
-    }
-
-    /// How much work may be in flight on an asynchronous device before more of
-    /// `class` is enqueued: unbounded for latency work and under FIFO; the
-    /// preemption budget for best-effort work while latency work is active (unless
-    /// it runs on its own partition); the fill depth otherwise.
-    fn inflight_bound(&self, class: PriorityClass) -> Duration {
-        match (self.config.policy, class) {
-            (Policy::Fifo, _) | (_, PriorityClass::Latency) => Duration::MAX,
-            (Policy::Priority, PriorityClass::Batch)
-                if self.queues.latency_expected(self.config.latency_hold) && !self.partitioned =>
-            {
-                self.config.preemption_budget
-            }
-            (Policy::Priority, PriorityClass::Batch) => self.config.fill_depth,
-        }
-    }
-
-    /// Where `pick`'s work runs: on a partitioned device latency work on the
-    /// reserved partition, best-effort work on the remainder while latency work is
-    /// active and on the whole device otherwise; the runtime's own uploads on the
-    /// whole device. Everything on the whole device without a partition.
-    fn lane_for(&self, pick: Pick, class: PriorityClass) -> Lane {
-        if !self.partitioned {
-            return Lane::Whole;
-        }
-        match (pick, class) {
-            (Pick::System, _) => Lane::Whole,
-            (_, PriorityClass::Latency) => Lane::Reserved,
-            (_, PriorityClass::Batch) if self.queues.latency_expected(self.config.latency_hold) => Lane::Remainder,
-            (_, PriorityClass::Batch) => Lane::Whole,
-        }
-    }
-
-    /// Directs the device to `lane`.
-    fn enter(&mut self, lane: Lane) {
-        if self.lane != lane {
-            self.device.set_lane(lane);
-            self.lane = lane;
-        }
-    }
-
-    /// Waits for an asynchronous device to finish what it holds on every lane, and
-    /// measures it.
-    fn drain(&mut self) {
-        if self.inflight.iter().all(InFlight::is_empty) {
-            return;
-        }
-        if let Err(e) = self.device.synchronize() {
-            tracing::error!(error = %e, "device synchronize failed");
-        }
-        for lane in Lane::ALL {
-            let corrections = self.inflight[lane.index()].drained(&mut self.cost);
-            self.correct(&corrections);
-        }
-    }
-
-    /// Applies the charge corrections of timed kernels to their tenants and to the
-    /// device's busy time.
-    fn correct(&mut self, corrections: &[Correction]) {
-        for c in corrections {
-            self.queues.correct(c.tenant, c.delta_ns);
-            self.busy = Duration::from_nanos((self.busy.as_nanos() as i64 + c.delta_ns).max(0) as u64);
-        }
-    }
-
-    /// Waits for what `lane` holds, and measures it.
-    fn drain_lane(&mut self, lane: Lane) {
-        if self.inflight[lane.index()].is_empty() {
-            return;
-        }
-        if let Err(e) = self.device.synchronize_lane(lane) {
-            tracing::error!(error = %e, ?lane, "device synchronize failed");
-        }
-        let corrections = self.inflight[lane.index()].drained(&mut self.cost);
-        self.correct(&corrections);
     }
 
     /// The inputs' buffers (cheap clones of shared handles), or the error that

@@ -1,0 +1,71 @@
+//! Slicing: a long best-effort matmul or linear runs as row blocks that each fit the
+//! preemption budget while latency work is active, one block per scheduling step, and
+//! the blocks are concatenated into the result (see `sluice_host_api::RowSplit`).
+
+use std::time::{Duration, Instant};
+
+use sluice_host_api::{ApiError, Op, RowSplit, TensorMeta};
+
+use super::Actor;
+use crate::backend::Buffer;
+
+/// Rows of a sliced matmul or linear computed so far.
+pub(in crate::scheduler) struct SliceProgress {
+    pub(super) next_row: usize,
+    pub(super) parts: Vec<(Buffer, TensorMeta)>,
+    pub(super) elapsed: Duration,
+}
+
+impl Actor {
+    /// One slice of a best-effort matmul or linear; `Some` with the whole result once
+    /// the last rows are done. Without latency work active, the remaining rows run at
+    /// once.
+    #[allow(clippy::too_many_arguments, reason = "the kernel, its split and the slicing state")]
+    pub(super) fn slice_rows(
+        &mut self,
+        op: &Op,
+        split: &RowSplit,
+        inputs: &[(&Buffer, &TensorMeta)],
+        out: &TensorMeta,
+        estimate: Duration,
+        slice_now: bool,
+        progress: &mut Option<SliceProgress>,
+    ) -> Option<Result<Buffer, ApiError>> {
+        let m = split.rows;
+        let p =
+            progress.get_or_insert_with(|| SliceProgress { next_row: 0, parts: Vec::new(), elapsed: Duration::ZERO });
+        if p.next_row == 0 {
+            self.sliced_kernels += 1;
+        }
+        let left = m - p.next_row;
+        let rows = if slice_now {
+            let per_row = estimate.as_nanos() as f64 / m as f64;
+            ((self.config.preemption_budget.as_nanos() as f64 / per_row.max(1.0)) as usize).clamp(1, left)
+        } else {
+            left
+        };
+        let range = p.next_row..p.next_row + rows;
+        let started = Instant::now();
+        match self.device.launch_rows(op, inputs, out, range) {
+            None => {
+                // The device cannot slice: run the rest whole.
+                return Some(self.device.launch(op, inputs, out).map_err(ApiError::from));
+            }
+            Some(Err(e)) => return Some(Err(e.into())),
+            Some(Ok(b)) => p.parts.push((b, split.block(rows))),
+        }
+        p.next_row += rows;
+        if p.next_row < m {
+            p.elapsed += started.elapsed();
+            return None;
+        }
+        let parts = std::mem::take(&mut p.parts);
+        if parts.len() == 1 {
+            return parts.into_iter().next().map(|(b, _)| Ok(b));
+        }
+        // The blocks concatenate to the output seen as rows (the same elements).
+        let refs: Vec<(&Buffer, &TensorMeta)> = parts.iter().map(|(b, m)| (b, m)).collect();
+        let concat = Op::Concat { axis: split.axis as u32 };
+        Some(self.device.launch(&concat, &refs, split.whole()).map_err(ApiError::from))
+    }
+}
