@@ -96,14 +96,7 @@ impl CudaDevice {
         // Belt and braces: cudarc panics on some loader failures; never let one escape.
         match std::panic::catch_unwind(|| Self::open_checked(&opts)) {
             Ok(r) => r,
-            Err(panic) => {
-                let msg = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_else(|| "unknown panic".into());
-                Err(CudaUnavailable::Init(msg))
-            }
+            Err(panic) => Err(CudaUnavailable::Init(crate::error::panic_message(panic.as_ref()))),
         }
     }
 

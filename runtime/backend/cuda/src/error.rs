@@ -67,3 +67,12 @@ pub(crate) fn describe_driver(e: &DriverError) -> String {
         _ => format!("{:?}", e.0),
     }
 }
+
+/// The message of a caught panic (cudarc panics when a library or symbol is missing).
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into())
+}

@@ -409,14 +409,7 @@ pub(crate) fn create(
     });
     match std::panic::catch_unwind(run) {
         Ok(r) => r,
-        Err(panic) => {
-            let msg = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(format!("the driver call panicked: {msg}"))
-        }
+        Err(panic) => Err(format!("the driver call panicked: {}", crate::error::panic_message(panic.as_ref()))),
     }
 }
 

@@ -371,13 +371,13 @@ impl Actor {
                 let lane = self.lane;
                 let key = KernelKey::new(op, inputs.iter().map(|(_, m)| m), out).on_lane(lane);
                 let args: Vec<(&Buffer, &TensorMeta)> = args.iter().zip(inputs).map(|(b, (_, m))| (b, m)).collect();
-                let split = RowSplit::of(op, out);
                 let estimate = self.cost.estimate(&key);
-                let wants_slices =
-                    split.is_some() && (q.slices.is_some() || (slice_now && estimate > self.config.preemption_budget));
+                // The row geometry only for a kernel that may be sliced (it allocates).
+                let wants_slices = q.slices.is_some() || (slice_now && estimate > self.config.preemption_budget);
+                let split = if wants_slices { RowSplit::of(op, out) } else { None };
                 let started = Instant::now();
                 let mut clock = None;
-                let outcome = if let Some(split) = split.filter(|_| wants_slices) {
+                let outcome = if let Some(split) = split {
                     self.slice_rows(op, &split, &args, out, estimate, slice_now, &mut q.slices)
                 } else if self.asynchronous && (estimate >= TIMED_KERNEL_MIN || !self.cost.knows(&key)) {
                     // Long kernels (and each shape's first) are timed by the device.
