@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+pub mod skip;
+
 /// The admin key every test server starts with.
 pub const ADMIN_KEY: &str = "test-admin-key-0123456789";
 

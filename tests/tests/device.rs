@@ -5,6 +5,7 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use sluice_tests::skip::skip;
 use sluice_tests::{ADMIN_KEY, Server, ServerOptions, free_port, sluice_bin};
 
 #[test]
@@ -35,7 +36,7 @@ fn forcing_cuda_without_a_gpu_fails_clearly() {
         if Instant::now() > deadline {
             // Still serving: a GPU is usable here, so the forced choice is right to start.
             let _ = child.kill();
-            println!("skipping: a CUDA device is usable on this machine");
+            skip("no-GPU", "a CUDA device is usable on this machine");
             return;
         }
         std::thread::sleep(Duration::from_millis(20));

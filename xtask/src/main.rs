@@ -2,7 +2,7 @@
 //! (the alias lives in `.cargo/config.toml`).
 //!
 //! One module per command, dispatched by the `match` in [`main`]. To add a command
-//! (`test`, `bench`, `fetch-model`, `serve`, …): add a module with a
+//! (`test`, `lint`, `bench`, `fetch-model`, `serve`, …): add a module with a
 //! `pub fn run(args: &[String]) -> Result<()>`, a match arm, and a line in [`HELP`].
 
 mod bench;
@@ -10,8 +10,11 @@ mod build_functions;
 mod cmd;
 mod fetch_model;
 mod fetch_nvrtc;
+mod lint;
 mod serve;
 mod setup;
+mod skips;
+mod steps;
 mod test;
 
 use anyhow::{Result, bail};
@@ -29,8 +32,13 @@ commands:
                     kernels without a GPU); print its lib folder
   serve             set up everything, start `sluice serve` on 127.0.0.1:8080 with the
                     example functions deployed (--addr, --data-dir, --device)
-  test              set up everything (also fetch-nvrtc), then run every test (host and
-                    guest workspaces)
+  lint [STEP..]     the checks that need no test run: rustfmt, module cycles in
+                    runtime/src, unused dependencies (cargo-machete), docs/openapi.yaml
+                    (openapi-spec-validator), clippy and rustdoc with warnings denied;
+                    STEP picks some: fmt cycles machete openapi clippy doc
+  test              set up everything (also fetch-nvrtc), run the lint steps, then every
+                    test (host and guest workspaces, the guest SDK natively); ends with a
+                    line per class of skipped tests and a table of the steps' times
   bench             set up everything, then run the CPU benchmarks (op launch and
                     instantiation; MiniLM against NumPy); extra args go to cargo bench
   help              this text
@@ -55,6 +63,7 @@ fn dispatch(args: &[String]) -> Result<()> {
         "build-functions" => build_functions::run(rest).map(|_| ()),
         "fetch-model" => fetch_model::run(rest),
         "fetch-nvrtc" => fetch_nvrtc::run(rest),
+        "lint" => lint::run(rest),
         "test" => test::run(rest),
         "bench" => bench::run(rest),
         "serve" => serve::run(rest),

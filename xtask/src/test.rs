@@ -1,8 +1,16 @@
-//! `cargo xtask test`: every test of the project, from a fresh machine.
+//! `cargo xtask test`: every check and every test of the project, from a fresh machine.
 //!
 //! Set-up first (the wasm target, the guest components, the model, NVRTC), then the
-//! host workspace's tests and the guest workspace's native tests (the tokenizer and the
-//! MiniLM model code). Extra arguments go to the host `cargo test`.
+//! lint steps of `cargo xtask lint` (rustfmt, module cycles, unused dependencies, the
+//! OpenAPI spec, clippy, rustdoc), then the host workspace's tests, its doc tests, a
+//! type-check of the benchmarks, and the guest workspace's native tests (the guest
+//! SDK's unit tests, the tokenizer and the MiniLM model code). Extra arguments go to the
+//! host `cargo test`. Each step prints a progress line and its time; a failing step
+//! does not stop the others, and the table at the end says which failed.
+//!
+//! Skipped tests are counted: the tests append a line to the file named by
+//! `SLUICE_SKIP_LOG` for each skip (`tests/src/skip.rs`), and the run ends with one line
+//! per class of skipped tests and its reason ([`skips`]).
 //!
 //! The host tests get NVRTC's directory first on `LD_LIBRARY_PATH` and
 //! `SLUICE_REQUIRE_NVRTC=1`, so the CUDA kernel compile test fails rather than skips
@@ -10,41 +18,66 @@
 //! x86_64 Linux) that is a warning and the test skips saying why, unless
 //! `SLUICE_REQUIRE_NVRTC=1` is already set, which makes it an error.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
-use crate::{build_functions, cmd, fetch_model, fetch_nvrtc};
+use crate::steps::Steps;
+use crate::{build_functions, cmd, fetch_model, fetch_nvrtc, lint, skips};
+
+/// The test steps after the lint steps.
+const TEST_STEPS: usize = 4;
 
 pub fn run(args: &[String]) -> Result<()> {
     build_functions::run(&[])?;
     let model_dir = fetch_model::fetch()?;
     let nvrtc_lib = nvrtc()?;
     let root = cmd::repo_root();
+    let skip_log = fresh_skip_log(&root)?;
 
-    let mut host = cmd::cargo();
-    host.current_dir(&root)
-        // Benchmarks are programs that print figures (harness = false): they are
-        // type-checked below, not run as tests.
-        .args(["test", "--workspace", "--no-fail-fast", "--lib", "--bins", "--tests"])
-        .args(args)
-        .env("SLUICE_MODEL_DIR", &model_dir);
-    if let Some(lib) = &nvrtc_lib {
-        host.env("LD_LIBRARY_PATH", fetch_nvrtc::ld_library_path(lib)?).env("SLUICE_REQUIRE_NVRTC", "1");
-    }
-    cmd::run(&mut host)?;
-    cmd::run(cmd::cargo().current_dir(&root).args(["test", "--workspace", "--doc"]))?;
-    cmd::run(cmd::cargo().current_dir(&root).args(["check", "--workspace", "--benches"]))?;
-    // The guest workspace's pure-Rust crates also run natively.
-    cmd::run(
-        cmd::cargo()
-            .current_dir(root.join("functions"))
-            .args(["test", "--release", "-p", "bert-tokenizer", "-p", "minilm-embed"])
-            .env_remove("CARGO_BUILD_TARGET")
-            .env("SLUICE_MODEL_DIR", &model_dir),
-    )?;
-    eprintln!("xtask: all tests passed");
+    let mut steps = Steps::new(lint::STEP_COUNT + TEST_STEPS);
+    lint::add_steps(&mut steps);
+    steps.run("tests: host workspace", || {
+        let mut host = cmd::cargo();
+        host.current_dir(&root)
+            // Benchmarks are programs that print figures (harness = false): they are
+            // type-checked below, not run as tests.
+            .args(["test", "--workspace", "--no-fail-fast", "--lib", "--bins", "--tests"])
+            .args(args)
+            .env("SLUICE_MODEL_DIR", &model_dir)
+            .env("SLUICE_SKIP_LOG", &skip_log);
+        if let Some(lib) = &nvrtc_lib {
+            host.env("LD_LIBRARY_PATH", fetch_nvrtc::ld_library_path(lib)?).env("SLUICE_REQUIRE_NVRTC", "1");
+        }
+        cmd::run(&mut host)
+    });
+    steps.run("doc tests: host workspace", || {
+        cmd::run(cmd::cargo().current_dir(&root).args(["test", "--workspace", "--doc"]))
+    });
+    steps.run("benchmarks type-check: host workspace", || {
+        cmd::run(cmd::cargo().current_dir(&root).args(["check", "--workspace", "--benches"]))
+    });
+    // The guest workspace's pure-Rust crates and the guest SDK's unit tests run natively.
+    steps.run("native tests: guest workspace (sluice-guest, bert-tokenizer, minilm-embed)", || {
+        cmd::run(
+            lint::guest_cargo(&root.join("functions"))
+                .args(["test", "--release", "-p", "sluice-guest", "-p", "bert-tokenizer", "-p", "minilm-embed"])
+                .env("SLUICE_MODEL_DIR", &model_dir)
+                .env("SLUICE_SKIP_LOG", &skip_log),
+        )
+    });
+    skips::summarize(&skip_log)?;
+    steps.finish("test")?;
+    eprintln!("xtask: all checks and tests passed");
     Ok(())
+}
+
+/// An empty skip log in `target/` for this run.
+fn fresh_skip_log(root: &Path) -> Result<PathBuf> {
+    let path = root.join("target/skipped-tests.tsv");
+    std::fs::create_dir_all(root.join("target"))?;
+    std::fs::write(&path, "").with_context(|| format!("creating {}", path.display()))?;
+    Ok(path)
 }
 
 /// NVRTC's lib directory, or `None` (after a warning) when it cannot be fetched and

@@ -5,8 +5,8 @@
 //! Tolerance: |cuda - cpu| / max(|cpu|, 1) ≤ 1e-5 for f32 (TF32 off), ≤ 1e-2 for f16/bf16;
 //! integers must match exactly; no NaN may appear (inputs are chosen so none should).
 //!
-//! Without a CUDA driver every test prints "skipping: no CUDA driver found ..." and
-//! passes, unless `SLUICE_REQUIRE_CUDA=1`, which turns the skip into a failure (the H200
+//! Without a CUDA driver every test prints "skipping (CUDA): no CUDA driver found ...",
+//! records the skip in the run's skip log (`tests/src/skip.rs`) and passes, unless `SLUICE_REQUIRE_CUDA=1`, which turns the skip into a failure (the H200
 //! run sets it). `SLUICE_KERNEL_CACHE_DIR` sets the kernel cache directory.
 //!
 //! `conformance/rows_and_lanes.rs` covers row blocks (matmul and linear) and a device
@@ -23,6 +23,8 @@ use sluice_host_api::{
 
 #[path = "conformance/rows_and_lanes.rs"]
 mod rows_and_lanes;
+#[path = "../../../../tests/src/skip.rs"]
+mod skip;
 
 /// The shared device, or `None` (after printing why) when the test should skip.
 fn device() -> Option<&'static CudaDevice> {
@@ -42,7 +44,7 @@ fn device() -> Option<&'static CudaDevice> {
             panic!("SLUICE_REQUIRE_CUDA=1 but the CUDA device cannot be opened: {e}")
         }
         Err(e) => {
-            eprintln!("skipping: {e}");
+            skip::skip("CUDA", e);
             None
         }
     }

@@ -10,13 +10,17 @@
 //! `libnvrtc.so.13`, ...; no path override), so `LD_LIBRARY_PATH` decides.
 //! `cargo xtask test` fetches NVRTC 13.0 from PyPI into `~/.cache/sluice/nvrtc-<version>`
 //! (`cargo xtask fetch-nvrtc`), puts its `lib/` first on `LD_LIBRARY_PATH` and sets
-//! `SLUICE_REQUIRE_NVRTC=1`. Without NVRTC the tests print why and pass, unless
+//! `SLUICE_REQUIRE_NVRTC=1`. Without NVRTC the tests print why, record the skip in the
+//! run's skip log (`tests/src/skip.rs`) and pass, unless
 //! `SLUICE_REQUIRE_NVRTC=1` (or `SLUICE_REQUIRE_CUDA=1`) turns that into a failure.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::sync::OnceLock;
 use std::time::Instant;
+
+#[path = "../../../../tests/src/skip.rs"]
+mod skip;
 
 use sluice_backend_cuda::kernels::Module;
 use sluice_backend_cuda::nvrtc_cache::{Target, arch_for, compile_cubin, nvrtc_version};
@@ -45,7 +49,7 @@ fn nvrtc() -> Option<(i32, i32)> {
         (Ok(v), _) => Some(*v),
         (Err(e), Some(var)) => panic!("{var}=1 but NVRTC is unavailable: {e}"),
         (Err(e), None) => {
-            eprintln!("skipping: {e}");
+            skip::skip("NVRTC", e);
             None
         }
     }
