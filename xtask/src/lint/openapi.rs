@@ -35,7 +35,8 @@ pub fn run() -> Result<()> {
             VALIDATOR,
         ]))?;
     }
-    cmd::run(Command::new(&validator).arg(SPEC).current_dir(cmd::repo_root()))
+    // Every error, not just the first (each with the part of the schema it breaks).
+    cmd::run(Command::new(&validator).args(["--validation-errors", "all", SPEC]).current_dir(cmd::repo_root()))
 }
 
 /// `<cache>/sluice/venv-openapi-<version>`.

@@ -11,8 +11,8 @@
 //! `cargo xtask test` fetches NVRTC 13.0 from PyPI into `~/.cache/sluice/nvrtc-<version>`
 //! (`cargo xtask fetch-nvrtc`), puts its `lib/` first on `LD_LIBRARY_PATH` and sets
 //! `SLUICE_REQUIRE_NVRTC=1`. Without NVRTC the tests print why, record the skip in the
-//! run's skip log (`tests/src/skip.rs`) and pass, unless
-//! `SLUICE_REQUIRE_NVRTC=1` (or `SLUICE_REQUIRE_CUDA=1`) turns that into a failure.
+//! run's skip log (`tests/src/skip.rs`) and pass, unless `SLUICE_REQUIRE_NVRTC=1` (or
+//! `SLUICE_REQUIRE_CUDA=1`) turns that into a failure.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
