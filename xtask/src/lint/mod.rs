@@ -9,7 +9,8 @@
 //!    workspace for `wasm32-wasip2`;
 //! 6. `cargo doc --workspace --no-deps` with `RUSTDOCFLAGS=-D warnings`.
 //!
-//! Every step runs even when an earlier one failed, so one run lists every problem.
+//! Every step runs even when an earlier one failed, and clippy and rustdoc go on past a
+//! crate that fails (`--keep-going`), so one run lists every problem.
 //! `cargo xtask lint clippy doc` runs only the steps named (keys in [`LINT_STEPS`]).
 //! `cargo xtask test` runs all of them before the tests.
 
@@ -84,18 +85,19 @@ fn fmt_guest() -> Result<()> {
 }
 
 fn clippy_host() -> Result<()> {
-    let clippy = ["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"];
+    let clippy = ["clippy", "--workspace", "--all-targets", "--keep-going", "--", "-D", "warnings"];
     cmd::run(cmd::cargo().current_dir(cmd::repo_root()).args(clippy))
 }
 
 fn clippy_guest() -> Result<()> {
     setup::ensure_wasm_target()?;
-    let clippy = ["clippy", "--workspace", "--all-targets", "--target", WASM_TARGET, "--", "-D", "warnings"];
+    let clippy =
+        ["clippy", "--workspace", "--all-targets", "--keep-going", "--target", WASM_TARGET, "--", "-D", "warnings"];
     cmd::run(guest_cargo(&cmd::repo_root().join("functions")).args(clippy))
 }
 
 fn doc_host() -> Result<()> {
-    let doc = ["doc", "--workspace", "--no-deps"];
+    let doc = ["doc", "--workspace", "--no-deps", "--keep-going"];
     cmd::run(cmd::cargo().current_dir(cmd::repo_root()).args(doc).env("RUSTDOCFLAGS", "-D warnings"))
 }
 
