@@ -6,7 +6,10 @@
 //! switch) goes in the crate's `[package.metadata.cargo-machete] ignored` list with a
 //! comment saying why.
 
-use anyhow::Result;
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{Context, Result};
 
 use crate::cmd;
 
@@ -16,13 +19,13 @@ const VERSION: &str = "0.9.2";
 /// Installs cargo-machete if needed, then checks every manifest under the repository.
 pub fn run() -> Result<()> {
     ensure_installed()?;
-    cmd::run(cmd::cargo().current_dir(cmd::repo_root()).args(["machete", "--skip-target-dir"]))
+    cmd::run(machete()?.args(["--skip-target-dir"]).arg(cmd::repo_root()))
 }
 
 /// Runs `cargo install cargo-machete --version VERSION --locked` unless that version is there.
 fn ensure_installed() -> Result<()> {
-    let installed = cmd::output(cmd::cargo().args(["machete", "--version"])).unwrap_or_default();
-    if installed.split_whitespace().any(|word| word == VERSION) {
+    let installed = cmd::output(machete()?.arg("--version")).unwrap_or_default();
+    if installed.trim() == VERSION {
         return Ok(());
     }
     eprintln!(
@@ -30,4 +33,17 @@ fn ensure_installed() -> Result<()> {
         installed.trim()
     );
     cmd::run(cmd::cargo().args(["install", "cargo-machete", "--version", VERSION, "--locked"]))
+}
+
+/// The installed `cargo-machete` binary, run directly rather than as `cargo machete`:
+/// with `CARGO` set (as it is under `cargo xtask`) it takes its first argument for the
+/// subcommand's name, so that variable is removed.
+fn machete() -> Result<Command> {
+    let cargo_home = match std::env::var_os("CARGO_HOME").filter(|v| !v.is_empty()) {
+        Some(home) => PathBuf::from(home),
+        None => PathBuf::from(std::env::var_os("HOME").context("neither CARGO_HOME nor HOME is set")?).join(".cargo"),
+    };
+    let mut command = Command::new(cargo_home.join("bin/cargo-machete"));
+    command.env_remove("CARGO");
+    Ok(command)
 }
