@@ -66,7 +66,9 @@ pub fn run(args: &[String]) -> Result<()> {
                 .env("SLUICE_SKIP_LOG", &skip_log),
         )
     });
-    skips::summarize(&skip_log)?;
+    if let Err(e) = skips::summarize(&skip_log) {
+        eprintln!("xtask: warning: no summary of skipped tests: {e:#}");
+    }
     steps.finish("test")?;
     eprintln!("xtask: all checks and tests passed");
     Ok(())
