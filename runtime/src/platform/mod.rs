@@ -4,15 +4,15 @@
 //! [`DeviceQueue`], the cache of loaded functions, one memory account and one
 //! concurrency limit per tenant, and a server-wide concurrency limit.
 //!
-//! - [`cache`]: the loaded functions (the newest version of each `(tenant, name)`,
+//! - `cache`: the loaded functions (the newest version of each `(tenant, name)`,
 //!   compiled, pre-instantiated and with its shared weights);
-//! - [`admission`]: the concurrency limits (a full server answers 429 at once instead
+//! - `admission`: the concurrency limits (a full server answers 429 at once instead
 //!   of queueing);
-//! - [`functions`]: deploy (validate → precompile → durable store → load), artifacts,
+//! - `functions`: deploy (validate → precompile → durable store → load), artifacts,
 //!   list/get/delete, and warm-up at start-up from the stored compiled forms;
-//! - [`invoke`]: admission, then one invocation on a blocking thread;
-//! - [`tenants`]: the admin operations;
-//! - [`metrics`]: Prometheus metrics of invocations, plus the status at scrape time.
+//! - `invoke`: admission, then one invocation on a blocking thread;
+//! - `tenants`: the admin operations;
+//! - `metrics`: Prometheus metrics of invocations, plus the status at scrape time.
 //!
 //! Methods that touch the disk or compile are synchronous: the HTTP layer calls them on
 //! the blocking pool. Errors are [`PlatformError`]s with stable codes.
