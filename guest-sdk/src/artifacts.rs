@@ -1,7 +1,6 @@
 //! Artifacts uploaded with the function (weights, vocabularies, configs), by name.
 
 use crate::bindings::sluice::gpu::artifacts as raw;
-use crate::convert::dtype_to_wit;
 use crate::{DType, Result, Tensor};
 
 /// The raw bytes of an artifact (e.g. a vocabulary or a JSON config).
@@ -14,5 +13,5 @@ pub fn read(artifact: &str) -> Result<Vec<u8>> {
 /// `as_dtype` at load time. The host loads it once per function version and device
 /// and shares it read-only between invocations, so this is cheap after the first call.
 pub fn load_tensor(artifact: &str, name: &str, as_dtype: Option<DType>) -> Result<Tensor> {
-    Ok(Tensor::from_raw(raw::load_tensor(artifact, name, as_dtype.map(dtype_to_wit))?))
+    Ok(Tensor::from_raw(raw::load_tensor(artifact, name, as_dtype.map(Into::into))?))
 }

@@ -12,6 +12,7 @@
 #![allow(missing_docs, clippy::all)]
 
 wit_bindgen::generate!({
+    // `generate!` needs a literal; a test in `convert.rs` checks it names `sluice_host_api::WIT_DIR`.
     path: "../host-api/wit",
     world: "inference",
     pub_export_macro: true,

@@ -1,51 +1,11 @@
-//! Element conversions done in the guest: little-endian byte packing for uploads and
-//! read-backs, and f16/bf16 bit patterns to f32 (no `half` dependency).
+//! Conversions done in the guest: between the generated WIT types and the host API's
+//! (shared with the host through [`sluice_host_api::wit_conversions!`]), little-endian
+//! byte packing for uploads and read-backs, and f16/bf16 bit patterns to f32 (no `half`
+//! dependency).
 
-use crate::bindings::sluice::gpu::ops::UnaryOp as WitUnaryOp;
-use crate::bindings::sluice::gpu::types::Dtype;
-use crate::{DType, UnaryOp};
-
-/// Maps the shared [`DType`] onto the generated WIT enum.
-pub(crate) fn dtype_to_wit(d: DType) -> Dtype {
-    match d {
-        DType::F32 => Dtype::F32,
-        DType::F16 => Dtype::F16,
-        DType::BF16 => Dtype::Bf16,
-        DType::I32 => Dtype::I32,
-        DType::I64 => Dtype::I64,
-        DType::U8 => Dtype::U8,
-    }
-}
-
-/// Maps the shared [`UnaryOp`] (an activation of [`crate::Tensor::linear`]) onto the
-/// generated WIT enum.
-pub(crate) fn unary_to_wit(u: UnaryOp) -> WitUnaryOp {
-    match u {
-        UnaryOp::Relu => WitUnaryOp::Relu,
-        UnaryOp::Gelu => WitUnaryOp::Gelu,
-        UnaryOp::GeluTanh => WitUnaryOp::GeluTanh,
-        UnaryOp::Tanh => WitUnaryOp::Tanh,
-        UnaryOp::Sigmoid => WitUnaryOp::Sigmoid,
-        UnaryOp::Exp => WitUnaryOp::Exp,
-        UnaryOp::Log => WitUnaryOp::Log,
-        UnaryOp::Sqrt => WitUnaryOp::Sqrt,
-        UnaryOp::Rsqrt => WitUnaryOp::Rsqrt,
-        UnaryOp::Neg => WitUnaryOp::Neg,
-        UnaryOp::Abs => WitUnaryOp::Abs,
-    }
-}
-
-/// Maps the generated WIT enum onto the shared [`DType`].
-pub(crate) fn dtype_from_wit(d: Dtype) -> DType {
-    match d {
-        Dtype::F32 => DType::F32,
-        Dtype::F16 => DType::F16,
-        Dtype::Bf16 => DType::BF16,
-        Dtype::I32 => DType::I32,
-        Dtype::I64 => DType::I64,
-        Dtype::U8 => DType::U8,
-    }
-}
+// `From` between the generated WIT types and the host API's (dtype, op enums, error
+// codes and records): the same code the host's engine uses, written once in host-api.
+sluice_host_api::wit_conversions!(crate::bindings::sluice::gpu);
 
 /// Converts IEEE 754 binary16 bits to f32 exactly (subnormals, infinities and NaN included).
 pub fn f16_bits_to_f32(h: u16) -> f32 {
@@ -89,6 +49,9 @@ pub(crate) fn from_le<const N: usize, T>(bytes: &[u8], f: impl Fn([u8; N]) -> T)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bindings::sluice::gpu::ops::UnaryOp as WitUnaryOp;
+    use crate::bindings::sluice::gpu::types::{Dtype, ErrorCode as WitErrorCode};
+    use crate::{DType, ErrorCode, UnaryOp};
 
     #[test]
     fn f16_values() {
@@ -104,7 +67,25 @@ mod tests {
     #[test]
     fn activations_map_in_wit_order() {
         for (i, u) in UnaryOp::ALL.into_iter().enumerate() {
-            assert_eq!(unary_to_wit(u) as usize, i, "{u:?}");
+            assert_eq!(WitUnaryOp::from(u) as usize, i, "{u:?}");
         }
+    }
+
+    #[test]
+    fn dtypes_and_codes_map_both_ways() {
+        for (i, d) in DType::ALL.into_iter().enumerate() {
+            assert_eq!(Dtype::from(d) as usize, i, "{d:?}");
+            assert_eq!(DType::from(Dtype::from(d)), d);
+        }
+        assert_eq!(ErrorCode::from(WitErrorCode::QuotaExceeded), ErrorCode::QuotaExceeded);
+    }
+
+    #[test]
+    fn generate_reads_host_apis_wit() {
+        // `generate!` (src/bindings.rs) needs a literal path; it must name host-api's WIT.
+        let ours = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../host-api/wit");
+        let theirs = std::path::Path::new(sluice_host_api::WIT_DIR);
+        assert_eq!(ours.canonicalize().unwrap(), theirs.canonicalize().unwrap());
+        assert!(include_str!("bindings.rs").contains("path: \"../host-api/wit\","));
     }
 }

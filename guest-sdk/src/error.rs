@@ -105,20 +105,6 @@ impl From<Error> for RunError {
 
 impl From<wit::Error> for Error {
     fn from(e: wit::Error) -> Error {
-        Error::new(code_from_wit(e.code), e.message)
-    }
-}
-
-/// Maps the generated WIT error code onto the shared [`ErrorCode`].
-pub(crate) fn code_from_wit(code: wit::ErrorCode) -> ErrorCode {
-    match code {
-        wit::ErrorCode::ShapeMismatch => ErrorCode::ShapeMismatch,
-        wit::ErrorCode::DtypeMismatch => ErrorCode::DtypeMismatch,
-        wit::ErrorCode::InvalidArgument => ErrorCode::InvalidArgument,
-        wit::ErrorCode::NotFound => ErrorCode::NotFound,
-        wit::ErrorCode::QuotaExceeded => ErrorCode::QuotaExceeded,
-        wit::ErrorCode::OutOfMemory => ErrorCode::OutOfMemory,
-        wit::ErrorCode::TooLarge => ErrorCode::TooLarge,
-        wit::ErrorCode::DeviceFailure => ErrorCode::DeviceFailure,
+        Error::new(e.code.into(), e.message)
     }
 }

@@ -6,7 +6,6 @@
 
 use crate::bindings::sluice::gpu::fused::{self as raw, AttentionArgs, FusedOp, LinearArgs};
 use crate::bindings::sluice::gpu::ops::LayerNormArgs;
-use crate::convert::unary_to_wit;
 use crate::{Result, Tensor, UnaryOp};
 
 /// Launches a raw WIT fused op on `inputs` (the escape hatch under the methods below).
@@ -27,7 +26,7 @@ impl Tensor {
         transpose_w: bool,
         activation: Option<UnaryOp>,
     ) -> Result<Tensor> {
-        let op = FusedOp::Linear(LinearArgs { transpose_w, activation: activation.map(unary_to_wit) });
+        let op = FusedOp::Linear(LinearArgs { transpose_w, activation: activation.map(Into::into) });
         match bias {
             Some(b) => launch_fused(op, &[self, w, b]),
             None => launch_fused(op, &[self, w]),

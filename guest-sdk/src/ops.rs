@@ -10,7 +10,6 @@ use crate::bindings::sluice::gpu::ops::{
     self as raw, AffineArgs, BinaryOp, Conv2dArgs, LayerNormArgs, MatmulArgs, Op, Pool2dArgs, PoolKind, ReduceArgs,
     ReduceOp, SliceArgs, SoftmaxArgs, UnaryOp,
 };
-use crate::convert::dtype_to_wit;
 use crate::{DType, Error, ErrorCode, Result, Tensor};
 
 /// Launches a raw WIT op on `inputs`: the escape hatch under every [`Tensor`] method.
@@ -259,7 +258,7 @@ impl Tensor {
 
     /// Converts the elements to `dtype`.
     pub fn cast(&self, dtype: DType) -> Result<Tensor> {
-        launch(&Op::Cast(dtype_to_wit(dtype)), &[self])
+        launch(&Op::Cast(dtype.into()), &[self])
     }
 
     /// 2-D convolution (cross-correlation), NCHW: `self [n, c, h, w]`,

@@ -4,7 +4,7 @@
 use std::fmt;
 
 use crate::bindings::sluice::gpu::tensors::Tensor as RawTensor;
-use crate::convert::{self, dtype_from_wit, dtype_to_wit};
+use crate::convert;
 use crate::{DType, Error, ErrorCode, Result};
 
 /// A tensor resident on the host's device: typed, shaped, row-major.
@@ -36,7 +36,7 @@ impl Tensor {
     /// Uploads little-endian element bytes: `bytes.len()` must be
     /// `product(shape) * dtype.size_of()`.
     pub fn from_bytes(dtype: DType, shape: &[u32], bytes: &[u8]) -> Result<Tensor> {
-        Ok(Tensor::from_raw(RawTensor::from_bytes(dtype_to_wit(dtype), shape, bytes)?))
+        Ok(Tensor::from_raw(RawTensor::from_bytes(dtype.into(), shape, bytes)?))
     }
 
     /// Uploads an f32 tensor.
@@ -88,7 +88,7 @@ impl Tensor {
 
     /// The element type.
     pub fn dtype(&self) -> DType {
-        dtype_from_wit(self.raw.dtype())
+        self.raw.dtype().into()
     }
 
     /// The dimensions, outermost first (empty for a scalar).

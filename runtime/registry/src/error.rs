@@ -1,11 +1,14 @@
 //! The registry's typed error.
 //!
-//! Every fallible call returns [`RegistryError`]. The variants are chosen so the HTTP layer
-//! can map them to status codes in one place: `NotFound` → 404, `AlreadyExists` → 409,
-//! `InvalidName` / `InvalidInput` → 400, `InUse` → a start-up failure, and `Storage` /
-//! `Corrupt` → 500 (the message is for the operator's log, not the tenant).
+//! Every fallible call returns [`RegistryError`]; [`RegistryError::code`] names its stable
+//! [`Code`] of the HTTP API, and the HTTP layer maps codes to statuses in one place:
+//! `NotFound` → 404, `AlreadyExists` → 409, `InvalidName` / `InvalidInput` → 400, `InUse`
+//! → a start-up failure, and `Storage` / `Corrupt` → 500 (the message is for the
+//! operator's log, not the tenant).
 
 use std::path::PathBuf;
+
+use sluice_host_api::Code;
 
 /// Result alias used throughout the crate.
 pub type Result<T, E = RegistryError> = std::result::Result<T, E>;
@@ -75,15 +78,15 @@ impl RegistryError {
     }
 
     /// A stable machine-readable code for API error bodies.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> Code {
         match self {
-            RegistryError::NotFound { .. } => "not_found",
-            RegistryError::AlreadyExists { .. } => "already_exists",
-            RegistryError::InvalidName { .. } => "invalid_name",
-            RegistryError::InvalidInput(_) => "invalid_input",
-            RegistryError::InUse { .. } => "data_dir_in_use",
-            RegistryError::Corrupt(_) => "corrupt",
-            RegistryError::Storage { .. } => "storage",
+            RegistryError::NotFound { .. } => Code::NotFound,
+            RegistryError::AlreadyExists { .. } => Code::AlreadyExists,
+            RegistryError::InvalidName { .. } => Code::InvalidName,
+            RegistryError::InvalidInput(_) => Code::InvalidInput,
+            RegistryError::InUse { .. } => Code::DataDirInUse,
+            RegistryError::Corrupt(_) => Code::Corrupt,
+            RegistryError::Storage { .. } => Code::Storage,
         }
     }
 

@@ -1,10 +1,12 @@
-//! Host bindings generated from the WIT package in `host-api/wit`.
+//! Host bindings generated from the WIT package in `host-api/wit` ([`sluice_host_api::WIT_DIR`]).
 //!
 //! Every import may trap (resource-table faults are sandbox violations); only
-//! `tensor.read` is async, because it waits for the device. Guest-visible errors
-//! travel inside the `Ok` side as the WIT `error` record.
+//! `tensor.read` is async, because it waits for the device. Imports that return the WIT
+//! `result<_, error>` return `Result<_, HostError>` instead (`trappable_error_type`):
+//! [`super::convert::HostError`] decides whether the guest gets the `error` or traps.
 
 wasmtime::component::bindgen!({
+    // `bindgen!` needs a literal; `wit_path_is_host_apis` checks it names `WIT_DIR`.
     path: "../host-api/wit",
     world: "inference",
     imports: {
@@ -13,10 +15,31 @@ wasmtime::component::bindgen!({
     },
     exports: { default: async },
     additional_derives: [PartialEq],
+    trappable_error_type: {
+        "sluice:gpu/types.error" => super::convert::HostError,
+    },
     with: {
         "sluice:gpu/tensors.tensor": super::state::TensorHandle,
     },
 });
 
 pub use sluice::gpu::io::IoData;
-pub use sluice::gpu::types::{Dtype as WitDtype, Error as WitError, ErrorCode as WitErrorCode};
+pub use sluice::gpu::types::{Dtype as WitDtype, Error as WitError};
+
+#[cfg(test)]
+mod tests {
+    /// The literal given to `bindgen!` above, relative to this crate.
+    const BINDGEN_PATH: &str = "../host-api/wit";
+
+    #[test]
+    fn wit_path_is_host_apis() {
+        let ours = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(BINDGEN_PATH);
+        let theirs = std::path::Path::new(sluice_host_api::WIT_DIR);
+        assert_eq!(ours.canonicalize().unwrap(), theirs.canonicalize().unwrap());
+        let source = include_str!("bindings.rs");
+        assert!(
+            source.contains(&format!("path: {BINDGEN_PATH:?},")),
+            "bindgen! reads another path than {BINDGEN_PATH}"
+        );
+    }
+}

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluice_host_api::Code;
 use wasmtime::component::Component;
 
 use super::Engine;
@@ -25,6 +26,18 @@ pub enum ComponentError {
     Invalid(String),
     #[error("the component does not implement the sluice:gpu/inference world: {0}")]
     WrongWorld(String),
+}
+
+impl ComponentError {
+    /// Stable machine-readable code: every variant is [`Code::InvalidComponent`].
+    pub fn code(&self) -> Code {
+        match self {
+            ComponentError::CoreModule
+            | ComponentError::NotWasm
+            | ComponentError::Invalid(_)
+            | ComponentError::WrongWorld(_) => Code::InvalidComponent,
+        }
+    }
 }
 
 const COMPONENT_HEADER: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
@@ -83,11 +96,6 @@ impl FunctionImage {
     /// Its artifacts and shared weights.
     pub fn artifacts(&self) -> &Arc<ArtifactSet> {
         &self.artifacts
-    }
-
-    /// Its limits.
-    pub fn limits(&self) -> &FunctionLimits {
-        &self.limits
     }
 
     /// Instances kept warm for its next invocations.

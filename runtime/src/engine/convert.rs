@@ -1,129 +1,66 @@
-//! Conversions between the WIT bindings' types and the host API's Rust types.
+//! The host's side of the WIT glue: the shared conversions between the generated
+//! bindings and the host API's types ([`sluice_host_api::wit_conversions!`], the same
+//! code the guest SDK uses), and [`HostError`], the error every host import returns.
+//!
+//! An import fails in one of two ways: the guest asked for something the API refuses
+//! (a bad shape, an unknown artifact, a quota) — the guest gets the WIT `error` record
+//! and carries on — or the guest broke the sandbox's rules (a handle that is not its own)
+//! or the host itself failed — the instance traps. [`HostError`] holds either, so the
+//! imports can use `?` on both, and [`HostError::into_wit`] is the one place that decides
+//! which the guest sees.
 
-use sluice_host_api as api;
-use sluice_host_api::{ApiError, DType, ErrorCode};
+use sluice_host_api::ApiError;
 
-use super::bindings::sluice::gpu::fused as wit_fused;
-use super::bindings::sluice::gpu::ops as wit;
-use super::bindings::{WitDtype, WitError, WitErrorCode};
+use super::bindings::WitError;
 
-pub(crate) fn dtype_from_wit(d: WitDtype) -> DType {
-    match d {
-        WitDtype::F32 => DType::F32,
-        WitDtype::F16 => DType::F16,
-        WitDtype::Bf16 => DType::BF16,
-        WitDtype::I32 => DType::I32,
-        WitDtype::I64 => DType::I64,
-        WitDtype::U8 => DType::U8,
-    }
+sluice_host_api::wit_conversions!(super::bindings::sluice::gpu);
+
+/// Why a host import failed: a refusal the guest sees, or a trap.
+#[derive(Debug)]
+pub(crate) enum HostError {
+    /// The API refused the call; the guest receives the WIT `error`.
+    Guest(ApiError),
+    /// A sandbox violation or a host failure; the instance traps.
+    Trap(wasmtime::Error),
 }
 
-pub(crate) fn dtype_to_wit(d: DType) -> WitDtype {
-    match d {
-        DType::F32 => WitDtype::F32,
-        DType::F16 => WitDtype::F16,
-        DType::BF16 => WitDtype::Bf16,
-        DType::I32 => WitDtype::I32,
-        DType::I64 => WitDtype::I64,
-        DType::U8 => WitDtype::U8,
-    }
-}
-
-pub(crate) fn error_to_wit(e: ApiError) -> WitError {
-    let code = match e.code {
-        ErrorCode::ShapeMismatch => WitErrorCode::ShapeMismatch,
-        ErrorCode::DtypeMismatch => WitErrorCode::DtypeMismatch,
-        ErrorCode::InvalidArgument => WitErrorCode::InvalidArgument,
-        ErrorCode::NotFound => WitErrorCode::NotFound,
-        ErrorCode::QuotaExceeded => WitErrorCode::QuotaExceeded,
-        ErrorCode::OutOfMemory => WitErrorCode::OutOfMemory,
-        ErrorCode::TooLarge => WitErrorCode::TooLarge,
-        ErrorCode::DeviceFailure => WitErrorCode::DeviceFailure,
-    };
-    WitError { code, message: e.message }
-}
-
-pub(crate) fn op_from_wit(op: wit::Op) -> api::Op {
-    match op {
-        wit::Op::Matmul(a) => {
-            api::Op::Matmul(api::MatmulArgs { transpose_a: a.transpose_a, transpose_b: a.transpose_b })
+impl HostError {
+    /// What the guest gets: its WIT `error`, or a trap of its instance.
+    pub(crate) fn into_wit(self) -> wasmtime::Result<WitError> {
+        match self {
+            HostError::Guest(e) => Ok(e.into()),
+            HostError::Trap(e) => Err(e),
         }
-        wit::Op::Binary(b) => api::Op::Binary(match b {
-            wit::BinaryOp::Add => api::BinaryOp::Add,
-            wit::BinaryOp::Sub => api::BinaryOp::Sub,
-            wit::BinaryOp::Mul => api::BinaryOp::Mul,
-            wit::BinaryOp::Div => api::BinaryOp::Div,
-            wit::BinaryOp::Maximum => api::BinaryOp::Maximum,
-            wit::BinaryOp::Minimum => api::BinaryOp::Minimum,
-        }),
-        wit::Op::Unary(u) => api::Op::Unary(unary_from_wit(u)),
-        wit::Op::Affine(a) => api::Op::Affine { scale: a.scale, bias: a.bias },
-        wit::Op::Softmax(s) => api::Op::Softmax { scale: s.scale },
-        wit::Op::LayerNorm(l) => api::Op::LayerNorm { eps: l.eps },
-        wit::Op::Embedding => api::Op::Embedding,
-        wit::Op::Reduce(r) => api::Op::Reduce(api::ReduceArgs {
-            op: match r.op {
-                wit::ReduceOp::Sum => api::ReduceOp::Sum,
-                wit::ReduceOp::Mean => api::ReduceOp::Mean,
-                wit::ReduceOp::Max => api::ReduceOp::Max,
-                wit::ReduceOp::Min => api::ReduceOp::Min,
-            },
-            axis: r.axis,
-            keep_dim: r.keep_dim,
-        }),
-        wit::Op::Reshape(s) => api::Op::Reshape(s),
-        wit::Op::Permute(p) => api::Op::Permute(p),
-        wit::Op::Slice(s) => api::Op::Slice(api::SliceArgs { axis: s.axis, start: s.start, end: s.end }),
-        wit::Op::Concat(axis) => api::Op::Concat { axis },
-        wit::Op::Cast(d) => api::Op::Cast(dtype_from_wit(d)),
-        wit::Op::Conv2d(c) => api::Op::Conv2d(api::Conv2dArgs {
-            stride: c.stride,
-            padding: c.padding,
-            dilation: c.dilation,
-            groups: c.groups,
-        }),
-        wit::Op::Pool2d(p) => api::Op::Pool2d(api::Pool2dArgs {
-            kind: match p.kind {
-                wit::PoolKind::Max => api::PoolKind::Max,
-                wit::PoolKind::Avg => api::PoolKind::Avg,
-            },
-            kernel: p.kernel,
-            stride: p.stride,
-            padding: p.padding,
-        }),
     }
 }
 
-fn unary_from_wit(u: wit::UnaryOp) -> api::UnaryOp {
-    match u {
-        wit::UnaryOp::Relu => api::UnaryOp::Relu,
-        wit::UnaryOp::Gelu => api::UnaryOp::Gelu,
-        wit::UnaryOp::GeluTanh => api::UnaryOp::GeluTanh,
-        wit::UnaryOp::Tanh => api::UnaryOp::Tanh,
-        wit::UnaryOp::Sigmoid => api::UnaryOp::Sigmoid,
-        wit::UnaryOp::Exp => api::UnaryOp::Exp,
-        wit::UnaryOp::Log => api::UnaryOp::Log,
-        wit::UnaryOp::Sqrt => api::UnaryOp::Sqrt,
-        wit::UnaryOp::Rsqrt => api::UnaryOp::Rsqrt,
-        wit::UnaryOp::Neg => api::UnaryOp::Neg,
-        wit::UnaryOp::Abs => api::UnaryOp::Abs,
+impl From<ApiError> for HostError {
+    fn from(e: ApiError) -> Self {
+        HostError::Guest(e)
     }
 }
 
-/// The fused ops of the WIT `fused` interface are variants of the same [`api::Op`], so
-/// inference, scheduling, the cost model and the backends treat them like any op.
-pub(crate) fn fused_op_from_wit(op: wit_fused::FusedOp) -> api::Op {
-    match op {
-        wit_fused::FusedOp::Linear(l) => {
-            api::Op::Linear { transpose_w: l.transpose_w, activation: l.activation.map(unary_from_wit) }
-        }
-        wit_fused::FusedOp::AddLayerNorm(l) => api::Op::AddLayerNorm { eps: l.eps },
-        wit_fused::FusedOp::Attention(a) => api::Op::Attention { heads: a.heads, scale: a.scale },
+impl From<wasmtime::Error> for HostError {
+    fn from(e: wasmtime::Error) -> Self {
+        HostError::Trap(e)
+    }
+}
+
+impl From<wasmtime::component::ResourceTableError> for HostError {
+    fn from(e: wasmtime::component::ResourceTableError) -> Self {
+        HostError::Trap(e.into())
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use sluice_host_api as api;
+    use sluice_host_api::{DType, ErrorCode};
+
+    use super::super::bindings::WitDtype;
+    use super::super::bindings::sluice::gpu::fused as wit_fused;
+    use super::super::bindings::sluice::gpu::ops as wit;
+    use super::super::bindings::sluice::gpu::types::ErrorCode as WitErrorCode;
     use super::*;
 
     #[test]
@@ -132,18 +69,41 @@ mod tests {
             transpose_w: true,
             activation: Some(wit::UnaryOp::GeluTanh),
         });
-        assert_eq!(
-            fused_op_from_wit(lin),
-            api::Op::Linear { transpose_w: true, activation: Some(api::UnaryOp::GeluTanh) }
-        );
+        assert_eq!(api::Op::from(lin), api::Op::Linear { transpose_w: true, activation: Some(api::UnaryOp::GeluTanh) });
         let plain = wit_fused::FusedOp::Linear(wit_fused::LinearArgs { transpose_w: false, activation: None });
-        assert_eq!(fused_op_from_wit(plain), api::Op::Linear { transpose_w: false, activation: None });
+        assert_eq!(api::Op::from(plain), api::Op::Linear { transpose_w: false, activation: None });
         let aln = wit_fused::FusedOp::AddLayerNorm(wit::LayerNormArgs { eps: 1e-12 });
-        assert_eq!(fused_op_from_wit(aln), api::Op::AddLayerNorm { eps: 1e-12 });
+        assert_eq!(api::Op::from(aln), api::Op::AddLayerNorm { eps: 1e-12 });
         let att = wit_fused::FusedOp::Attention(wit_fused::AttentionArgs { heads: 12, scale: 0.125 });
-        assert_eq!(fused_op_from_wit(att), api::Op::Attention { heads: 12, scale: 0.125 });
+        assert_eq!(api::Op::from(att), api::Op::Attention { heads: 12, scale: 0.125 });
         // Every activation maps onto the op of the same name.
-        assert_eq!(unary_from_wit(wit::UnaryOp::Rsqrt), api::UnaryOp::Rsqrt);
-        assert_eq!(unary_from_wit(wit::UnaryOp::Relu), api::UnaryOp::Relu);
+        assert_eq!(api::UnaryOp::from(wit::UnaryOp::Rsqrt), api::UnaryOp::Rsqrt);
+        assert_eq!(api::UnaryOp::from(wit::UnaryOp::Relu), api::UnaryOp::Relu);
+    }
+
+    #[test]
+    fn enums_map_in_wit_order_both_ways() {
+        for (i, d) in DType::ALL.into_iter().enumerate() {
+            let w = WitDtype::from(d);
+            assert_eq!(w as usize, i, "{d:?}");
+            assert_eq!(DType::from(w), d);
+        }
+        for (i, u) in api::UnaryOp::ALL.into_iter().enumerate() {
+            let w = wit::UnaryOp::from(u);
+            assert_eq!(w as usize, i, "{u:?}");
+            assert_eq!(api::UnaryOp::from(w), u);
+        }
+        let code = WitErrorCode::from(ErrorCode::DeviceFailure);
+        assert_eq!(code, WitErrorCode::DeviceFailure);
+        assert_eq!(ErrorCode::from(code), ErrorCode::DeviceFailure);
+    }
+
+    #[test]
+    fn refusals_reach_the_guest_and_faults_trap() {
+        let refused = HostError::from(ApiError::shape("bad")).into_wit().expect("a refusal is not a trap");
+        assert_eq!(refused.code, WitErrorCode::ShapeMismatch);
+        assert_eq!(refused.message, "bad");
+        let fault = HostError::from(wasmtime::component::ResourceTableError::NotPresent);
+        assert!(fault.into_wit().is_err(), "a bad handle traps");
     }
 }

@@ -3,17 +3,20 @@
 //!
 //! All of them go through [`InvocationState::create`], so every new tensor is
 //! validated, charged to the invocation's memory account and handed to the
-//! device's scheduler in exactly one place.
+//! device's scheduler in exactly one place. Every import returns `Result` and uses `?`:
+//! an [`ApiError`] becomes the guest's WIT `error`, a resource-table fault a trap
+//! ([`HostError`], decided in `convert.rs`).
 
-use sluice_host_api::{ApiError, ErrorCode, Op, TensorMeta, infer};
+use sluice_host_api::{ApiError, DType, ErrorCode, Op, TensorMeta, infer};
 use wasmtime::component::Resource;
 
+use super::bindings::WitDtype;
 use super::bindings::sluice::gpu::{artifacts, fused, io, ops, tensors, types};
-use super::bindings::{WitDtype, WitError};
-use super::convert::{dtype_from_wit, dtype_to_wit, error_to_wit, fused_op_from_wit, op_from_wit};
+use super::convert::HostError;
 use super::state::{Allocation, InvocationState, TensorHandle};
 
-type HostResult<T> = wasmtime::Result<Result<T, WitError>>;
+/// What an import that returns a WIT `result` returns: a refusal or a trap in the `Err`.
+type HostResult<T> = Result<T, HostError>;
 
 /// What a new tensor is made from.
 enum Source {
@@ -25,10 +28,7 @@ impl InvocationState {
     /// The single path by which a guest gets a new tensor: reserve memory, queue
     /// the work, and hand back a handle.
     fn create(&mut self, meta: TensorMeta, source: Source) -> HostResult<Resource<TensorHandle>> {
-        let allocation = match Allocation::reserve(&self.queue, &self.account, &meta) {
-            Ok(a) => a,
-            Err(e) => return Ok(Err(error_to_wit(e))),
-        };
+        let allocation = Allocation::reserve(&self.queue, &self.account, &meta)?;
         let id = allocation.id();
         match source {
             Source::Bytes(bytes) => self.queue.upload(self.invocation, id, meta.clone(), bytes),
@@ -39,28 +39,20 @@ impl InvocationState {
         }
         let handle = self.table.push(TensorHandle::owned(allocation, meta))?;
         self.live_tensors += 1;
-        Ok(Ok(handle))
+        Ok(handle)
     }
 
-    fn upload(
-        &mut self,
-        dtype: sluice_host_api::DType,
-        shape: Vec<u32>,
-        bytes: Vec<u8>,
-    ) -> HostResult<Resource<TensorHandle>> {
-        let meta = match TensorMeta::new(dtype, shape) {
-            Ok(m) => m,
-            Err(e) => return Ok(Err(error_to_wit(e))),
-        };
+    fn upload(&mut self, dtype: DType, shape: Vec<u32>, bytes: Vec<u8>) -> HostResult<Resource<TensorHandle>> {
+        let meta = TensorMeta::new(dtype, shape)?;
         if bytes.len() != meta.byte_len() {
-            let e = ApiError::shape(format!(
+            return Err(ApiError::shape(format!(
                 "{} bytes given for a {} tensor of shape {:?}, which needs {}",
                 bytes.len(),
                 meta.dtype,
                 meta.shape,
                 meta.byte_len()
-            ));
-            return Ok(Err(error_to_wit(e)));
+            ))
+            .into());
         }
         self.create(meta, Source::Bytes(bytes))
     }
@@ -70,28 +62,33 @@ impl InvocationState {
     }
 }
 
-impl types::Host for InvocationState {}
+impl types::Host for InvocationState {
+    fn convert_error(&mut self, err: HostError) -> wasmtime::Result<types::Error> {
+        err.into_wit()
+    }
+}
+
 impl io::Host for InvocationState {}
 
 impl tensors::Host for InvocationState {}
 
 impl tensors::HostTensor for InvocationState {
     fn from_bytes(&mut self, dtype: WitDtype, shape: Vec<u32>, data: Vec<u8>) -> HostResult<Resource<TensorHandle>> {
-        self.upload(dtype_from_wit(dtype), shape, data)
+        self.upload(dtype.into(), shape, data)
     }
 
     fn from_f32(&mut self, shape: Vec<u32>, data: Vec<f32>) -> HostResult<Resource<TensorHandle>> {
         let bytes = bytemuck::cast_slice(&data).to_vec();
-        self.upload(sluice_host_api::DType::F32, shape, bytes)
+        self.upload(DType::F32, shape, bytes)
     }
 
     fn from_i32(&mut self, shape: Vec<u32>, data: Vec<i32>) -> HostResult<Resource<TensorHandle>> {
         let bytes = bytemuck::cast_slice(&data).to_vec();
-        self.upload(sluice_host_api::DType::I32, shape, bytes)
+        self.upload(DType::I32, shape, bytes)
     }
 
     fn dtype(&mut self, this: Resource<TensorHandle>) -> wasmtime::Result<WitDtype> {
-        Ok(dtype_to_wit(self.handle(&this)?.meta.dtype))
+        Ok(self.handle(&this)?.meta.dtype.into())
     }
 
     fn shape(&mut self, this: Resource<TensorHandle>) -> wasmtime::Result<Vec<u32>> {
@@ -102,17 +99,17 @@ impl tensors::HostTensor for InvocationState {
         let handle = self.handle(&this)?;
         let (id, meta) = (handle.id, handle.meta.clone());
         if meta.byte_len() > self.limits.max_read_bytes {
-            let e = ApiError::new(
+            return Err(ApiError::new(
                 ErrorCode::TooLarge,
                 format!(
                     "reading {} bytes exceeds the limit of {} bytes per read",
                     meta.byte_len(),
                     self.limits.max_read_bytes
                 ),
-            );
-            return Ok(Err(error_to_wit(e)));
+            )
+            .into());
         }
-        Ok(self.queue.read(id, meta).await.map_err(error_to_wit))
+        Ok(self.queue.read(id, meta).await?)
     }
 
     fn drop(&mut self, this: Resource<TensorHandle>) -> wasmtime::Result<()> {
@@ -125,7 +122,7 @@ impl tensors::HostTensor for InvocationState {
 
 impl ops::Host for InvocationState {
     fn launch(&mut self, op: ops::Op, inputs: Vec<Resource<TensorHandle>>) -> HostResult<Resource<TensorHandle>> {
-        self.launch_op(op_from_wit(op), &inputs)
+        self.launch_op(op.into(), &inputs)
     }
 }
 
@@ -135,7 +132,7 @@ impl fused::Host for InvocationState {
         op: fused::FusedOp,
         inputs: Vec<Resource<TensorHandle>>,
     ) -> HostResult<Resource<TensorHandle>> {
-        self.launch_op(fused_op_from_wit(op), &inputs)
+        self.launch_op(op.into(), &inputs)
     }
 }
 
@@ -148,17 +145,14 @@ impl InvocationState {
             args.push((h.id, h.meta.clone()));
         }
         let metas: Vec<&TensorMeta> = args.iter().map(|(_, m)| m).collect();
-        let out = match infer(&op, &metas) {
-            Ok(m) => m,
-            Err(e) => return Ok(Err(error_to_wit(e))),
-        };
+        let out = infer(&op, &metas)?;
         self.create(out, Source::Op(op, args))
     }
 }
 
 impl artifacts::Host for InvocationState {
     fn read(&mut self, artifact: String) -> HostResult<Vec<u8>> {
-        Ok(self.artifacts.read(&artifact, self.limits.max_artifact_read_bytes).map_err(error_to_wit))
+        Ok(self.artifacts.read(&artifact, self.limits.max_artifact_read_bytes)?)
     }
 
     fn load_tensor(
@@ -167,14 +161,9 @@ impl artifacts::Host for InvocationState {
         name: String,
         as_dtype: Option<WitDtype>,
     ) -> HostResult<Resource<TensorHandle>> {
-        let as_dtype = as_dtype.map(dtype_from_wit);
-        match self.artifacts.load_tensor(&self.queue, &artifact, &name, as_dtype) {
-            Ok((allocation, meta)) => {
-                let handle = self.table.push(TensorHandle::shared(allocation, meta))?;
-                self.live_tensors += 1;
-                Ok(Ok(handle))
-            }
-            Err(e) => Ok(Err(error_to_wit(e))),
-        }
+        let (allocation, meta) = self.artifacts.load_tensor(&self.queue, &artifact, &name, as_dtype.map(Into::into))?;
+        let handle = self.table.push(TensorHandle::shared(allocation, meta))?;
+        self.live_tensors += 1;
+        Ok(handle)
     }
 }

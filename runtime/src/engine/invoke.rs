@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use sluice_host_api::Code;
 use wasmtime::Store;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::WasiCtx;
@@ -68,14 +69,14 @@ fn stderr_suffix(stderr: &str) -> String {
 
 impl InvokeError {
     /// Stable machine-readable code.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> Code {
         match self {
-            InvokeError::InvalidInput { .. } => "invalid_input",
-            InvokeError::Failed { .. } => "function_failed",
-            InvokeError::Trapped { .. } => "function_trapped",
-            InvokeError::Timeout { .. } => "timeout",
-            InvokeError::MemoryLimit { .. } => "memory_limit_exceeded",
-            InvokeError::OutputTooLarge { .. } | InvokeError::TransferTooLarge { .. } => "output_too_large",
+            InvokeError::InvalidInput { .. } => Code::InvalidInput,
+            InvokeError::Failed { .. } => Code::FunctionFailed,
+            InvokeError::Trapped { .. } => Code::FunctionTrapped,
+            InvokeError::Timeout { .. } => Code::Timeout,
+            InvokeError::MemoryLimit { .. } => Code::MemoryLimitExceeded,
+            InvokeError::OutputTooLarge { .. } | InvokeError::TransferTooLarge { .. } => Code::OutputTooLarge,
         }
     }
 }

@@ -5,7 +5,7 @@
 //! interruption for wall-clock deadlines and a per-instance memory limiter. A
 //! component is checked against the `inference` world once ([`Engine::prepare`])
 //! and pre-instantiated; [`Engine::invoke`] then runs it in a fresh store, or in a
-//! warm instance an earlier invocation of the same version left clean ([`warm`]).
+//! warm instance an earlier invocation of the same version left clean (`warm`).
 
 mod artifacts;
 mod bindings;

@@ -1,9 +1,10 @@
 //! The platform's typed error: everything a deploy, an invocation or an admin call can
-//! fail with, each with a stable machine-readable [`PlatformError::code`].
+//! fail with, each with a stable machine-readable [`Code`] ([`PlatformError::code`]).
 //!
 //! The HTTP layer turns these into statuses in exactly one place
 //! (`server::error`); this module only says *what* went wrong.
 
+use sluice_host_api::Code;
 use sluice_registry::RegistryError;
 
 use crate::engine::{ComponentError, InvokeError};
@@ -53,17 +54,32 @@ pub enum PlatformError {
 
 impl PlatformError {
     /// A stable machine-readable code for API error bodies.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> Code {
         match self {
             PlatformError::Registry(e) => e.code(),
-            PlatformError::Component(_) => "invalid_component",
+            PlatformError::Component(e) => e.code(),
             PlatformError::Invoke(e) => e.code(),
-            PlatformError::InvalidRequest(_) => "invalid_request",
-            PlatformError::Overloaded { scope: LimitScope::Tenant, .. } => "tenant_concurrency_limit",
-            PlatformError::Overloaded { scope: LimitScope::Global, .. } => "concurrency_limit",
-            PlatformError::ShuttingDown => "shutting_down",
-            PlatformError::NoDeviceCapacity(_) => "insufficient_device_memory",
-            PlatformError::Internal(_) => "internal",
+            PlatformError::InvalidRequest(_) => Code::InvalidRequest,
+            PlatformError::Overloaded { scope: LimitScope::Tenant, .. } => Code::TenantConcurrencyLimit,
+            PlatformError::Overloaded { scope: LimitScope::Global, .. } => Code::ConcurrencyLimit,
+            PlatformError::ShuttingDown => Code::ShuttingDown,
+            PlatformError::NoDeviceCapacity(_) => Code::InsufficientDeviceMemory,
+            PlatformError::Internal(_) => Code::Internal,
+        }
+    }
+
+    /// Whether the message is for the operator's log only (a server-side failure): the
+    /// client then gets the code and a generic message.
+    pub fn is_internal(&self) -> bool {
+        match self {
+            PlatformError::Registry(e) => !e.is_client_error(),
+            PlatformError::Internal(_) => true,
+            PlatformError::Component(_)
+            | PlatformError::Invoke(_)
+            | PlatformError::InvalidRequest(_)
+            | PlatformError::Overloaded { .. }
+            | PlatformError::ShuttingDown
+            | PlatformError::NoDeviceCapacity(_) => false,
         }
     }
 

@@ -1,4 +1,5 @@
-//! Functions: deploy, artifacts, list/get/delete, and the cache of loaded versions.
+//! Functions: deploy, artifacts, list/get/delete, and loading versions into the
+//! [`super::cache::FunctionCache`].
 //!
 //! A deploy validates the component against the world and precompiles it *before*
 //! anything is stored, so a bad upload changes nothing; then the registry stores the
@@ -164,9 +165,7 @@ impl Platform {
     #[tracing::instrument(name = "sluice_platform.delete_function", skip(self), err(Display))]
     pub fn delete_function(&self, tenant: &str, name: &str) -> Result<()> {
         self.registry.delete_function(tenant, name)?;
-        if let Some(fns) = self.functions.write().get_mut(tenant) {
-            fns.remove(name);
-        }
+        self.functions.remove(tenant, name);
         self.metrics.forget(tenant, Some(name));
         self.collect_garbage();
         Ok(())
@@ -185,23 +184,16 @@ impl Platform {
     }
 
     pub(crate) fn cached(&self, tenant: &str, name: &str) -> Option<Arc<LoadedFunction>> {
-        self.functions.read().get(tenant)?.get(name).cloned()
+        self.functions.get(tenant, name)
     }
 
     /// Makes `loaded` the serving version unless a newer one is already installed.
     fn install(&self, loaded: Arc<LoadedFunction>) {
-        let mut fns = self.functions.write();
-        let slot = fns.entry(loaded.version.tenant.clone()).or_default();
-        match slot.get(&loaded.version.function) {
-            Some(current) if current.version.version > loaded.version.version => {}
-            _ => {
-                slot.insert(loaded.version.function.clone(), loaded);
-            }
-        }
+        self.functions.install(loaded);
     }
 
     pub(crate) fn forget_tenant(&self, tenant: &str) {
-        self.functions.write().remove(tenant);
+        self.functions.remove_tenant(tenant);
         self.tenants.lock().remove(tenant);
         self.metrics.forget(tenant, None);
     }

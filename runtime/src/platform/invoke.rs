@@ -1,8 +1,9 @@
-//! Invocations: admission control, then one run in a fresh instance.
+//! Invocations: admission control ([`super::admission`]), then one run in a fresh or
+//! warm instance.
 //!
-//! Admission takes a permit from the tenant's semaphore and then from the server-wide
-//! one with `try_acquire`, so a full server answers "retry later" (429) at once rather
-//! than building an unbounded queue. The guest runs on a blocking thread (one per
+//! Admission takes a permit from the tenant's limit and then from the server's without
+//! waiting, so a full server answers "retry later" (429) at once rather than building
+//! an unbounded queue. The guest runs on a blocking thread (one per
 //! in-flight invocation, bounded by the global limit), so a guest that spins until its
 //! deadline never stalls the HTTP workers.
 
@@ -10,7 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{LimitScope, LoadedFunction, Platform, PlatformError, Result, UNKNOWN_FUNCTION};
+use super::admission::admit;
+use super::{LoadedFunction, Platform, PlatformError, Result, UNKNOWN_FUNCTION};
 use crate::engine::{InvocationContext, InvocationOutput, IoTensor};
 use crate::scheduler::{MemoryAccount, PriorityClass, SchedulingInfo};
 
@@ -71,16 +73,7 @@ impl Platform {
             }
         };
         let tenant_rt = self.tenant_runtime(tenant)?;
-        let _tenant_permit = tenant_rt
-            .permits
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| PlatformError::Overloaded { scope: LimitScope::Tenant, limit: tenant_rt.limit })?;
-        let _global_permit = self
-            .global
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| PlatformError::Overloaded { scope: LimitScope::Global, limit: self.config.max_concurrency })?;
+        let _admitted = admit(&tenant_rt.concurrency, &self.global)?;
         self.counters.in_flight.fetch_add(1, Ordering::Relaxed);
         let _in_flight = InFlight(self);
 

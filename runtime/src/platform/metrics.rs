@@ -39,6 +39,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Metric, Registry, Unit};
+use sluice_host_api::Code;
 
 use super::{Invocation, Status};
 use crate::scheduler::PriorityClass;
@@ -130,8 +131,8 @@ impl Metrics {
     }
 
     /// Records a failed (or refused) invocation with the error's stable code.
-    pub(crate) fn record_error(&self, tenant: &str, function: &str, code: &'static str) {
-        self.count(FunctionLabels { tenant: tenant.to_owned(), function: function.to_owned() }, code);
+    pub(crate) fn record_error(&self, tenant: &str, function: &str, code: Code) {
+        self.count(FunctionLabels { tenant: tenant.to_owned(), function: function.to_owned() }, code.as_str());
     }
 
     fn count(&self, labels: FunctionLabels, outcome: &'static str) {

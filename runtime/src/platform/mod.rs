@@ -1,21 +1,24 @@
 //! The service layer: everything `sluice serve` does, without HTTP.
 //!
 //! A [`Platform`] owns the durable [`Registry`], the wasmtime [`Engine`], the device's
-//! [`DeviceQueue`], a cache of loaded functions (the newest version of each
-//! `(tenant, name)`, compiled, pre-instantiated and with its shared weights), one memory
-//! account and one concurrency semaphore per tenant, and a server-wide semaphore.
+//! [`DeviceQueue`], the cache of loaded functions, one memory account and one
+//! concurrency limit per tenant, and a server-wide concurrency limit.
 //!
-//! - [`functions`]: deploy (validate → precompile → durable store → load), artifacts,
+//! - `cache`: the loaded functions (the newest version of each `(tenant, name)`,
+//!   compiled, pre-instantiated and with its shared weights);
+//! - `admission`: the concurrency limits (a full server answers 429 at once instead
+//!   of queueing);
+//! - `functions`: deploy (validate → precompile → durable store → load), artifacts,
 //!   list/get/delete, and warm-up at start-up from the stored compiled forms;
-//! - [`invoke`]: admission control (`try_acquire` on the tenant's and the global
-//!   semaphore, so an overloaded server answers at once instead of queueing) and one
-//!   invocation in a fresh instance on a blocking thread;
-//! - [`tenants`]: the admin operations;
-//! - [`metrics`]: Prometheus metrics of invocations, plus the status at scrape time.
+//! - `invoke`: admission, then one invocation on a blocking thread;
+//! - `tenants`: the admin operations;
+//! - `metrics`: Prometheus metrics of invocations, plus the status at scrape time.
 //!
 //! Methods that touch the disk or compile are synchronous: the HTTP layer calls them on
 //! the blocking pool. Errors are [`PlatformError`]s with stable codes.
 
+mod admission;
+mod cache;
 mod error;
 mod functions;
 mod invoke;
@@ -28,16 +31,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use serde::Serialize;
 use sluice_registry::{Principal, Registry};
-use tokio::sync::Semaphore;
 
 use crate::backend::{Device, DeviceInfo};
 use crate::engine::{Engine, EngineConfig};
 use crate::scheduler::{DevicePool, DeviceStatus, SchedulerConfig};
 use crate::scheduler::{DeviceQueue, MemoryAccount};
 
+use admission::ConcurrencyLimit;
+use cache::FunctionCache;
 pub use error::{LimitScope, PlatformError, Result};
 pub use functions::{FunctionInfo, LoadedFunction, WarmReport};
 pub use invoke::Invocation;
@@ -74,11 +78,10 @@ impl Default for PlatformConfig {
     }
 }
 
-/// A tenant's run-time state: its device-memory account and its concurrency permits.
+/// A tenant's run-time state: its device-memory account and its concurrency limit.
 pub(crate) struct TenantRuntime {
     pub(crate) account: Arc<MemoryAccount>,
-    pub(crate) permits: Arc<Semaphore>,
-    pub(crate) limit: u32,
+    pub(crate) concurrency: ConcurrencyLimit,
     /// The tenant's weight in the device schedulers' fair share.
     pub(crate) weight: u32,
 }
@@ -138,10 +141,9 @@ pub struct Platform {
     fingerprint: String,
     devices: Arc<DevicePool>,
     config: PlatformConfig,
-    /// tenant → function name → newest loaded version.
-    functions: RwLock<HashMap<String, HashMap<String, Arc<LoadedFunction>>>>,
+    functions: FunctionCache,
     tenants: Mutex<HashMap<String, Arc<TenantRuntime>>>,
-    global: Arc<Semaphore>,
+    global: ConcurrencyLimit,
     counters: Counters,
     metrics: Metrics,
     ready: AtomicBool,
@@ -177,9 +179,9 @@ impl Platform {
             engine,
             fingerprint,
             devices,
-            global: Arc::new(Semaphore::new(config.max_concurrency as usize)),
+            global: ConcurrencyLimit::new(LimitScope::Global, config.max_concurrency),
             config,
-            functions: RwLock::new(HashMap::new()),
+            functions: FunctionCache::default(),
             tenants: Mutex::new(HashMap::new()),
             counters: Counters::default(),
             metrics: Metrics::default(),
@@ -204,11 +206,6 @@ impl Platform {
         self.devices.queues()[0].info()
     }
 
-    /// Its devices and their schedulers.
-    pub fn devices(&self) -> &Arc<DevicePool> {
-        &self.devices
-    }
-
     /// Who `key` authenticates as (`None`: unknown or revoked).
     pub fn authenticate(&self, key: &str) -> Result<Option<Principal>> {
         Ok(self.registry.authenticate(key)?)
@@ -227,11 +224,6 @@ impl Platform {
     /// Invocations running now.
     pub fn in_flight(&self) -> u64 {
         self.counters.in_flight.load(Ordering::Relaxed)
-    }
-
-    /// Its Prometheus metrics.
-    pub fn metrics(&self) -> &Metrics {
-        &self.metrics
     }
 
     /// The metrics text for `GET /metrics`: every tenant's series (admin only).
@@ -260,7 +252,7 @@ impl Platform {
                 tenant: id.clone(),
                 memory_used_bytes: t.account.used(),
                 memory_quota_bytes: t.account.limit(),
-                concurrency_limit: t.limit,
+                concurrency_limit: t.concurrency.limit(),
                 weight: t.weight,
             })
             .collect();
@@ -272,7 +264,7 @@ impl Platform {
             device: self.device().clone(),
             engine_fingerprint: self.fingerprint.clone(),
             data_dir: self.registry.data_dir().display().to_string(),
-            functions_loaded: self.functions.read().values().map(HashMap::len).sum(),
+            functions_loaded: self.functions.len(),
             compilations: get(&c.compilations),
             compiled_cache_loads: get(&c.compiled_loads),
             invocations: get(&c.invocations),
@@ -296,8 +288,7 @@ impl Platform {
         let limit = settings.max_concurrency.unwrap_or(self.config.tenant_max_concurrency);
         let runtime = Arc::new(TenantRuntime {
             account: MemoryAccount::new(format!("tenant {tenant:?}"), settings.memory_quota_bytes, None),
-            permits: Arc::new(Semaphore::new(limit as usize)),
-            limit,
+            concurrency: ConcurrencyLimit::new(LimitScope::Tenant, limit),
             weight: settings.weight,
         });
         Ok(self.tenants.lock().entry(tenant.to_owned()).or_insert(runtime).clone())

@@ -12,7 +12,7 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use sluice_registry::Principal;
 
-use super::error::ApiError;
+use super::error::HttpError;
 use crate::platform::Platform;
 
 /// Any authenticated caller.
@@ -25,11 +25,11 @@ pub struct TenantCaller(pub String);
 pub struct AdminCaller;
 
 impl FromRequestParts<Arc<Platform>> for Caller {
-    type Rejection = ApiError;
+    type Rejection = HttpError;
 
-    async fn from_request_parts(parts: &mut Parts, platform: &Arc<Platform>) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, platform: &Arc<Platform>) -> Result<Self, HttpError> {
         let Some(value) = parts.headers.get(AUTHORIZATION) else {
-            return Err(ApiError::unauthorized("missing API key: send `Authorization: Bearer <key>`"));
+            return Err(HttpError::unauthorized("missing API key: send `Authorization: Bearer <key>`"));
         };
         let key = value
             .to_str()
@@ -37,34 +37,34 @@ impl FromRequestParts<Arc<Platform>> for Caller {
             .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
             .map(str::trim)
             .filter(|k| !k.is_empty())
-            .ok_or_else(|| ApiError::unauthorized("malformed Authorization header: expected `Bearer <key>`"))?;
+            .ok_or_else(|| HttpError::unauthorized("malformed Authorization header: expected `Bearer <key>`"))?;
         match platform.authenticate(key)? {
             Some(principal) => Ok(Caller(principal)),
-            None => Err(ApiError::unauthorized("unknown or revoked API key")),
+            None => Err(HttpError::unauthorized("unknown or revoked API key")),
         }
     }
 }
 
 impl FromRequestParts<Arc<Platform>> for TenantCaller {
-    type Rejection = ApiError;
+    type Rejection = HttpError;
 
-    async fn from_request_parts(parts: &mut Parts, platform: &Arc<Platform>) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, platform: &Arc<Platform>) -> Result<Self, HttpError> {
         match Caller::from_request_parts(parts, platform).await?.0 {
             Principal::Tenant(id) => Ok(TenantCaller(id)),
             Principal::Admin => {
-                Err(ApiError::forbidden("the admin key manages tenants and has no functions; use a tenant's API key"))
+                Err(HttpError::forbidden("the admin key manages tenants and has no functions; use a tenant's API key"))
             }
         }
     }
 }
 
 impl FromRequestParts<Arc<Platform>> for AdminCaller {
-    type Rejection = ApiError;
+    type Rejection = HttpError;
 
-    async fn from_request_parts(parts: &mut Parts, platform: &Arc<Platform>) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, platform: &Arc<Platform>) -> Result<Self, HttpError> {
         match Caller::from_request_parts(parts, platform).await?.0 {
             Principal::Admin => Ok(AdminCaller),
-            Principal::Tenant(_) => Err(ApiError::forbidden("this endpoint needs the admin key")),
+            Principal::Tenant(_) => Err(HttpError::forbidden("this endpoint needs the admin key")),
         }
     }
 }

@@ -22,9 +22,9 @@ use sluice_registry::{FunctionOptions, FunctionVersion, PriorityClass};
 
 use super::BodyLimits;
 use super::auth::TenantCaller;
-use super::error::ApiError;
+use super::error::{HttpError, blocking};
 use crate::oip;
-use crate::platform::{Invocation, Platform, PlatformError};
+use crate::platform::{Invocation, Platform};
 
 /// Deploy options, as query parameters. The body is the component (`application/wasm`;
 /// the content type is not enforced, the bytes are checked).
@@ -51,13 +51,6 @@ pub fn version_json(v: &FunctionVersion) -> Value {
     })
 }
 
-/// Runs blocking platform work off the async workers.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, PlatformError> + Send + 'static,
-) -> Result<T, ApiError> {
-    Ok(tokio::task::spawn_blocking(f).await.map_err(|e| PlatformError::internal("a blocking task failed", e))??)
-}
-
 fn created(v: &FunctionVersion) -> Response {
     let mut r = (StatusCode::CREATED, Json(version_json(v))).into_response();
     if let Ok(loc) = HeaderValue::from_str(&format!("/v1/functions/{}", v.function)) {
@@ -72,7 +65,7 @@ pub async fn deploy(
     Path(name): Path<String>,
     query: Result<Query<DeployQuery>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     let Query(q) = query?;
     let wasm = body?;
     let defaults = FunctionOptions::default();
@@ -90,7 +83,7 @@ pub async fn deploy(
 pub async fn list(
     State(platform): State<Arc<Platform>>,
     TenantCaller(tenant): TenantCaller,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, HttpError> {
     let functions = blocking(move || platform.list_functions(&tenant)).await?;
     let items: Vec<Value> = functions
         .iter()
@@ -108,7 +101,7 @@ pub async fn get(
     State(platform): State<Arc<Platform>>,
     TenantCaller(tenant): TenantCaller,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, HttpError> {
     let info = blocking(move || platform.function_info(&tenant, &name)).await?;
     let latest = info.record.latest();
     Ok(Json(json!({
@@ -127,7 +120,7 @@ pub async fn delete(
     State(platform): State<Arc<Platform>>,
     TenantCaller(tenant): TenantCaller,
     Path(name): Path<String>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<StatusCode, HttpError> {
     blocking(move || platform.delete_function(&tenant, &name)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -160,16 +153,15 @@ pub async fn put_artifact(
     Path((name, artifact)): Path<(String, String)>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     let limit = limits.artifact_bytes;
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {
-        return Err(ApiError::too_large(limit as usize));
+        return Err(HttpError::too_large(limit as usize));
     }
     let (tx, rx) = tokio::sync::mpsc::channel(8);
-    let job = tokio::task::spawn_blocking(move || {
-        platform.put_artifact(&tenant, &name, &artifact, ChannelReader { rx, buf: Bytes::new() })
-    });
+    let job =
+        blocking(move || platform.put_artifact(&tenant, &name, &artifact, ChannelReader { rx, buf: Bytes::new() }));
     let (too_large, broken) = (AtomicBool::new(false), AtomicBool::new(false));
     let mut body = body;
     let mut total = 0u64;
@@ -196,12 +188,12 @@ pub async fn put_artifact(
         }
     }
     drop(tx);
-    let result = job.await.map_err(|e| PlatformError::internal("storing an artifact", e))?;
+    let result = job.await;
     if too_large.load(Ordering::Relaxed) {
-        return Err(ApiError::too_large(limit as usize));
+        return Err(HttpError::too_large(limit as usize));
     }
     if broken.load(Ordering::Relaxed) && result.is_err() {
-        return Err(ApiError::bad_request("the request body could not be read"));
+        return Err(HttpError::bad_request("the request body could not be read"));
     }
     Ok(created(&result?.version))
 }
@@ -211,14 +203,14 @@ pub async fn invoke(
     TenantCaller(tenant): TenantCaller,
     Path(name): Path<String>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     run(&platform, &tenant, &name, &body?).await
 }
 
 /// Parses an Open Inference Protocol request, runs it, and renders the response with
 /// timing headers. Shared by `/v1/functions/{name}/invoke` and `/v2/models/{name}/infer`.
-pub async fn run(platform: &Arc<Platform>, tenant: &str, name: &str, body: &[u8]) -> Result<Response, ApiError> {
-    let request = oip::parse_request(body).map_err(|e| ApiError::bad_request(e.0))?;
+pub async fn run(platform: &Arc<Platform>, tenant: &str, name: &str, body: &[u8]) -> Result<Response, HttpError> {
+    let request = oip::parse_request(body).map_err(|e| HttpError::bad_request(e.0))?;
     let Invocation { function, output, queue } = platform.invoke(tenant, name, request.inputs).await?;
     let version = function.version.version.to_string();
     let json = oip::response_json(name, Some(&version), request.id.as_deref(), &output.outputs);

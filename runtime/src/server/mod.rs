@@ -100,7 +100,7 @@ fn limited(route: MethodRouter<Arc<Platform>>, limit: usize) -> MethodRouter<Arc
 async fn refuse_declared_oversize(State(limit): State<usize>, request: Request, next: Next) -> Response {
     let declared = request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
-        return error::ApiError::too_large(limit).into_response();
+        return error::HttpError::too_large(limit).into_response();
     }
     next.run(request).await
 }

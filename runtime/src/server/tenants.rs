@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 use sluice_registry::TenantSettings;
 
 use super::auth::AdminCaller;
-use super::error::ApiError;
-use crate::platform::{Platform, PlatformError};
+use super::error::{HttpError, blocking};
+use crate::platform::Platform;
 
 /// Body of `POST /v1/tenants`.
 #[derive(Debug, Deserialize)]
@@ -31,17 +31,11 @@ fn yes() -> bool {
     true
 }
 
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, PlatformError> + Send + 'static,
-) -> Result<T, ApiError> {
-    Ok(tokio::task::spawn_blocking(f).await.map_err(|e| PlatformError::internal("a blocking task failed", e))??)
-}
-
 pub async fn create(
     State(platform): State<Arc<Platform>>,
     _admin: AdminCaller,
     body: Result<Json<CreateTenant>, JsonRejection>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     let Json(req) = body?;
     let out = blocking(move || {
         let tenant = platform.create_tenant(&req.id, req.settings)?;
@@ -58,7 +52,7 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
-pub async fn list(State(platform): State<Arc<Platform>>, _admin: AdminCaller) -> Result<Json<Value>, ApiError> {
+pub async fn list(State(platform): State<Arc<Platform>>, _admin: AdminCaller) -> Result<Json<Value>, HttpError> {
     let tenants = blocking(move || platform.list_tenants()).await?;
     Ok(Json(json!({ "tenants": tenants })))
 }
@@ -67,7 +61,7 @@ pub async fn get(
     State(platform): State<Arc<Platform>>,
     _admin: AdminCaller,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, HttpError> {
     let tenant = blocking(move || platform.get_tenant(&id)).await?;
     Ok(Json(json!(tenant)))
 }
@@ -76,7 +70,7 @@ pub async fn delete(
     State(platform): State<Arc<Platform>>,
     _admin: AdminCaller,
     Path(id): Path<String>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<StatusCode, HttpError> {
     blocking(move || platform.delete_tenant(&id)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -85,7 +79,7 @@ pub async fn issue_key(
     State(platform): State<Arc<Platform>>,
     _admin: AdminCaller,
     Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     let key = blocking(move || platform.issue_key(&id)).await?;
     Ok((StatusCode::CREATED, Json(json!(key))).into_response())
 }
@@ -94,7 +88,7 @@ pub async fn list_keys(
     State(platform): State<Arc<Platform>>,
     _admin: AdminCaller,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, HttpError> {
     let keys = blocking(move || platform.list_keys(&id)).await?;
     Ok(Json(json!({ "keys": keys })))
 }
@@ -103,7 +97,7 @@ pub async fn revoke_key(
     State(platform): State<Arc<Platform>>,
     _admin: AdminCaller,
     Path((id, key_id)): Path<(String, String)>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<StatusCode, HttpError> {
     blocking(move || platform.revoke_key(&id, &key_id)).await?;
     Ok(StatusCode::NO_CONTENT)
 }

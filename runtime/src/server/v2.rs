@@ -14,9 +14,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::auth::{Caller, TenantCaller};
-use super::error::ApiError;
+use super::error::{HttpError, blocking};
 use super::functions::run;
-use crate::platform::{Platform, PlatformError};
+use crate::platform::Platform;
 
 pub async fn live() -> Json<Value> {
     Json(json!({ "live": true }))
@@ -36,17 +36,15 @@ async fn record(
     platform: Arc<Platform>,
     tenant: String,
     name: String,
-) -> Result<crate::platform::FunctionInfo, ApiError> {
-    Ok(tokio::task::spawn_blocking(move || platform.function_info(&tenant, &name))
-        .await
-        .map_err(|e| PlatformError::internal("a blocking task failed", e))??)
+) -> Result<crate::platform::FunctionInfo, HttpError> {
+    Ok(blocking(move || platform.function_info(&tenant, &name)).await?)
 }
 
 pub async fn model_metadata(
     State(platform): State<Arc<Platform>>,
     TenantCaller(tenant): TenantCaller,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, HttpError> {
     let info = record(platform, tenant, name).await?;
     let versions: Vec<String> = info.record.versions.iter().map(|v| v.version.to_string()).collect();
     // Components do not declare their tensors, so inputs/outputs are unknown here.
@@ -63,7 +61,7 @@ pub async fn model_ready(
     State(platform): State<Arc<Platform>>,
     TenantCaller(tenant): TenantCaller,
     Path(name): Path<String>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     let info = record(platform.clone(), tenant, name).await?;
     let ready = info.loaded.is_some() && platform.is_ready();
     let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
@@ -75,6 +73,6 @@ pub async fn infer(
     TenantCaller(tenant): TenantCaller,
     Path(name): Path<String>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     run(&platform, &tenant, &name, &body?).await
 }

@@ -1,0 +1,204 @@
+//! The HTTP API's stable error codes, each with its HTTP status.
+//!
+//! Every error body the server sends is `{"error": "<message>", "code": "<code>"}`, and
+//! the code is one of [`Code`]'s variants written in snake_case ([`Code::as_str`]). The
+//! registry, the engine and the platform each say which code their errors carry
+//! (`code()` on their error types); the server turns a code into a status with
+//! [`Code::status`] and nothing else. The enum lives here, in the crate every side of
+//! the contract shares, so the registry and the runtime name the same codes without
+//! depending on each other. `docs/openapi.yaml` documents every code with its status
+//! (a test of the runtime walks [`Code::ALL`] against it).
+//!
+//! These are not the guest-visible [`crate::ErrorCode`]s of the WIT API: a host call
+//! refused with `shape-mismatch` is the guest's business; what reaches HTTP is what the
+//! function made of it (`function_failed`, …).
+
+use std::fmt;
+
+/// A stable machine-readable error code of the HTTP API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Code {
+    /// Malformed request: bad JSON, wrong tensor shapes or datatypes, bad query parameters.
+    InvalidRequest,
+    /// The function refused its inputs, or an option is out of range.
+    InvalidInput,
+    /// A tenant, function or artifact name breaks the naming rules.
+    InvalidName,
+    /// The upload is not a usable component of the `inference` world.
+    InvalidComponent,
+    /// Missing, malformed, unknown or revoked API key.
+    Unauthorized,
+    /// The key is valid but not for this endpoint.
+    Forbidden,
+    /// Unknown function, tenant, key, version or route.
+    NotFound,
+    /// Wrong method on a known route.
+    MethodNotAllowed,
+    /// The name is taken.
+    AlreadyExists,
+    /// The body is above the endpoint's limit.
+    PayloadTooLarge,
+    /// The body's content type is not accepted.
+    UnsupportedMediaType,
+    /// The tenant's in-flight limit is reached; retry later.
+    TenantConcurrencyLimit,
+    /// The server's in-flight limit is reached; retry later.
+    ConcurrencyLimit,
+    /// The guest returned an error.
+    FunctionFailed,
+    /// The guest trapped.
+    FunctionTrapped,
+    /// The guest's linear memory hit the function's memory limit.
+    MemoryLimitExceeded,
+    /// A bug or an environment failure (details only in the server log).
+    Internal,
+    /// The disk or the database failed (details only in the server log).
+    Storage,
+    /// Stored data failed a consistency check (details only in the server log).
+    Corrupt,
+    /// Another process holds the data directory (a start-up failure).
+    DataDirInUse,
+    /// The function returned more output than allowed.
+    OutputTooLarge,
+    /// The server is draining.
+    ShuttingDown,
+    /// No device has room for the function's weights.
+    InsufficientDeviceMemory,
+    /// The invocation exceeded the function's time limit.
+    Timeout,
+}
+
+impl Code {
+    /// Every code, in declaration order.
+    pub const ALL: [Code; 24] = [
+        Code::InvalidRequest,
+        Code::InvalidInput,
+        Code::InvalidName,
+        Code::InvalidComponent,
+        Code::Unauthorized,
+        Code::Forbidden,
+        Code::NotFound,
+        Code::MethodNotAllowed,
+        Code::AlreadyExists,
+        Code::PayloadTooLarge,
+        Code::UnsupportedMediaType,
+        Code::TenantConcurrencyLimit,
+        Code::ConcurrencyLimit,
+        Code::FunctionFailed,
+        Code::FunctionTrapped,
+        Code::MemoryLimitExceeded,
+        Code::Internal,
+        Code::Storage,
+        Code::Corrupt,
+        Code::DataDirInUse,
+        Code::OutputTooLarge,
+        Code::ShuttingDown,
+        Code::InsufficientDeviceMemory,
+        Code::Timeout,
+    ];
+
+    /// The code as it appears in error bodies and metric labels (snake_case).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Code::InvalidRequest => "invalid_request",
+            Code::InvalidInput => "invalid_input",
+            Code::InvalidName => "invalid_name",
+            Code::InvalidComponent => "invalid_component",
+            Code::Unauthorized => "unauthorized",
+            Code::Forbidden => "forbidden",
+            Code::NotFound => "not_found",
+            Code::MethodNotAllowed => "method_not_allowed",
+            Code::AlreadyExists => "already_exists",
+            Code::PayloadTooLarge => "payload_too_large",
+            Code::UnsupportedMediaType => "unsupported_media_type",
+            Code::TenantConcurrencyLimit => "tenant_concurrency_limit",
+            Code::ConcurrencyLimit => "concurrency_limit",
+            Code::FunctionFailed => "function_failed",
+            Code::FunctionTrapped => "function_trapped",
+            Code::MemoryLimitExceeded => "memory_limit_exceeded",
+            Code::Internal => "internal",
+            Code::Storage => "storage",
+            Code::Corrupt => "corrupt",
+            Code::DataDirInUse => "data_dir_in_use",
+            Code::OutputTooLarge => "output_too_large",
+            Code::ShuttingDown => "shutting_down",
+            Code::InsufficientDeviceMemory => "insufficient_device_memory",
+            Code::Timeout => "timeout",
+        }
+    }
+
+    /// The HTTP status a response with this code has.
+    pub const fn status(self) -> u16 {
+        match self {
+            Code::InvalidRequest | Code::InvalidInput | Code::InvalidName | Code::InvalidComponent => 400,
+            Code::Unauthorized => 401,
+            Code::Forbidden => 403,
+            Code::NotFound => 404,
+            Code::MethodNotAllowed => 405,
+            Code::AlreadyExists => 409,
+            Code::PayloadTooLarge => 413,
+            Code::UnsupportedMediaType => 415,
+            Code::TenantConcurrencyLimit | Code::ConcurrencyLimit => 429,
+            Code::FunctionFailed
+            | Code::FunctionTrapped
+            | Code::MemoryLimitExceeded
+            | Code::Internal
+            | Code::Storage
+            | Code::Corrupt
+            | Code::DataDirInUse => 500,
+            Code::OutputTooLarge => 502,
+            Code::ShuttingDown | Code::InsufficientDeviceMemory => 503,
+            Code::Timeout => 504,
+        }
+    }
+
+    /// The code written as `s` ([`Code::as_str`]), if there is one.
+    pub fn parse(s: &str) -> Option<Code> {
+        Code::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A code equals its wire name (`Code::Timeout == "timeout"`), for tests and clients
+/// that hold the string.
+impl PartialEq<str> for Code {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Code {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_lists_every_code_once_and_names_round_trip() {
+        let mut seen = std::collections::BTreeSet::new();
+        for code in Code::ALL {
+            assert!(seen.insert(code), "{code:?} twice in ALL");
+            assert_eq!(Code::parse(code.as_str()), Some(code));
+            let s = code.as_str();
+            assert!(s.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{s} is not snake_case");
+        }
+        assert_eq!(Code::parse("no_such_code"), None);
+        assert_eq!(Code::OutputTooLarge, "output_too_large");
+    }
+
+    #[test]
+    fn statuses_are_errors() {
+        for code in Code::ALL {
+            assert!((400..600).contains(&code.status()), "{code}");
+        }
+    }
+}
