@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 
 use common::{KernelTimes, TimedDevice, machine, ms, print_rows};
 use serde_json::Value;
-use sluice_runtime::backend::{Device, DeviceChoice};
+use sluice_runtime::device::{Device, DeviceChoice};
 use sluice_runtime::engine::{
     ArtifactSet, Engine, EngineConfig, FunctionImage, FunctionLimits, InvocationOutput, IoData, IoTensor,
 };

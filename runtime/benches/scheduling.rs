@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use sluice_host_api::{DType, MatmulArgs, Op, TensorMeta, UnaryOp};
-use sluice_runtime::backend::{Device, DeviceChoice};
+use sluice_runtime::device::{Device, DeviceChoice};
 use sluice_runtime::engine::{ArtifactSet, Engine, EngineConfig, FunctionImage, FunctionLimits, IoData};
 use sluice_runtime::scheduler::{DeviceQueue, MemoryAccount, Policy, PriorityClass, SchedulerConfig, SchedulingInfo};
 

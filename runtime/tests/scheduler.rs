@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sluice_host_api::{DType, MatmulArgs, Op, RowSplit, TensorMeta, UnaryOp};
-use sluice_runtime::backend::{Buffer, CpuDevice, Device, DeviceError, DeviceInfo};
+use sluice_runtime::device::{Buffer, CpuDevice, Device, DeviceError, DeviceInfo};
 use sluice_runtime::scheduler::{
     DeviceQueue, InvocationGuard, Policy, PriorityClass, SchedulerConfig, SchedulingInfo, TensorId,
 };

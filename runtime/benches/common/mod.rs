@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sluice_host_api::{Op, TensorMeta};
-use sluice_runtime::backend::{Buffer, Device, DeviceChoice, DeviceError, DeviceInfo, DeviceSettings, open_device};
+use sluice_runtime::device::{Buffer, Device, DeviceChoice, DeviceError, DeviceInfo, DeviceSettings, open_device};
 use sluice_runtime::engine::{InvocationContext, IoData, IoTensor};
 use sluice_runtime::scheduler::{DeviceQueue, MemoryAccount, PriorityClass, SchedulingInfo};
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use crate::backend::{DeviceChoice, DeviceSettings, OpenedDevice, open_device};
+use crate::device::{DeviceChoice, DeviceSettings, OpenedDevice, open_device};
 use crate::platform::{Platform, PlatformConfig};
 use crate::scheduler::{Policy, SchedulerConfig};
 use crate::server::{self, BodyLimits};

@@ -33,7 +33,7 @@ use serde::Serialize;
 use sluice_registry::{Principal, Registry};
 use tokio::sync::Semaphore;
 
-use crate::backend::{Device, DeviceInfo};
+use crate::device::{Device, DeviceInfo};
 use crate::engine::{Engine, EngineConfig};
 use crate::scheduler::{DevicePool, DeviceStatus, SchedulerConfig};
 use crate::scheduler::{DeviceQueue, MemoryAccount};

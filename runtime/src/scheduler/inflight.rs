@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use super::cost::{CostModel, KernelKey};
-use crate::backend::KernelClock;
+use crate::device::KernelClock;
 
 /// One kernel in flight.
 struct Flight {
@@ -113,7 +113,7 @@ impl InFlight {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::DeviceError;
+    use crate::device::DeviceError;
     use sluice_host_api::{DType, Op, TensorMeta, UnaryOp};
 
     struct Fixed(Duration);

@@ -29,7 +29,7 @@ use crossbeam_channel::Sender;
 use sluice_host_api::{ApiError, Op, TensorMeta};
 use tokio::sync::oneshot;
 
-use crate::backend::{Buffer, Device, DeviceInfo};
+use crate::device::{Buffer, Device, DeviceInfo};
 
 pub use cost::{CostModel, KernelKey};
 pub use memory::MemoryAccount;

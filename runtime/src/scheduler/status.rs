@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use super::{Policy, PriorityClass};
-use crate::backend::DeviceInfo;
+use crate::device::DeviceInfo;
 
 /// A snapshot of one device's scheduler, taken after the commands sent before it.
 #[derive(Clone, Debug, Serialize)]

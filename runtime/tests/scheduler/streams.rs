@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sluice_host_api::{Op, TensorMeta, UnaryOp};
-use sluice_runtime::backend::{Buffer, CpuDevice, Device, DeviceError, DeviceInfo, KernelClock, Lane, TimedLaunch};
+use sluice_runtime::device::{Buffer, CpuDevice, Device, DeviceError, DeviceInfo, KernelClock, Lane, TimedLaunch};
 use sluice_runtime::scheduler::{DeviceQueue, Policy, PriorityClass, SchedulerConfig};
 
 use super::{overtaking_costs, read_f32, spin, stream, unary, upload};

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::{Actor, Pick};
-use crate::backend::Lane;
+use crate::device::Lane;
 use crate::scheduler::cost::KernelKey;
 use crate::scheduler::inflight::{Correction, InFlight};
 use crate::scheduler::queues::Queued;

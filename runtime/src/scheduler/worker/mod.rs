@@ -24,7 +24,7 @@ use super::inflight::InFlight;
 use super::queues::{Pick, Queued, Queues};
 use super::status::{DeviceStatus, LatencySummary, TenantStatus};
 use super::{Command, InvocationId, Policy, PriorityClass, Published, SchedulerConfig, TensorId, Work};
-use crate::backend::{Buffer, Device, Lane};
+use crate::device::{Buffer, Device, Lane};
 
 mod lanes;
 mod slicing;

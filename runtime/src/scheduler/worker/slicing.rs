@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use sluice_host_api::{ApiError, Op, RowSplit, TensorMeta};
 
 use super::Actor;
-use crate::backend::Buffer;
+use crate::device::Buffer;
 
 /// Rows of a sliced matmul or linear computed so far.
 pub(in crate::scheduler) struct SliceProgress {
