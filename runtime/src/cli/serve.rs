@@ -101,6 +101,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             preemption_budget: Duration::from_micros(args.preemption_budget_us),
             fill_depth: Duration::from_micros(args.fill_depth_us),
             latency_hold: Duration::from_millis(args.latency_hold_ms),
+            ..SchedulerConfig::default()
         },
         warm_instances_per_function: args.warm_instances,
         ..PlatformConfig::default()
