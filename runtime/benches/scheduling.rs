@@ -284,7 +284,7 @@ fn run_mode(
         p99_ms,
         preempt_p99_us: status.preemption_latency.p99_us,
         gemms_per_s,
-        partition: status.partition,
+        partition: status.partition.to_string(),
         device: status.device.name,
         requests: latencies.len(),
         error: None,

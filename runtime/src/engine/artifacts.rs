@@ -177,3 +177,31 @@ fn dtype_of(d: safetensors::Dtype) -> Option<DType> {
         _ => return None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::CpuDevice;
+    use safetensors::tensor::TensorView;
+
+    #[test]
+    fn weights_in_another_dtype_are_cast_on_the_device() {
+        let dir = tempfile::tempdir().unwrap();
+        let values = [0.5f32, -3.0, 1e-3, 65504.0];
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let view = TensorView::new(safetensors::Dtype::F32, vec![2, 2], &bytes).unwrap();
+        let path = dir.path().join("model.safetensors");
+        safetensors::serialize_to_file([("w", view)], None, &path).unwrap();
+        let account = MemoryAccount::new("weights", None, None);
+        let set = ArtifactSet::new(HashMap::from([("model".to_owned(), path)]), account.clone());
+        let queue = DeviceQueue::start(Box::new(CpuDevice::with_threads(1)));
+        let (lease, meta) = set.load_tensor(&queue, "model", "w", Some(DType::F16)).unwrap();
+        assert_eq!((meta.dtype, meta.shape.to_vec()), (DType::F16, vec![2, 2]));
+        assert_eq!(account.used(), 8, "the f16 copy is charged, not the f32 upload");
+        let got = queue.read_blocking(lease.id(), meta).unwrap();
+        let want: Vec<u8> = values.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect();
+        assert_eq!(got, want);
+        let status = queue.status_blocking();
+        assert_eq!((status.kernels, status.resident_tensors), (1, 1), "one cast; the upload is freed");
+    }
+}

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
+use crossbeam_channel::{Receiver, TryRecvError};
 
 /// A source of time, shared by the scheduler and whoever drives it. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -70,10 +70,7 @@ impl Clock {
     /// moves `timeout` ahead and the answer is `None`.
     pub(crate) fn recv_timeout<T>(&self, rx: &Receiver<T>, timeout: Duration) -> Option<T> {
         match &*self.0 {
-            Source::Monotonic(_) => match rx.recv_timeout(timeout) {
-                Ok(m) => Some(m),
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
-            },
+            Source::Monotonic(_) => rx.recv_timeout(timeout).ok(),
             Source::Simulated(_) => match rx.try_recv() {
                 Ok(m) => Some(m),
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => {

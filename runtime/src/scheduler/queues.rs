@@ -57,7 +57,6 @@ pub(super) struct Taken {
     pub inv: InvocationId,
     /// The tenant (an index for [`Queues::correct`]); `None` for the runtime's own work.
     pub tenant: Option<usize>,
-    pub class: PriorityClass,
     /// Whether it is the first item taken of a latency-class invocation, whose wait
     /// is its preemption latency.
     pub starts_latency_invocation: bool,
@@ -212,7 +211,6 @@ impl Queues {
                 item: self.system.pop_front()?,
                 inv: InvocationId::SYSTEM,
                 tenant: None,
-                class: PriorityClass::Latency,
                 starts_latency_invocation: false,
             }),
             Pick::Invocation(id) => {
@@ -223,7 +221,6 @@ impl Queues {
                     item,
                     inv: id,
                     tenant: Some(i.tenant),
-                    class: i.class,
                     starts_latency_invocation: first && i.class == PriorityClass::Latency,
                 })
             }
@@ -231,8 +228,8 @@ impl Queues {
     }
 
     /// Puts a partly done item (a sliced kernel) back at the head of its queue; gives
-    /// it back if its invocation has ended meanwhile.
-    pub fn put_back(&mut self, inv: InvocationId, item: Queued) -> Result<(), Queued> {
+    /// its work back if its invocation has ended meanwhile.
+    pub fn put_back(&mut self, inv: InvocationId, item: Queued) -> Result<(), Work> {
         if inv == InvocationId::SYSTEM {
             self.system.push_front(item);
             return Ok(());
@@ -242,7 +239,7 @@ impl Queues {
                 i.items.push_front(item);
                 Ok(())
             }
-            None => Err(item),
+            None => Err(item.work),
         }
     }
 
@@ -366,7 +363,7 @@ mod tests {
             let _ = q.push(ls, work(), Duration::from_micros(5));
         }
         let first = q.take(Pick::Invocation(ls)).unwrap();
-        assert!(first.starts_latency_invocation && first.tenant == Some(0) && first.class == PriorityClass::Latency);
+        assert!(first.starts_latency_invocation && first.tenant == Some(0));
         let seq = first.item.seq;
         assert!(q.put_back(ls, first.item).is_ok());
         let again = q.take(Pick::Invocation(ls)).unwrap();

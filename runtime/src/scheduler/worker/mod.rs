@@ -216,8 +216,8 @@ impl Actor {
         let is_kernel = matches!(taken.item.work, Work::Launch { .. });
         self.enter(lane);
         let (elapsed, done) = self.execute(&mut taken.item, slice_now, taken.tenant);
-        if !done && let Err(item) = self.queues.put_back(taken.inv, taken.item) {
-            self.cancel(item.work);
+        if !done && let Err(work) = self.queues.put_back(taken.inv, taken.item) {
+            self.cancel(work);
         }
         self.stats.busy += elapsed;
         self.queues.charge(taken.inv, elapsed, done && is_kernel);
