@@ -24,7 +24,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{component, machine};
-use sluice_runtime::backend::CpuDevice;
+use sluice_runtime::device::CpuDevice;
 use sluice_runtime::engine::{
     ArtifactSet, Engine, EngineConfig, FunctionImage, FunctionLimits, InvocationContext, InvocationOutput, IoData,
     IoTensor,

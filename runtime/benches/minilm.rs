@@ -46,9 +46,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{KernelTimes, TimedDevice, machine, ms, print_rows};
+use common::{machine, ms, print_rows};
 use serde_json::Value;
-use sluice_runtime::backend::{Device, DeviceChoice};
+use sluice_runtime::device::sim::profiling::{KernelTimes, ProfilingDevice};
+use sluice_runtime::device::{Device, DeviceChoice};
 use sluice_runtime::engine::{
     ArtifactSet, Engine, EngineConfig, FunctionImage, FunctionLimits, InvocationOutput, IoData, IoTensor,
 };
@@ -76,7 +77,8 @@ fn main() {
     let model_dir = common::model_dir();
 
     let kernels = KernelTimes::default();
-    let device = TimedDevice { inner: common::open("minilm bench", DeviceChoice::Cpu, None), times: kernels.clone() };
+    let device =
+        ProfilingDevice { inner: common::open("minilm bench", DeviceChoice::Cpu, None), times: kernels.clone() };
     let bench = Bench::new(Box::new(device));
     let image = bench.prepare();
 

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use sluice_host_api::{DType, MatmulArgs, Op, TensorMeta, UnaryOp};
-use sluice_runtime::backend::{Device, DeviceChoice};
+use sluice_runtime::device::{Device, DeviceChoice};
 use sluice_runtime::engine::{ArtifactSet, Engine, EngineConfig, FunctionImage, FunctionLimits, IoData};
 use sluice_runtime::scheduler::{DeviceQueue, MemoryAccount, Policy, PriorityClass, SchedulerConfig, SchedulingInfo};
 
@@ -284,7 +284,7 @@ fn run_mode(
         p99_ms,
         preempt_p99_us: status.preemption_latency.p99_us,
         gemms_per_s,
-        partition: status.partition,
+        partition: status.partition.to_string(),
         device: status.device.name,
         requests: latencies.len(),
         error: None,

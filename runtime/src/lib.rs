@@ -1,14 +1,15 @@
 //! The sluice host runtime.
 //!
-//! - [`backend`]: the [`backend::Device`] trait and its CPU (and CUDA) implementations;
+//! - [`device`]: the [`device::Device`] trait, its CPU and CUDA implementations (over the
+//!   backend crates) and a simulated device for tests and benchmarks;
 //! - [`scheduler`]: one actor per device, the single dispatch point of every kernel;
 //! - [`engine`]: wasmtime, the host side of the WIT API, and invocations;
 //! - [`oip`]: the Open Inference Protocol's JSON tensor format;
 //! - [`platform`]: the service layer (registry, engine, loaded functions, admission);
 //! - [`server`]: the HTTP API over the platform.
 
-pub mod backend;
 pub mod cli;
+pub mod device;
 pub mod engine;
 pub mod oip;
 pub mod platform;

@@ -1,79 +1,58 @@
-//! The scheduler's policies on a device whose kernel durations the test controls.
+//! The scheduler's policies on the simulated device (`device::sim`), whose kernels
+//! take test-chosen times on a simulated clock shared with the scheduler.
 //!
-//! `TimedDevice` computes on the CPU reference backend but makes each kernel take a
-//! fixed time chosen by the test (by busy-waiting) and logs the order kernels ran
-//! in, so the tests can see who overtook whom and how device time was shared. The
-//! asynchronous (stream-like, partitioned, clocked) devices are in `scheduler/streams.rs`.
+//! The device computes on the CPU and logs each kernel with its simulated start and
+//! end; its gate lets the test hold the device at a chosen kernel while it submits
+//! more work. So the tests assert on the order kernels ran in and on the simulated
+//! times the scheduler measured, which are the same on an idle and on a saturated
+//! machine. The asynchronous (stream-like, partitioned, device-timed) cases are in
+//! `scheduler/streams.rs`.
 
-use std::ops::Range;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Waker};
+use std::time::Duration;
 
-use sluice_host_api::{DType, MatmulArgs, Op, RowSplit, TensorMeta, UnaryOp};
-use sluice_runtime::backend::{Buffer, CpuDevice, Device, DeviceError, DeviceInfo};
+use sluice_host_api::{DType, MatmulArgs, Op, TensorMeta, UnaryOp};
+use sluice_runtime::device::sim::{Gate, SimBuilder, SimDevice, SimLog};
 use sluice_runtime::scheduler::{
-    DeviceQueue, InvocationGuard, Policy, PriorityClass, SchedulerConfig, SchedulingInfo, TensorId,
+    Clock, DeviceQueue, DeviceStatus, InvocationGuard, Policy, PriorityClass, SchedulerConfig, SchedulingInfo, TensorId,
 };
 
 #[path = "scheduler/streams.rs"]
 mod streams;
 
-/// CPU results, test-chosen durations, and a log of what ran.
-struct TimedDevice {
-    cpu: CpuDevice,
-    cost: fn(&Op) -> Duration,
-    log: Arc<Mutex<Vec<String>>>,
+/// A scheduler on a simulated device, with the device's log and gate and the clock
+/// both share.
+struct Sim {
+    queue: DeviceQueue,
+    log: SimLog,
+    gate: Arc<Gate>,
+    clock: Clock,
 }
 
-fn spin(d: Duration) {
-    let until = Instant::now() + d;
-    while Instant::now() < until {
-        std::hint::spin_loop();
-    }
+/// Starts a scheduler with `config` (its clock replaced by a fresh simulated one) on
+/// the simulated device `device` describes.
+fn sim(config: SchedulerConfig, device: impl FnOnce(SimBuilder) -> SimBuilder) -> Sim {
+    let clock = Clock::simulated();
+    let device: SimDevice = device(SimDevice::builder(clock.clone())).build();
+    let (log, gate) = (device.log(), device.gate());
+    let queue = DeviceQueue::start_with(Box::new(device), SchedulerConfig { clock: clock.clone(), ..config });
+    Sim { queue, log, gate, clock }
 }
 
-impl Device for TimedDevice {
-    fn info(&self) -> DeviceInfo {
-        self.cpu.info()
-    }
-    fn upload(&self, meta: &TensorMeta, bytes: &[u8]) -> Result<Buffer, DeviceError> {
-        self.cpu.upload(meta, bytes)
-    }
-    fn launch(&self, op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> Result<Buffer, DeviceError> {
-        spin((self.cost)(op));
-        self.log.lock().unwrap().push(format!("{op:?}"));
-        self.cpu.launch(op, inputs, out)
-    }
-    fn download(&self, buffer: &Buffer, meta: &TensorMeta) -> Result<Vec<u8>, DeviceError> {
-        self.cpu.download(buffer, meta)
-    }
-    fn synchronize(&self) -> Result<(), DeviceError> {
-        Ok(())
-    }
-    fn launch_rows(
-        &self,
-        op: &Op,
-        inputs: &[(&Buffer, &TensorMeta)],
-        out: &TensorMeta,
-        rows: Range<usize>,
-    ) -> Option<Result<Buffer, DeviceError>> {
-        let m = RowSplit::of(op, out)?.rows;
-        spin((self.cost)(op) * rows.len() as u32 / m as u32);
-        self.log.lock().unwrap().push(format!("{} rows {rows:?}", op.name()));
-        self.cpu.launch_rows(op, inputs, out, rows)
-    }
+fn config(policy: Policy, budget: Duration) -> SchedulerConfig {
+    SchedulerConfig { policy, preemption_budget: budget, ..Default::default() }
 }
 
-fn timed(policy: Policy, budget: Duration, cost: fn(&Op) -> Duration) -> (DeviceQueue, Arc<Mutex<Vec<String>>>) {
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let device = TimedDevice { cpu: CpuDevice::new(), cost, log: log.clone() };
-    (
-        DeviceQueue::start_with(
-            Box::new(device),
-            SchedulerConfig { policy, preemption_budget: budget, ..Default::default() },
-        ),
-        log,
-    )
+/// The status, taken right after the kernel held at the gate: the request is sent
+/// while the device thread is held, and one more kernel is let through.
+fn status_after_held_kernel(sim: &Sim) -> DeviceStatus {
+    let mut request = Box::pin(sim.queue.status());
+    let sent = request.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+    assert!(sent.is_pending(), "the device thread is held: the status cannot be answered yet");
+    sim.gate.allow(1);
+    tokio::runtime::Builder::new_current_thread().build().expect("a runtime").block_on(request)
 }
 
 fn stream(queue: &DeviceQueue, tenant: &str, class: PriorityClass, weight: u32) -> InvocationGuard {
@@ -119,58 +98,65 @@ fn overtaking_costs(op: &Op) -> Duration {
     }
 }
 
-/// Queues 40 best-effort kernels, then one latency kernel; returns the latency
-/// kernel's position in the order kernels ran.
+/// Queues 40 best-effort kernels, holds the device at the second, submits one latency
+/// kernel; returns the latency kernel's position in the order kernels ran.
 fn latency_position(policy: Policy) -> usize {
-    let (queue, log) = timed(policy, Duration::from_micros(100), overtaking_costs);
-    let be = stream(&queue, "batch-tenant", PriorityClass::Batch, 1);
-    let x = upload(&queue, &be, &[4], &[1.0, 2.0, 3.0, 4.0]);
+    let sim = sim(config(policy, Duration::from_micros(100)), |d| d.cost(|op, _| overtaking_costs(op)));
+    let queue = &sim.queue;
+    sim.gate.close();
+    let be = stream(queue, "batch-tenant", PriorityClass::Batch, 1);
+    let x = upload(queue, &be, &[4], &[1.0, 2.0, 3.0, 4.0]);
     let mut last = x.clone();
     for _ in 0..40 {
-        last = unary(&queue, &be, UnaryOp::Neg, &last);
+        last = unary(queue, &be, UnaryOp::Neg, &last);
     }
-    std::thread::sleep(Duration::from_millis(5));
-    let ls = stream(&queue, "latency-tenant", PriorityClass::Latency, 1);
-    let y = upload(&queue, &ls, &[2], &[0.0, 1.0]);
-    let z = unary(&queue, &ls, UnaryOp::Exp, &y);
-    assert_eq!(read_f32(&queue, &z), vec![1.0, std::f32::consts::E]);
+    // The first best-effort kernel ran; the second is running when latency work comes.
+    sim.gate.allow(1);
+    sim.gate.wait_blocked();
+    let ls = stream(queue, "latency-tenant", PriorityClass::Latency, 1);
+    let y = upload(queue, &ls, &[2], &[0.0, 1.0]);
+    let z = unary(queue, &ls, UnaryOp::Exp, &y);
+    sim.gate.open();
+    assert_eq!(read_f32(queue, &z), vec![1.0, std::f32::consts::E]);
     // The best-effort chain still computes the right thing afterwards.
-    assert_eq!(read_f32(&queue, &last), vec![1.0, 2.0, 3.0, 4.0]);
-    let log = log.lock().unwrap();
-    log.iter().position(|k| k.contains("Exp")).expect("the latency kernel ran")
+    assert_eq!(read_f32(queue, &last), vec![1.0, 2.0, 3.0, 4.0]);
+    let log = sim.log.entries();
+    assert_eq!(log.len(), 41);
+    log.iter().position(|k| k.op == Op::Unary(UnaryOp::Exp)).expect("the latency kernel ran")
 }
 
 #[test]
 fn latency_work_overtakes_queued_best_effort_work() {
     let with_priority = latency_position(Policy::Priority);
     let fifo = latency_position(Policy::Fifo);
-    // Under FIFO it waits for all 40 queued kernels; with priorities for at most the
-    // one or two running when it arrived.
+    // Under FIFO it waits for all 40 queued kernels; with priorities only for the one
+    // running when it arrived.
     assert_eq!(fifo, 40, "FIFO runs the latency kernel last");
-    assert!(with_priority <= 4, "latency kernel ran {with_priority}th");
-}
-
-fn uniform_cost(_: &Op) -> Duration {
-    Duration::from_micros(100)
+    assert_eq!(with_priority, 2, "right after the kernel that was running");
 }
 
 /// Two backlogged best-effort tenants with weights `wa:wb`; returns A's share of
-/// the device time the scheduler measured.
+/// the device time the scheduler measured (simulated: every kernel takes 100 µs)
+/// after 2000 kernels, while both still have work queued.
 fn share_of_a(wa: u32, wb: u32) -> f64 {
-    let (queue, _) = timed(Policy::Priority, Duration::from_micros(100), uniform_cost);
-    let a = stream(&queue, "a", PriorityClass::Batch, wa);
-    let b = stream(&queue, "b", PriorityClass::Batch, wb);
+    let sim = sim(config(Policy::Priority, Duration::from_micros(100)), |d| d.cost(|_, _| Duration::from_micros(100)));
+    let queue = &sim.queue;
+    sim.gate.close();
+    let a = stream(queue, "a", PriorityClass::Batch, wa);
+    let b = stream(queue, "b", PriorityClass::Batch, wb);
     for inv in [&a, &b] {
-        let x = upload(&queue, inv, &[1], &[1.0]);
+        let x = upload(queue, inv, &[1], &[1.0]);
         for _ in 0..4000 {
-            unary(&queue, inv, UnaryOp::Abs, &x);
+            unary(queue, inv, UnaryOp::Abs, &x);
         }
     }
-    std::thread::sleep(Duration::from_millis(300));
-    let status = queue.status_blocking();
+    sim.gate.allow(2000);
+    sim.gate.wait_blocked();
+    let status = status_after_held_kernel(&sim);
+    sim.gate.open();
     let time = |t: &str| status.tenants.iter().find(|s| s.tenant == t).expect("tenant").device_time_us as f64;
     let (ta, tb) = (time("a"), time("b"));
-    assert!(ta + tb > 150_000.0, "the run was long enough: {ta} + {tb} µs");
+    assert_eq!(ta + tb, 200_100.0, "2001 kernels of 100 µs: {ta} + {tb} µs");
     assert!(status.queued > 0, "both tenants stayed backlogged during the run");
     ta / (ta + tb)
 }
@@ -195,7 +181,8 @@ fn sliced_kernels_give_the_same_result_and_bound_the_wait() {
     let (m, k, n) = (64u32, 32u32, 16u32);
     let a: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0).collect();
     let b: Vec<f32> = (0..k * n).map(|i| ((i * 5 % 11) as f32 - 5.0) / 3.0).collect();
-    let (queue, log) = timed(Policy::Priority, Duration::from_micros(500), gemm_cost);
+    let sim = sim(config(Policy::Priority, Duration::from_micros(500)), |d| d.cost(|op, _| gemm_cost(op)));
+    let queue = &sim.queue;
     let gemm = |queue: &DeviceQueue| {
         let be = stream(queue, "be", PriorityClass::Batch, 1);
         let ta = upload(queue, &be, &[m, k], &a);
@@ -206,18 +193,18 @@ fn sliced_kernels_give_the_same_result_and_bound_the_wait() {
         read_f32(queue, &(id, out))
     };
     // Alone, the GEMM runs whole, and the cost model learns that it takes 4 ms.
-    let whole = gemm(&queue);
+    let whole = gemm(queue);
     assert_eq!(queue.status_blocking().sliced_kernels, 0, "no slicing without latency work");
     // With a latency stream open, the 4 ms GEMM no longer fits the 0.5 ms budget.
-    let ls = stream(&queue, "ls", PriorityClass::Latency, 1);
-    let sliced = gemm(&queue);
+    let ls = stream(queue, "ls", PriorityClass::Latency, 1);
+    let sliced = gemm(queue);
     assert_eq!(queue.status_blocking().sliced_kernels, 1);
     drop(ls);
-    let slices = log.lock().unwrap().iter().filter(|k| k.starts_with("matmul rows ")).count();
-    // The estimate is at least the 4 ms the kernel spins (more on a loaded machine),
-    // so each slice has at most 8 of the 64 rows: at least 8 slices, never finer than
-    // one row.
-    assert!((8..=64).contains(&slices), "4 ms in slices of ≤ 0.5 ms: {slices} slices");
+    let slices: Vec<_> = sim.log.entries().into_iter().filter(|k| k.rows.is_some()).collect();
+    // The estimate is the 4 ms the kernel took, so each slice has at most 8 of the 64
+    // rows: at least 8 slices, never finer than one row, none longer than the budget.
+    assert!((8..=64).contains(&slices.len()), "4 ms in slices of ≤ 0.5 ms: {} slices", slices.len());
+    assert!(slices.iter().all(|k| matches!(k.op, Op::Matmul(_)) && k.end - k.start <= Duration::from_micros(500)));
     assert_eq!(sliced, whole, "slicing does not change the result");
     // And the reference: a plain triple loop.
     for (i, got) in whole.iter().enumerate() {
@@ -232,15 +219,12 @@ fn best_effort_stays_sliced_for_the_hold_after_latency_work_ends() {
     let (m, k, n) = (64u32, 32u32, 16u32);
     let a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32).collect();
     let b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32).collect();
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let device = TimedDevice { cpu: CpuDevice::new(), cost: gemm_cost, log: log.clone() };
     let config = SchedulerConfig {
-        policy: Policy::Priority,
-        preemption_budget: Duration::from_micros(500),
         latency_hold: Duration::from_millis(300),
-        ..Default::default()
+        ..config(Policy::Priority, Duration::from_micros(500))
     };
-    let queue = DeviceQueue::start_with(Box::new(device), config);
+    let sim = sim(config, |d| d.cost(|op, _| gemm_cost(op)));
+    let queue = &sim.queue;
     let gemm = |queue: &DeviceQueue| {
         let be = stream(queue, "be", PriorityClass::Batch, 1);
         let ta = upload(queue, &be, &[m, k], &a);
@@ -250,15 +234,16 @@ fn best_effort_stays_sliced_for_the_hold_after_latency_work_ends() {
         queue.launch(be.id(), id, Op::Matmul(MatmulArgs::default()), vec![ta, tb], out.clone());
         read_f32(queue, &(id, out))
     };
-    let whole = gemm(&queue); // learns the 4 ms cost; no latency work yet: whole
+    let whole = gemm(queue); // learns the 4 ms cost; no latency work yet: whole
     assert_eq!(queue.status_blocking().sliced_kernels, 0);
-    drop(stream(&queue, "ls", PriorityClass::Latency, 1)); // a latency request comes and goes
-    let held = Instant::now();
-    assert_eq!(gemm(&queue), whole);
-    assert!(held.elapsed() < Duration::from_millis(250), "the check ran within the hold");
+    drop(stream(queue, "ls", PriorityClass::Latency, 1)); // a latency request comes and goes
+    let held = sim.clock.now();
+    assert_eq!(gemm(queue), whole);
+    let within = sim.clock.now() - held;
+    assert!(within < Duration::from_millis(250), "the check ran within the hold: {within:?}");
     assert_eq!(queue.status_blocking().sliced_kernels, 1, "sliced within the hold");
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(gemm(&queue), whole);
+    sim.clock.advance(Duration::from_millis(300));
+    assert_eq!(gemm(queue), whole);
     assert_eq!(queue.status_blocking().sliced_kernels, 1, "whole again once the hold has passed");
 }
 
@@ -269,7 +254,8 @@ fn sliced_linears_give_the_same_result() {
     let x: Vec<f32> = (0..rows * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0).collect();
     let w: Vec<f32> = (0..n * k).map(|i| ((i * 5 % 11) as f32 - 5.0) / 3.0).collect();
     let bias: Vec<f32> = (0..n).map(|i| i as f32 / 4.0 - 2.0).collect();
-    let (queue, log) = timed(Policy::Priority, Duration::from_micros(500), gemm_cost);
+    let sim = sim(config(Policy::Priority, Duration::from_micros(500)), |d| d.cost(|op, _| gemm_cost(op)));
+    let queue = &sim.queue;
     let op = Op::Linear { transpose_w: true, activation: Some(UnaryOp::Gelu) };
     let linear = |queue: &DeviceQueue| {
         let be = stream(queue, "be", PriorityClass::Batch, 1);
@@ -281,12 +267,12 @@ fn sliced_linears_give_the_same_result() {
         queue.launch(be.id(), id, op.clone(), vec![tx, tw, tb], out.clone());
         read_f32(queue, &(id, out))
     };
-    let whole = linear(&queue);
-    let ls = stream(&queue, "ls", PriorityClass::Latency, 1);
-    let sliced = linear(&queue);
+    let whole = linear(queue);
+    let ls = stream(queue, "ls", PriorityClass::Latency, 1);
+    let sliced = linear(queue);
     assert_eq!(queue.status_blocking().sliced_kernels, 1);
     drop(ls);
-    let slices = log.lock().unwrap().iter().filter(|k| k.starts_with("linear rows ")).count();
+    let slices = sim.log.entries().iter().filter(|k| k.rows.is_some() && k.op == op).count();
     assert!((8..=48).contains(&slices), "4 ms in slices of ≤ 0.5 ms: {slices} slices");
     // A GEMM of fewer rows may sum in another order (the gemm crate picks its kernels
     // by shape): equal to rounding.
@@ -304,70 +290,59 @@ fn sliced_linears_give_the_same_result() {
 
 #[test]
 fn ended_invocations_lose_their_queued_work_and_free_their_tensors() {
-    let (queue, log) = timed(Policy::Priority, Duration::from_micros(100), overtaking_costs);
-    let be = stream(&queue, "t", PriorityClass::Batch, 1);
-    let x = upload(&queue, &be, &[1], &[1.0]);
+    let sim = sim(config(Policy::Priority, Duration::from_micros(100)), |d| d.cost(|op, _| overtaking_costs(op)));
+    let queue = &sim.queue;
+    // The device runs nothing until the invocation has ended.
+    sim.gate.close();
+    let be = stream(queue, "t", PriorityClass::Batch, 1);
+    let x = upload(queue, &be, &[1], &[1.0]);
     let mut last = x.clone();
     for _ in 0..50 {
-        last = unary(&queue, &be, UnaryOp::Neg, &last);
+        last = unary(queue, &be, UnaryOp::Neg, &last);
         queue.free(last.0);
     }
     drop(be);
+    sim.gate.open();
     let err = queue.read_blocking(last.0, last.1.clone());
     assert!(err.is_err(), "a cancelled or freed tensor cannot be read");
     let status = queue.status_blocking();
     assert!(status.queued == 0 && status.active_invocations == 0, "{status:?}");
-    assert!(log.lock().unwrap().len() < 50, "cancelled kernels did not all run");
-}
-
-/// A CPU device that reports `memory` bytes of device memory.
-struct SizedDevice {
-    cpu: CpuDevice,
-    memory: u64,
-}
-
-impl Device for SizedDevice {
-    fn info(&self) -> DeviceInfo {
-        DeviceInfo { memory_bytes: self.memory, ..self.cpu.info() }
-    }
-    fn upload(&self, meta: &TensorMeta, bytes: &[u8]) -> Result<Buffer, DeviceError> {
-        self.cpu.upload(meta, bytes)
-    }
-    fn launch(&self, op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> Result<Buffer, DeviceError> {
-        spin(Duration::from_millis(5));
-        self.cpu.launch(op, inputs, out)
-    }
-    fn download(&self, buffer: &Buffer, meta: &TensorMeta) -> Result<Vec<u8>, DeviceError> {
-        self.cpu.download(buffer, meta)
-    }
-    fn synchronize(&self) -> Result<(), DeviceError> {
-        Ok(())
-    }
+    let ran = sim.log.entries().len();
+    assert!(ran <= 1, "only the kernel running when the invocation ended ran: {ran}");
 }
 
 #[test]
 fn functions_are_placed_on_the_least_loaded_device_that_holds_their_weights() {
     use sluice_runtime::scheduler::DevicePool;
-    let sized = |memory| DeviceQueue::start(Box::new(SizedDevice { cpu: CpuDevice::with_threads(1), memory }));
-    let pool = DevicePool::new(vec![sized(1 << 30), sized(1 << 30)]);
+    let sized = |memory| {
+        let clock = Clock::simulated();
+        let device = SimDevice::builder(clock.clone()).cost(|_, _| Duration::from_millis(5)).memory(memory).build();
+        let gate = device.gate();
+        (DeviceQueue::start_with(Box::new(device), SchedulerConfig { clock, ..Default::default() }), gate)
+    };
+    let ((zero, gate), (one, _)) = (sized(1 << 30), sized(1 << 30));
+    let pool = DevicePool::new(vec![zero, one]);
     // Placed bytes break ties: two functions spread over both devices.
     let first = pool.place(100 << 20).unwrap();
     let second = pool.place(100 << 20).unwrap();
     assert_ne!(first.index(), second.index());
     drop((first, second));
 
-    // Device 0 is busy: a new function goes to device 1.
+    // Device 0 is busy (held at its first kernel, 40 queued): a new function goes to
+    // device 1.
+    gate.close();
     let busy = &pool.queues()[0];
     let inv = stream(busy, "busy", PriorityClass::Batch, 1);
     let x = upload(busy, &inv, &[1], &[1.0]);
     for _ in 0..40 {
         unary(busy, &inv, UnaryOp::Neg, &x);
     }
-    std::thread::sleep(Duration::from_millis(20));
+    gate.wait_blocked();
     assert_eq!(pool.place(1 << 20).unwrap().index(), 1, "the idle device is chosen");
+    gate.open();
 
     // Weights go where they fit, and weights that fit nowhere are refused with the sizes.
-    let small_and_big = DevicePool::new(vec![sized(64 << 20), sized(512 << 20)]);
+    let small_and_big = DevicePool::new(vec![sized(64 << 20).0, sized(512 << 20).0]);
     assert_eq!(small_and_big.place(256 << 20).unwrap().index(), 1);
     let err = small_and_big.place(1 << 30).err().expect("too big for both");
     assert!(err.to_string().contains("no device can hold 1073741824 bytes"), "{err}");

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sluice_runtime::backend::DeviceChoice;
+use sluice_runtime::device::DeviceChoice;
 use sluice_runtime::engine::{FunctionImage, InvocationOutput, IoData};
 
 use super::common::{self, ms, print_rows};

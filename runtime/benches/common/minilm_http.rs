@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sluice_runtime::backend::Device;
 use sluice_runtime::cli::client::{Client, ClientArgs};
+use sluice_runtime::device::Device;
 use sluice_runtime::platform::{Platform, PlatformConfig};
 use sluice_runtime::server::{self, BodyLimits};
 use ureq::http::Method;

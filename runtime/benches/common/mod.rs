@@ -1,6 +1,7 @@
 //! Helpers shared by the benchmarks: where the repository, the built functions and the
-//! model are; which device to run on (`SLUICE_BENCH_DEVICE`); a device wrapper that
-//! times every call; percentiles and table printing.
+//! model are; which device to run on (`SLUICE_BENCH_DEVICE`); percentiles and table
+//! printing. (The wrapper timing a device's calls by op is the runtime's
+//! `device::sim::profiling::ProfilingDevice`.)
 //!
 //! The benchmark binaries also run on a machine without cargo or this checkout's paths
 //! (the H200 of `bench/gpu/run.sh`), so every location can be overridden:
@@ -11,14 +12,11 @@
 // Each benchmark uses a different part of this module.
 #![allow(dead_code)]
 
-use std::collections::{BTreeMap, HashMap};
-use std::ops::Range;
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use sluice_host_api::{Op, TensorMeta};
-use sluice_runtime::backend::{Buffer, Device, DeviceChoice, DeviceError, DeviceInfo, DeviceSettings, open_device};
+use sluice_runtime::device::{Device, DeviceChoice, DeviceSettings, open_device};
 use sluice_runtime::engine::{InvocationContext, IoData, IoTensor};
 use sluice_runtime::scheduler::{DeviceQueue, MemoryAccount, PriorityClass, SchedulingInfo};
 
@@ -190,92 +188,4 @@ pub fn machine() -> String {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let load = load.split_whitespace().next().unwrap_or("?").to_owned();
     format!("nproc {nproc}, {model}, load average {load} at the end")
-}
-
-/// Kernel time by op, shared between the device thread and the bench.
-#[derive(Clone, Default)]
-pub struct KernelTimes(Arc<Mutex<BTreeMap<String, (u64, Duration)>>>);
-
-impl KernelTimes {
-    fn add(&self, op: String, elapsed: Duration) {
-        let mut map = self.0.lock().expect("kernel times");
-        let entry = map.entry(op).or_default();
-        entry.0 += 1;
-        entry.1 += elapsed;
-    }
-
-    pub fn reset(&self) {
-        self.0.lock().expect("kernel times").clear();
-    }
-
-    pub fn take(&self) -> BTreeMap<String, (u64, Duration)> {
-        std::mem::take(&mut *self.0.lock().expect("kernel times"))
-    }
-}
-
-/// A device timing every upload, kernel and download it runs (on the host clock, so
-/// only meaningful for a synchronous device such as the CPU).
-pub struct TimedDevice {
-    pub inner: Box<dyn Device>,
-    pub times: KernelTimes,
-}
-
-/// The breakdown's name for an op: the family, the elementwise op, and for products
-/// whether the right operand is a weight matrix (a linear layer) or an activation.
-fn op_key(op: &Op, inputs: &[(&Buffer, &TensorMeta)]) -> String {
-    match op {
-        Op::Matmul(_) if inputs.get(1).is_some_and(|(_, m)| m.rank() == 2) => "matmul (linear)".into(),
-        Op::Matmul(_) => "matmul (attention)".into(),
-        Op::Binary(b) => format!("{b:?}").to_lowercase(),
-        Op::Unary(u) => format!("{u:?}").to_lowercase(),
-        other => other.name().into(),
-    }
-}
-
-impl Device for TimedDevice {
-    fn info(&self) -> DeviceInfo {
-        self.inner.info()
-    }
-
-    fn upload(&self, meta: &TensorMeta, bytes: &[u8]) -> Result<Buffer, DeviceError> {
-        let t0 = Instant::now();
-        let result = self.inner.upload(meta, bytes);
-        self.times.add("upload".into(), t0.elapsed());
-        result
-    }
-
-    fn launch(&self, op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> Result<Buffer, DeviceError> {
-        let t0 = Instant::now();
-        let result = self.inner.launch(op, inputs, out);
-        self.times.add(op_key(op, inputs), t0.elapsed());
-        result
-    }
-
-    fn download(&self, buffer: &Buffer, meta: &TensorMeta) -> Result<Vec<u8>, DeviceError> {
-        let t0 = Instant::now();
-        let result = self.inner.download(buffer, meta);
-        self.times.add("download".into(), t0.elapsed());
-        result
-    }
-
-    fn synchronize(&self) -> Result<(), DeviceError> {
-        self.inner.synchronize()
-    }
-
-    fn launch_rows(
-        &self,
-        op: &Op,
-        inputs: &[(&Buffer, &TensorMeta)],
-        out: &TensorMeta,
-        rows: Range<usize>,
-    ) -> Option<Result<Buffer, DeviceError>> {
-        let t0 = Instant::now();
-        let result = self.inner.launch_rows(op, inputs, out, rows);
-        self.times.add(op_key(op, inputs), t0.elapsed());
-        result
-    }
-
-    fn partition(&self) -> String {
-        self.inner.partition()
-    }
 }

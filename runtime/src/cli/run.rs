@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-use crate::backend::CpuDevice;
+use crate::device::CpuDevice;
 use crate::engine::{ArtifactSet, Engine, EngineConfig, FunctionLimits, InvocationContext};
 use crate::oip;
 use crate::scheduler::{DeviceQueue, MemoryAccount, PriorityClass, SchedulingInfo};

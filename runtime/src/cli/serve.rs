@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use crate::backend::{DeviceChoice, DeviceSettings, OpenedDevice, open_device};
+use crate::device::{DeviceChoice, DeviceSettings, OpenedDevice, open_device};
 use crate::platform::{Platform, PlatformConfig};
 use crate::scheduler::{Policy, SchedulerConfig};
 use crate::server::{self, BodyLimits};
@@ -101,6 +101,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             preemption_budget: Duration::from_micros(args.preemption_budget_us),
             fill_depth: Duration::from_micros(args.fill_depth_us),
             latency_hold: Duration::from_millis(args.latency_hold_ms),
+            ..SchedulerConfig::default()
         },
         warm_instances_per_function: args.warm_instances,
         ..PlatformConfig::default()

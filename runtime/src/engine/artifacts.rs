@@ -4,7 +4,7 @@
 //! (content-addressed, written once), so the map is safe to share, and the pages
 //! belong to the OS page cache. Raw artifacts (vocabularies, configs) are copied to
 //! the guest on demand. Tensors of safetensors artifacts are loaded on first use,
-//! converted to the asked dtype, uploaded once and shared read-only by every
+//! uploaded once (cast to the asked dtype on the device) and shared read-only by every
 //! invocation of the version: later `load-tensor` calls get a handle to the same
 //! device tensor. The weights are charged once to the account given at creation
 //! (the tenant's).
@@ -15,10 +15,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
-use sluice_host_api::{ApiError, DType, ErrorCode, Op, TensorMeta};
+use sluice_host_api::{ApiError, DType, ErrorCode, Op, TensorMeta, infer};
 
-use super::state::Allocation;
-use crate::scheduler::{DeviceQueue, InvocationId, MemoryAccount};
+use crate::scheduler::{DeviceQueue, InvocationId, MemoryAccount, TensorLease};
 
 type WeightKey = (String, String, Option<DType>);
 
@@ -38,7 +37,7 @@ pub struct ArtifactSet {
     files: HashMap<String, PathBuf>,
     account: Arc<MemoryAccount>,
     maps: Mutex<HashMap<String, Arc<memmap2::Mmap>>>,
-    weights: Mutex<HashMap<WeightKey, (Arc<Allocation>, TensorMeta)>>,
+    weights: Mutex<HashMap<WeightKey, (Arc<TensorLease>, TensorMeta)>>,
     loaded: AtomicU64,
     loaded_bytes: AtomicU64,
     hits: AtomicU64,
@@ -121,7 +120,7 @@ impl ArtifactSet {
         artifact: &str,
         name: &str,
         as_dtype: Option<DType>,
-    ) -> Result<(Arc<Allocation>, TensorMeta), ApiError> {
+    ) -> Result<(Arc<TensorLease>, TensorMeta), ApiError> {
         let key = (artifact.to_owned(), name.to_owned(), as_dtype);
         // Holding the lock while loading makes concurrent first loads wait for one copy.
         let mut weights = self.weights.lock();
@@ -138,18 +137,31 @@ impl ArtifactSet {
         let stored = dtype_of(view.dtype())
             .ok_or_else(|| ApiError::dtype(format!("tensor {name:?} has unsupported dtype {:?}", view.dtype())))?;
         let shape: Vec<u32> = view.shape().iter().map(|&d| d as u32).collect();
-        let meta = TensorMeta::new(stored, shape)?;
-        let (meta, data) = match as_dtype {
-            Some(to) if to != stored => convert(&meta, view.data(), to)?,
-            _ => (meta, view.data().to_vec()),
+        let mut meta = TensorMeta::new(stored, shape)?;
+        let lease = match as_dtype {
+            Some(to) if to != stored => {
+                // Cast on the device, as the runtime's own work: upload the stored
+                // elements, cast them into the shared tensor, free the upload.
+                let out = infer(&Op::Cast(to), &[&meta])?;
+                let lease = Arc::new(TensorLease::reserve(queue, &self.account, &out)?);
+                let source = queue.new_tensor_id();
+                queue.upload(InvocationId::SYSTEM, source, meta.clone(), view.data().to_vec());
+                queue.launch(InvocationId::SYSTEM, lease.id(), Op::Cast(to), vec![(source, meta)], out.clone());
+                queue.free(source);
+                meta = out;
+                lease
+            }
+            _ => {
+                let lease = Arc::new(TensorLease::reserve(queue, &self.account, &meta)?);
+                // Shared weights are the runtime's own work: never cancelled with an invocation.
+                queue.upload(InvocationId::SYSTEM, lease.id(), meta.clone(), view.data().to_vec());
+                lease
+            }
         };
-        let allocation = Arc::new(Allocation::reserve(queue, &self.account, &meta)?);
-        // Shared weights are the runtime's own work: never cancelled with an invocation.
-        queue.upload(InvocationId::SYSTEM, allocation.id(), meta.clone(), data);
         self.loaded.fetch_add(1, Ordering::Relaxed);
         self.loaded_bytes.fetch_add(meta.byte_len() as u64, Ordering::Relaxed);
-        weights.insert(key, (allocation.clone(), meta.clone()));
-        Ok((allocation, meta))
+        weights.insert(key, (lease.clone(), meta.clone()));
+        Ok((lease, meta))
     }
 }
 
@@ -166,11 +178,30 @@ fn dtype_of(d: safetensors::Dtype) -> Option<DType> {
     })
 }
 
-/// Converts element bytes with the CPU reference cast, the one definition of casts.
-fn convert(meta: &TensorMeta, data: &[u8], to: DType) -> Result<(TensorMeta, Vec<u8>), ApiError> {
-    let out = TensorMeta::new(to, meta.shape.clone())?;
-    let src = sluice_backend_cpu::CpuBuffer::from_le_bytes(meta.dtype, data);
-    let cast = sluice_backend_cpu::launch(&Op::Cast(to), &[(&src, meta)], &out)
-        .map_err(|e| ApiError::new(ErrorCode::DeviceFailure, e.to_string()))?;
-    Ok((out, cast.to_le_bytes()))
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::CpuDevice;
+    use safetensors::tensor::TensorView;
+
+    #[test]
+    fn weights_in_another_dtype_are_cast_on_the_device() {
+        let dir = tempfile::tempdir().unwrap();
+        let values = [0.5f32, -3.0, 1e-3, 65504.0];
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let view = TensorView::new(safetensors::Dtype::F32, vec![2, 2], &bytes).unwrap();
+        let path = dir.path().join("model.safetensors");
+        safetensors::serialize_to_file([("w", view)], None, &path).unwrap();
+        let account = MemoryAccount::new("weights", None, None);
+        let set = ArtifactSet::new(HashMap::from([("model".to_owned(), path)]), account.clone());
+        let queue = DeviceQueue::start(Box::new(CpuDevice::with_threads(1)));
+        let (lease, meta) = set.load_tensor(&queue, "model", "w", Some(DType::F16)).unwrap();
+        assert_eq!((meta.dtype, meta.shape.to_vec()), (DType::F16, vec![2, 2]));
+        assert_eq!(account.used(), 8, "the f16 copy is charged, not the f32 upload");
+        let got = queue.read_blocking(lease.id(), meta).unwrap();
+        let want: Vec<u8> = values.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect();
+        assert_eq!(got, want);
+        let status = queue.status_blocking();
+        assert_eq!((status.kernels, status.resident_tensors), (1, 1), "one cast; the upload is freed");
+    }
 }

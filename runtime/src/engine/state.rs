@@ -7,13 +7,13 @@
 
 use std::sync::Arc;
 
-use sluice_host_api::{ApiError, TensorMeta};
+use sluice_host_api::TensorMeta;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::artifacts::ArtifactSet;
-use crate::scheduler::{DeviceQueue, InvocationId, MemoryAccount, TensorId};
+use crate::scheduler::{DeviceQueue, InvocationId, MemoryAccount, TensorId, TensorLease};
 
 /// A device tensor held by a guest: its id, metadata and the lease that frees it.
 pub struct TensorHandle {
@@ -22,54 +22,24 @@ pub struct TensorHandle {
     _lease: Lease,
 }
 
-#[expect(dead_code, reason = "the allocations are held only for their Drop")]
+#[expect(dead_code, reason = "the leases are held only for their Drop")]
 enum Lease {
     /// The tensor belongs to this handle alone.
-    Owned(Allocation),
+    Owned(TensorLease),
     /// A shared read-only tensor (weights); freed with its last holder.
-    Shared(Arc<Allocation>),
+    Shared(Arc<TensorLease>),
 }
 
-/// Device memory reserved against an account; dropping it frees the tensor and
-/// returns the reservation.
-pub(crate) struct Allocation {
-    id: TensorId,
-    bytes: u64,
-    account: Arc<MemoryAccount>,
-    queue: DeviceQueue,
-}
-
-impl Allocation {
-    /// Reserves `meta`'s bytes in `account` for a new tensor on `queue`.
-    pub(crate) fn reserve(
-        queue: &DeviceQueue,
-        account: &Arc<MemoryAccount>,
-        meta: &TensorMeta,
-    ) -> Result<Allocation, ApiError> {
-        let bytes = meta.byte_len() as u64;
-        account.reserve(bytes)?;
-        Ok(Allocation { id: queue.new_tensor_id(), bytes, account: account.clone(), queue: queue.clone() })
-    }
-
-    pub(crate) fn id(&self) -> TensorId {
-        self.id
-    }
-}
-
-impl Drop for Allocation {
-    fn drop(&mut self) {
-        self.queue.free(self.id);
-        self.account.release(self.bytes);
-    }
-}
+/// The host calls' name for a tensor's lease (the scheduler's [`TensorLease`]).
+pub(crate) use crate::scheduler::TensorLease as Allocation;
 
 impl TensorHandle {
-    pub(crate) fn owned(allocation: Allocation, meta: TensorMeta) -> Self {
-        TensorHandle { id: allocation.id, meta, _lease: Lease::Owned(allocation) }
+    pub(crate) fn owned(lease: TensorLease, meta: TensorMeta) -> Self {
+        TensorHandle { id: lease.id(), meta, _lease: Lease::Owned(lease) }
     }
 
-    pub(crate) fn shared(allocation: Arc<Allocation>, meta: TensorMeta) -> Self {
-        TensorHandle { id: allocation.id, meta, _lease: Lease::Shared(allocation) }
+    pub(crate) fn shared(lease: Arc<TensorLease>, meta: TensorMeta) -> Self {
+        TensorHandle { id: lease.id(), meta, _lease: Lease::Shared(lease) }
     }
 }
 

@@ -35,7 +35,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use sluice_registry::{Principal, Registry};
 
-use crate::backend::{Device, DeviceInfo};
+use crate::device::{Device, DeviceInfo};
 use crate::engine::{Engine, EngineConfig};
 use crate::scheduler::{DevicePool, DeviceStatus, SchedulerConfig};
 use crate::scheduler::{DeviceQueue, MemoryAccount};

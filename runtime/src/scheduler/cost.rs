@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use sluice_host_api::{Op, TensorMeta};
 
-use crate::backend::Lane;
+use crate::device::Lane;
 
 /// Weight of a new measurement in the averages.
 const ALPHA: f64 = 0.2;

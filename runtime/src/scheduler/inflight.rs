@@ -12,10 +12,10 @@
 //! window's wall time is spread over the untimed kernels in proportion to their
 //! estimates.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::cost::{CostModel, KernelKey};
-use crate::backend::KernelClock;
+use crate::device::KernelClock;
 
 /// One kernel in flight.
 struct Flight {
@@ -35,10 +35,11 @@ pub(super) struct Correction {
     pub delta_ns: i64,
 }
 
-/// Kernels enqueued since the device (lane) was last known idle.
+/// Kernels enqueued since the device (lane) was last known idle. Times are on the
+/// scheduler's clock, given by the caller.
 #[derive(Default)]
 pub(super) struct InFlight {
-    since: Option<Instant>,
+    since: Option<Duration>,
     kernels: Vec<Flight>,
     estimated: Duration,
 }
@@ -53,26 +54,27 @@ impl InFlight {
         !self.kernels.is_empty() && self.estimated.saturating_add(estimate) > bound
     }
 
-    /// Records a kernel just enqueued, with the device's clock if it was timed and the
-    /// tenant its estimate was charged to.
+    /// Records a kernel enqueued at `now`, with the device's clock if it was timed and
+    /// the tenant its estimate was charged to.
     pub fn add(
         &mut self,
         key: KernelKey,
         estimate: Duration,
         clock: Option<Box<dyn KernelClock>>,
         tenant: Option<usize>,
+        now: Duration,
     ) {
-        self.since.get_or_insert_with(Instant::now);
+        self.since.get_or_insert(now);
         self.kernels.push(Flight { key, estimate, clock, tenant });
         self.estimated += estimate;
     }
 
-    /// The device has drained (the caller synchronised it, or saw it idle): feeds what
-    /// each kernel took to `cost` and forgets the kernels. Returns the charge
-    /// corrections of the timed kernels.
-    pub fn drained(&mut self, cost: &mut CostModel) -> Vec<Correction> {
+    /// The device has drained by `now` (the caller synchronised it, or saw it idle):
+    /// feeds what each kernel took to `cost` and forgets the kernels. Returns the
+    /// charge corrections of the timed kernels.
+    pub fn drained(&mut self, cost: &mut CostModel, now: Duration) -> Vec<Correction> {
         let Some(since) = self.since.take() else { return Vec::new() };
-        let window = since.elapsed();
+        let window = now.saturating_sub(since);
         let mut corrections = Vec::new();
         let (mut timed, mut untimed_estimate) = (Duration::ZERO, Duration::ZERO);
         let mut untimed = Vec::new();
@@ -113,7 +115,7 @@ impl InFlight {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::DeviceError;
+    use crate::device::DeviceError;
     use sluice_host_api::{DType, Op, TensorMeta, UnaryOp};
 
     struct Fixed(Duration);
@@ -133,12 +135,16 @@ mod tests {
     fn timed_kernels_are_learned_exactly_and_corrected() {
         let mut inflight = InFlight::default();
         let mut cost = CostModel::default();
-        inflight.add(key(1), Duration::from_millis(1), Some(Box::new(Fixed(Duration::from_millis(3)))), Some(7));
-        inflight.add(key(2), Duration::from_micros(10), None, Some(7));
-        let corrections = inflight.drained(&mut cost);
+        let start = Duration::from_millis(100);
+        let fixed = Some(Box::new(Fixed(Duration::from_millis(3))) as Box<dyn KernelClock>);
+        inflight.add(key(1), Duration::from_millis(1), fixed, Some(7), start);
+        inflight.add(key(2), Duration::from_micros(10), None, Some(7), start);
+        let corrections = inflight.drained(&mut cost, start + Duration::from_millis(4));
         assert_eq!(corrections, vec![Correction { tenant: 7, delta_ns: 2_000_000 }]);
         assert_eq!(cost.estimate(&key(1)), Duration::from_millis(3), "learned from the device's clock");
+        let rest = cost.estimate(&key(2));
+        assert!(rest.abs_diff(Duration::from_millis(1)) < Duration::from_micros(1), "the rest of the window: {rest:?}");
         assert!(inflight.is_empty());
-        assert_eq!(inflight.drained(&mut cost), vec![], "nothing in flight, nothing to correct");
+        assert_eq!(inflight.drained(&mut cost, start), vec![], "nothing in flight, nothing to correct");
     }
 }

@@ -12,26 +12,38 @@
 //! weighted fair sharing of measured device time between tenants within a class,
 //! and slicing of large best-effort kernels while latency work is active, so that
 //! latency work waits at most about one [`SchedulerConfig::preemption_budget`].
+//!
+//! Every time the scheduler measures comes from [`SchedulerConfig::clock`], so tests
+//! on a simulated device and clock ([`crate::device::sim`]) see the same decisions on
+//! any machine. The engine holds a [`TensorLease`] per tensor; dropping it frees the
+//! tensor here.
 
+mod clock;
 mod cost;
 mod inflight;
+mod lease;
 mod memory;
 mod pool;
 mod queues;
 mod status;
+mod tensors;
+mod work;
 mod worker;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::Sender;
 use sluice_host_api::{ApiError, Op, TensorMeta};
 use tokio::sync::oneshot;
 
-use crate::backend::{Buffer, Device, DeviceInfo};
+use crate::device::{Device, DeviceInfo};
+use work::Work;
 
+pub use clock::Clock;
 pub use cost::{CostModel, KernelKey};
+pub use lease::TensorLease;
 pub use memory::MemoryAccount;
 pub use pool::{DevicePool, Placement, PlacementError};
 pub use status::{DeviceStatus, LatencySummary, TenantStatus};
@@ -100,6 +112,9 @@ pub struct SchedulerConfig {
     /// best-effort throughput (on the CPU benchmark, 60 % → 18 % of solo with a 25 ms
     /// hold, for no gain in preemption latency there).
     pub latency_hold: Duration,
+    /// Where the scheduler reads time: the monotonic clock, or a simulated one that
+    /// only moves when told (tests and benchmarks on [`crate::device::sim`]).
+    pub clock: Clock,
 }
 
 impl Default for SchedulerConfig {
@@ -109,14 +124,9 @@ impl Default for SchedulerConfig {
             preemption_budget: Duration::from_micros(100),
             fill_depth: Duration::from_millis(2),
             latency_hold: Duration::ZERO,
+            clock: Clock::monotonic(),
         }
     }
-}
-
-/// One unit of queued work.
-pub(crate) enum Work {
-    Upload { id: TensorId, meta: TensorMeta, bytes: Vec<u8> },
-    Launch { id: TensorId, op: Op, inputs: Vec<(TensorId, TensorMeta)>, out: TensorMeta },
 }
 
 /// A request to the device actor.
@@ -131,11 +141,8 @@ pub(crate) enum Command {
     Work {
         inv: InvocationId,
         work: Work,
-        at: Instant,
-    },
-    Adopt {
-        id: TensorId,
-        buffer: Buffer,
+        /// When it was submitted, on the scheduler's clock.
+        at: Duration,
     },
     Read {
         id: TensorId,
@@ -236,12 +243,8 @@ impl DeviceQueue {
 
     /// Queues an upload of `bytes` (exactly `meta.byte_len()`) as tensor `id`.
     pub fn upload(&self, inv: InvocationId, id: TensorId, meta: TensorMeta, bytes: Vec<u8>) {
-        self.send(Command::Work { inv, work: Work::Upload { id, meta, bytes }, at: Instant::now() });
-    }
-
-    /// Registers a buffer that already lives on this device as tensor `id`.
-    pub fn adopt(&self, id: TensorId, buffer: Buffer) {
-        self.send(Command::Adopt { id, buffer });
+        let at = self.shared.config.clock.now();
+        self.send(Command::Work { inv, work: Work::Upload { id, meta, bytes }, at });
     }
 
     /// Queues `op` on `inputs`; its result becomes tensor `id` with metadata `out`.
@@ -253,7 +256,8 @@ impl DeviceQueue {
         inputs: Vec<(TensorId, TensorMeta)>,
         out: TensorMeta,
     ) {
-        self.send(Command::Work { inv, work: Work::Launch { id, op, inputs, out }, at: Instant::now() });
+        let at = self.shared.config.clock.now();
+        self.send(Command::Work { inv, work: Work::Launch { id, op, inputs, out }, at });
     }
 
     /// Waits for tensor `id` and returns its little-endian bytes.

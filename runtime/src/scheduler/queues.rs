@@ -2,52 +2,46 @@
 //!
 //! Pure bookkeeping, no device: per-invocation FIFO queues, per-tenant accounting in
 //! virtual time (device time divided by weight), and [`Queues::pick`], which applies
-//! the [`Policy`]. Unit-tested here; the worker executes what it picks.
+//! the [`Policy`]; the worker [`Queues::take`]s what was picked and executes it. Times
+//! are on the scheduler's clock, given by the caller. Unit-tested here.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::{InvocationId, Policy, PriorityClass, SchedulingInfo, Work};
+use super::status::TenantStatus;
+use super::work::{Queued, Work};
+use super::{InvocationId, Policy, PriorityClass, SchedulingInfo};
 
-/// A queued unit of work with its arrival order and time.
-pub(super) struct Queued {
-    pub work: Work,
-    pub seq: u64,
-    pub at: Instant,
-    /// Rows of a sliced matmul already computed, with their buffers.
-    pub slices: Option<super::worker::SliceProgress>,
+struct Invocation {
+    tenant: usize,
+    class: PriorityClass,
+    items: VecDeque<Queued>,
+    /// Whether a work item of this invocation has been taken (for preemption latency).
+    started: bool,
 }
 
-pub(super) struct Invocation {
-    pub tenant: usize,
-    pub class: PriorityClass,
-    pub items: VecDeque<Queued>,
-    /// Whether a kernel of this invocation has started (for preemption latency).
-    pub started: bool,
-}
-
-pub(super) struct Tenant {
-    pub name: Arc<str>,
-    pub class: PriorityClass,
-    pub weight: u32,
+struct Tenant {
+    name: Arc<str>,
+    class: PriorityClass,
+    weight: u32,
     /// Device time divided by weight, in nanoseconds: fair share runs the lowest.
-    pub vtime: f64,
-    pub device_ns: u64,
-    pub kernels: u64,
-    pub active: usize,
+    vtime: f64,
+    device_ns: u64,
+    kernels: u64,
+    active: usize,
 }
 
 /// Everything queued on one device.
 #[derive(Default)]
 pub(super) struct Queues {
-    pub system: VecDeque<Queued>,
-    pub invocations: HashMap<InvocationId, Invocation>,
-    pub tenants: Vec<Tenant>,
+    system: VecDeque<Queued>,
+    invocations: HashMap<InvocationId, Invocation>,
+    tenants: Vec<Tenant>,
     tenant_index: HashMap<(Arc<str>, PriorityClass), usize>,
     seq: u64,
     /// When the last latency-class invocation ended.
-    last_latency_end: Option<Instant>,
+    last_latency_end: Option<Duration>,
 }
 
 /// Where the next work item comes from.
@@ -55,6 +49,17 @@ pub(super) struct Queues {
 pub(super) enum Pick {
     System,
     Invocation(InvocationId),
+}
+
+/// A work item taken off its queue, with whom it belongs to.
+pub(super) struct Taken {
+    pub item: Queued,
+    pub inv: InvocationId,
+    /// The tenant (an index for [`Queues::correct`]); `None` for the runtime's own work.
+    pub tenant: Option<usize>,
+    /// Whether it is the first item taken of a latency-class invocation, whose wait
+    /// is its preemption latency.
+    pub starts_latency_invocation: bool,
 }
 
 impl Queues {
@@ -93,13 +98,13 @@ impl Queues {
             .insert(inv, Invocation { tenant: index, class: info.class, items: VecDeque::new(), started: false });
     }
 
-    /// Ends an invocation and returns the work it still had queued.
-    pub fn end(&mut self, inv: InvocationId) -> Vec<Queued> {
+    /// Ends an invocation at `now` and returns the work it still had queued.
+    pub fn end(&mut self, inv: InvocationId, now: Duration) -> Vec<Queued> {
         match self.invocations.remove(&inv) {
             Some(i) => {
                 self.tenants[i.tenant].active -= 1;
                 if i.class == PriorityClass::Latency {
-                    self.last_latency_end = Some(Instant::now());
+                    self.last_latency_end = Some(now);
                 }
                 i.items.into()
             }
@@ -107,8 +112,9 @@ impl Queues {
         }
     }
 
-    /// Queues work; gives it back if the invocation is unknown (already ended).
-    pub fn push(&mut self, inv: InvocationId, work: Work, at: Instant) -> Result<(), Work> {
+    /// Queues work submitted at `at`; gives it back if the invocation is unknown
+    /// (already ended).
+    pub fn push(&mut self, inv: InvocationId, work: Work, at: Duration) -> Result<(), Work> {
         self.seq += 1;
         let q = Queued { work, seq: self.seq, at, slices: None };
         if inv == InvocationId::SYSTEM {
@@ -124,8 +130,14 @@ impl Queues {
         }
     }
 
+    /// Work items waiting.
     pub fn queued(&self) -> usize {
         self.system.len() + self.invocations.values().map(|i| i.items.len()).sum::<usize>()
+    }
+
+    /// Invocations open on the device.
+    pub fn open_invocations(&self) -> usize {
+        self.invocations.len()
     }
 
     pub fn is_idle(&self) -> bool {
@@ -137,11 +149,12 @@ impl Queues {
         self.invocations.values().any(|i| i.class == PriorityClass::Latency)
     }
 
-    /// Whether latency work is active or ended less than `hold` ago, so more is likely
-    /// to come: best-effort work stays preemptible (sliced, shallow) meanwhile, so the
-    /// next latency request does not find a long best-effort kernel running.
-    pub fn latency_expected(&self, hold: Duration) -> bool {
-        self.latency_active() || self.last_latency_end.is_some_and(|t| t.elapsed() < hold)
+    /// Whether latency work is active or ended less than `hold` before `now`, so more
+    /// is likely to come: best-effort work stays preemptible (sliced, shallow)
+    /// meanwhile, so the next latency request does not find a long best-effort kernel
+    /// running.
+    pub fn latency_expected(&self, hold: Duration, now: Duration) -> bool {
+        self.latency_active() || self.last_latency_end.is_some_and(|t| now.saturating_sub(t) < hold)
     }
 
     /// Whether best-effort work is waiting.
@@ -175,7 +188,61 @@ impl Queues {
         best.map(|(_, id)| Pick::Invocation(id))
     }
 
-    /// Charges measured device time to the invocation's tenant.
+    /// The class of `pick`'s work: the runtime's own work counts as latency work.
+    pub fn class_of(&self, pick: Pick) -> PriorityClass {
+        match pick {
+            Pick::System => PriorityClass::Latency,
+            Pick::Invocation(id) => self.invocations.get(&id).map_or(PriorityClass::Latency, |i| i.class),
+        }
+    }
+
+    /// The head of `pick`'s queue, without taking it.
+    pub fn peek(&self, pick: Pick) -> Option<&Queued> {
+        match pick {
+            Pick::System => self.system.front(),
+            Pick::Invocation(id) => self.invocations.get(&id)?.items.front(),
+        }
+    }
+
+    /// Takes the head of `pick`'s queue.
+    pub fn take(&mut self, pick: Pick) -> Option<Taken> {
+        match pick {
+            Pick::System => Some(Taken {
+                item: self.system.pop_front()?,
+                inv: InvocationId::SYSTEM,
+                tenant: None,
+                starts_latency_invocation: false,
+            }),
+            Pick::Invocation(id) => {
+                let i = self.invocations.get_mut(&id)?;
+                let item = i.items.pop_front()?;
+                let first = !std::mem::replace(&mut i.started, true);
+                Some(Taken {
+                    item,
+                    inv: id,
+                    tenant: Some(i.tenant),
+                    starts_latency_invocation: first && i.class == PriorityClass::Latency,
+                })
+            }
+        }
+    }
+
+    /// Puts a partly done item (a sliced kernel) back at the head of its queue; gives
+    /// its work back if its invocation has ended meanwhile.
+    pub fn put_back(&mut self, inv: InvocationId, item: Queued) -> Result<(), Work> {
+        if inv == InvocationId::SYSTEM {
+            self.system.push_front(item);
+            return Ok(());
+        }
+        match self.invocations.get_mut(&inv) {
+            Some(i) => {
+                i.items.push_front(item);
+                Ok(())
+            }
+            None => Err(item.work),
+        }
+    }
+
     /// Corrects tenant `tenant`'s charge by `delta_ns` (a kernel charged at its estimate
     /// whose device time is now known).
     pub fn correct(&mut self, tenant: usize, delta_ns: i64) {
@@ -185,6 +252,7 @@ impl Queues {
         }
     }
 
+    /// Charges measured device time to the invocation's tenant.
     pub fn charge(&mut self, inv: InvocationId, elapsed: Duration, kernel_done: bool) {
         if let Some(i) = self.invocations.get(&inv) {
             let t = &mut self.tenants[i.tenant];
@@ -195,6 +263,30 @@ impl Queues {
                 t.kernels += 1;
             }
         }
+    }
+
+    /// Every tenant's queues and charges, by name.
+    pub fn tenant_statuses(&self) -> Vec<TenantStatus> {
+        let mut tenants: Vec<TenantStatus> = self
+            .tenants
+            .iter()
+            .enumerate()
+            .map(|(index, t)| {
+                let invs = self.invocations.values().filter(|i| i.tenant == index);
+                let (active, queued) = invs.fold((0, 0), |(a, q), i| (a + 1, q + i.items.len()));
+                TenantStatus {
+                    tenant: t.name.to_string(),
+                    class: t.class,
+                    weight: t.weight,
+                    queued,
+                    active_invocations: active,
+                    kernels: t.kernels,
+                    device_time_us: t.device_ns / 1000,
+                }
+            })
+            .collect();
+        tenants.sort_by(|a, b| a.tenant.cmp(&b.tenant));
+        tenants
     }
 }
 
@@ -218,7 +310,7 @@ mod tests {
         let (be, ls) = (InvocationId(1), InvocationId(2));
         q.begin(be, info("a", PriorityClass::Batch, 1));
         q.begin(ls, info("b", PriorityClass::Latency, 1));
-        let now = Instant::now();
+        let now = Duration::ZERO;
         assert!(q.push(be, work(), now).is_ok());
         assert!(q.push(ls, work(), now).is_ok());
         assert_eq!(q.pick(Policy::Priority), Some(Pick::Invocation(ls)));
@@ -233,17 +325,18 @@ mod tests {
         let (a, b) = (InvocationId(1), InvocationId(2));
         q.begin(a, info("a", PriorityClass::Batch, 3));
         q.begin(b, info("b", PriorityClass::Batch, 1));
-        let now = Instant::now();
+        let now = Duration::ZERO;
         for _ in 0..4000 {
             let _ = q.push(a, work(), now);
             let _ = q.push(b, work(), now);
         }
         for _ in 0..4000 {
-            let Some(Pick::Invocation(id)) = q.pick(Policy::Priority) else { panic!("work is queued") };
-            q.invocations.get_mut(&id).unwrap().items.pop_front();
-            q.charge(id, Duration::from_micros(10), true);
+            let pick = q.pick(Policy::Priority).expect("work is queued");
+            let taken = q.take(pick).expect("picked a non-empty queue");
+            q.charge(taken.inv, Duration::from_micros(10), true);
         }
-        let share_a = q.tenants[0].device_ns as f64 / (q.tenants[0].device_ns + q.tenants[1].device_ns) as f64;
+        let time = |name: &str| q.tenant_statuses().iter().find(|t| t.tenant == name).unwrap().device_time_us as f64;
+        let share_a = time("a") / (time("a") + time("b"));
         assert!((share_a - 0.75).abs() < 0.01, "{share_a}");
         // A newcomer starts at the active minimum, not at zero.
         q.begin(InvocationId(3), info("c", PriorityClass::Batch, 1));
@@ -255,9 +348,39 @@ mod tests {
     fn work_of_ended_invocations_is_refused_and_returned() {
         let mut q = Queues::default();
         q.begin(InvocationId(1), info("a", PriorityClass::Latency, 1));
-        let _ = q.push(InvocationId(1), work(), Instant::now());
-        assert_eq!(q.end(InvocationId(1)).len(), 1);
-        assert!(q.push(InvocationId(1), work(), Instant::now()).is_err());
+        let _ = q.push(InvocationId(1), work(), Duration::ZERO);
+        assert_eq!(q.end(InvocationId(1), Duration::ZERO).len(), 1);
+        assert!(q.push(InvocationId(1), work(), Duration::ZERO).is_err());
         assert!(q.is_idle());
+    }
+
+    #[test]
+    fn take_reports_whose_work_it_is_and_put_back_keeps_the_order() {
+        let mut q = Queues::default();
+        let ls = InvocationId(1);
+        q.begin(ls, info("a", PriorityClass::Latency, 1));
+        for _ in 0..2 {
+            let _ = q.push(ls, work(), Duration::from_micros(5));
+        }
+        let first = q.take(Pick::Invocation(ls)).unwrap();
+        assert!(first.starts_latency_invocation && first.tenant == Some(0));
+        let seq = first.item.seq;
+        assert!(q.put_back(ls, first.item).is_ok());
+        let again = q.take(Pick::Invocation(ls)).unwrap();
+        assert_eq!(again.item.seq, seq, "the put-back item is the head again");
+        assert!(!again.starts_latency_invocation, "only the first take starts the invocation");
+        assert_eq!(q.end(ls, Duration::ZERO).len(), 1);
+        assert!(q.put_back(ls, again.item).is_err(), "an ended invocation takes nothing back");
+    }
+
+    #[test]
+    fn the_latency_hold_runs_on_the_given_clock() {
+        let mut q = Queues::default();
+        let hold = Duration::from_millis(25);
+        q.begin(InvocationId(1), info("a", PriorityClass::Latency, 1));
+        assert!(q.latency_expected(Duration::ZERO, Duration::ZERO));
+        q.end(InvocationId(1), Duration::from_millis(10));
+        assert!(q.latency_expected(hold, Duration::from_millis(34)));
+        assert!(!q.latency_expected(hold, Duration::from_millis(35)));
     }
 }

@@ -1,9 +1,13 @@
-//! What a device's scheduler reports: queues, device time per tenant, preemptions.
+//! What a device's scheduler reports (queues, device time per tenant, preemptions),
+//! and the counters ([`Stats`]) it keeps for that.
+
+use std::collections::VecDeque;
+use std::time::Duration;
 
 use serde::Serialize;
 
 use super::{Policy, PriorityClass};
-use crate::backend::DeviceInfo;
+use crate::device::{DeviceInfo, PartitionState};
 
 /// A snapshot of one device's scheduler, taken after the commands sent before it.
 #[derive(Clone, Debug, Serialize)]
@@ -12,7 +16,7 @@ pub struct DeviceStatus {
     pub policy: Policy,
     pub preemption_budget_us: u64,
     /// The spatial partition in force, or why there is none.
-    pub partition: String,
+    pub partition: PartitionState,
     /// Kernels and uploads waiting in queues.
     pub queued: usize,
     /// Invocations with an open stream on this device.
@@ -66,4 +70,44 @@ pub struct TenantStatus {
     pub kernels: u64,
     /// Measured device time of its kernels, in microseconds.
     pub device_time_us: u64,
+}
+
+/// How many preemption-latency samples a device keeps.
+const LATENCY_SAMPLES: usize = 4096;
+
+/// The device actor's counters.
+#[derive(Default)]
+pub(super) struct Stats {
+    /// Kernels run (a sliced kernel counts once).
+    pub kernels: u64,
+    pub uploads: u64,
+    /// Best-effort kernels run in slices.
+    pub sliced_kernels: u64,
+    /// Times latency work was picked while best-effort work was waiting.
+    pub preemptions: u64,
+    /// Device time spent in work.
+    pub busy: Duration,
+    /// Recent preemption latencies, in nanoseconds.
+    latency_ns: VecDeque<u64>,
+}
+
+impl Stats {
+    /// Records one preemption latency (a latency invocation's wait for its first kernel).
+    pub fn record_latency(&mut self, waited: Duration) {
+        if self.latency_ns.len() == LATENCY_SAMPLES {
+            self.latency_ns.pop_front();
+        }
+        self.latency_ns.push_back(waited.as_nanos() as u64);
+    }
+
+    /// Corrects the busy time by `delta_ns` (a kernel's measured time minus its estimate).
+    pub fn correct_busy(&mut self, delta_ns: i64) {
+        self.busy = Duration::from_nanos((self.busy.as_nanos() as i64 + delta_ns).max(0) as u64);
+    }
+
+    /// The distribution of the recent preemption latencies.
+    pub fn preemption_latency(&self) -> LatencySummary {
+        let samples: Vec<u64> = self.latency_ns.iter().copied().collect();
+        LatencySummary::from_ns(&samples)
+    }
 }

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use sluice_runtime::backend::CpuDevice;
+use sluice_runtime::device::CpuDevice;
 use sluice_runtime::engine::{ArtifactSet, Engine, EngineConfig, FunctionImage, FunctionLimits, InvocationContext};
 use sluice_runtime::scheduler::{DeviceQueue, MemoryAccount, PriorityClass, SchedulingInfo};
 

@@ -1,9 +1,10 @@
 //! sluice's CPU backend: the reference implementation of every op of the host API
 //! catalog ([`Op`]) on host memory, and the backend that is always present.
 //!
-//! [`launch`] runs one op on [`CpuBuffer`]s. It trusts [`sluice_host_api::infer`] for
-//! shapes and dtypes (every launch passed it), checks only that each buffer matches its
-//! metadata, and reports data-dependent faults (an embedding id out of range, an integer
+//! [`launch`] runs one op on [`CpuBuffer`]s. It checks that each buffer matches its
+//! metadata and that the output metadata is what [`sluice_host_api::infer`] gives for
+//! the inputs (a caller's mistake is an error, never a wrong-sized buffer), and reports
+//! data-dependent faults (an embedding id out of range, an integer
 //! division by zero) as [`KernelError`]s instead of panicking. Kernels are grouped by op
 //! family, one module each; small tensors run on the calling thread and large ones use
 //! rayon (and gemm's own rayon parallelism for big products).
@@ -34,7 +35,7 @@ mod reduce;
 pub use buffer::{CpuBuffer, Element};
 pub use elementwise::{gelu, gelu_tanh};
 pub use matmul::matmul_rows;
-use sluice_host_api::{Op, RowSplit, TensorMeta};
+use sluice_host_api::{Op, RowSplit, TensorMeta, infer};
 
 /// A kernel could not run: a data-dependent fault or inputs that do not match their
 /// metadata. The message names the op and the reason.
@@ -45,9 +46,11 @@ pub struct KernelError(pub String);
 /// Runs one op and returns its output, whose metadata is `out`.
 ///
 /// `inputs` and `out` must be what [`sluice_host_api::infer`] accepted and returned for
-/// `op`; a buffer whose dtype or length disagrees with its metadata is an error.
+/// `op`; inputs `infer` rejects, an `out` other than what it returns, or a buffer whose
+/// dtype or length disagrees with its metadata is an error.
 pub fn launch(op: &Op, inputs: &[(&CpuBuffer, &TensorMeta)], out: &TensorMeta) -> Result<CpuBuffer, KernelError> {
     check_inputs(inputs)?;
+    check_output(op, inputs, out)?;
     let result = match (op, inputs) {
         (Op::Matmul(args), &[a, b]) => matmul::matmul(args, a, b, out),
         (Op::Binary(bop), &[a, b]) => elementwise::binary(*bop, a, b, out),
@@ -109,6 +112,7 @@ pub fn launch_rows(
         return Err(KernelError(format!("rows {rows:?} are out of range for {} rows of {}", split.rows, op.name())));
     }
     check_inputs(inputs)?;
+    check_output(op, inputs, out)?;
     match (op, inputs) {
         (Op::Matmul(args), &[a, b]) => matmul::matmul_rows(args, a, b, out, rows),
         (Op::Linear { transpose_w, activation }, &[(x, xm), w, ref bias @ ..]) => {
@@ -120,6 +124,23 @@ pub fn launch_rows(
         }
         (op, inputs) => Err(KernelError(format!("{} cannot take {} input(s)", op.name(), inputs.len()))),
     }
+}
+
+/// Checks that `out` is the metadata [`sluice_host_api::infer`] gives `op` on the inputs.
+fn check_output(op: &Op, inputs: &[(&CpuBuffer, &TensorMeta)], out: &TensorMeta) -> Result<(), KernelError> {
+    let metas: Vec<&TensorMeta> = inputs.iter().map(|(_, m)| *m).collect();
+    let inferred = infer(op, &metas).map_err(|e| KernelError(format!("{}: {e}", op.name())))?;
+    if inferred != *out {
+        return Err(KernelError(format!(
+            "{}: the output is described as {} {:?} but the inputs give {} {:?}",
+            op.name(),
+            out.dtype,
+            out.shape,
+            inferred.dtype,
+            inferred.shape
+        )));
+    }
+    Ok(())
 }
 
 /// Checks that each buffer holds exactly what its metadata describes.

@@ -156,6 +156,22 @@ fn buffers_that_disagree_with_their_metadata_are_errors() {
 }
 
 #[test]
+fn output_metadata_that_disagrees_with_the_inputs_is_an_error() {
+    let x = input(DType::F32, &[3], vec![1.0, 2.0, 3.0]);
+    let x_meta = meta(DType::F32, &[3]);
+    for wrong in [meta(DType::F32, &[4]), meta(DType::F16, &[3]), meta(DType::F32, &[3, 1])] {
+        let err = launch(&Op::Unary(UnaryOp::Neg), &[(&x.buf, &x_meta)], &wrong).unwrap_err();
+        assert!(err.0.contains("output is described as"), "{err}");
+    }
+    // Inputs `infer` rejects are an error too, not a panic.
+    let err = launch(&Op::Binary(BinaryOp::Add), &[(&x.buf, &x_meta), (&x.buf, &x_meta)], &x_meta);
+    assert!(err.is_ok());
+    let y = input(DType::F32, &[2], vec![1.0, 2.0]);
+    let y_meta = meta(DType::F32, &[2]);
+    assert!(launch(&Op::Binary(BinaryOp::Add), &[(&x.buf, &x_meta), (&y.buf, &y_meta)], &x_meta).is_err());
+}
+
+#[test]
 fn little_endian_bytes_round_trip() {
     let one = CpuBuffer::from_le_bytes(DType::F32, &[0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0]);
     assert_eq!(values(&one), vec![1.0, -2.0]);

@@ -5,12 +5,13 @@
 
 use std::time::Duration;
 
-use super::{Actor, Pick};
-use crate::backend::Lane;
+use super::Actor;
+use crate::device::Lane;
 use crate::scheduler::cost::KernelKey;
 use crate::scheduler::inflight::{Correction, InFlight};
-use crate::scheduler::queues::Queued;
-use crate::scheduler::{Policy, PriorityClass, Work};
+use crate::scheduler::queues::Pick;
+use crate::scheduler::work::{Queued, Work};
+use crate::scheduler::{Policy, PriorityClass};
 
 impl Actor {
     /// Whether the head of `pick`'s queue may be enqueued on `lane` of an asynchronous
@@ -19,11 +20,9 @@ impl Actor {
     /// anyway); on a partitioned device it only checks, so that latency work keeps
     /// flowing to its own partition meanwhile.
     pub(super) fn room_on(&mut self, lane: Lane, pick: Pick, class: PriorityClass) -> bool {
-        let queue = match pick {
-            Pick::System => &self.queues.system,
-            Pick::Invocation(id) => &self.queues.invocations[&id].items,
+        let Some(Queued { work: Work::Launch { op, inputs, out, .. }, .. }) = self.queues.peek(pick) else {
+            return true;
         };
-        let Some(Queued { work: Work::Launch { op, inputs, out, .. }, .. }) = queue.front() else { return true };
         let key = KernelKey::new(op, inputs.iter().map(|(_, m)| m), out).on_lane(lane);
         let estimate = self.cost.estimate(&key);
         let bound = self.inflight_bound(class);
@@ -34,9 +33,14 @@ impl Actor {
             self.drain_lane(lane);
             return true;
         }
-        match self.device.lane_idle(lane) {
+        let Some(lanes) = self.device.lanes() else {
+            self.drain_lane(lane);
+            return true;
+        };
+        match lanes.lane_idle(lane) {
             Ok(true) => {
-                let corrections = self.inflight[lane.index()].drained(&mut self.cost);
+                let now = self.now();
+                let corrections = self.inflight[lane.index()].drained(&mut self.cost, now);
                 self.correct(&corrections);
                 true
             }
@@ -56,9 +60,7 @@ impl Actor {
     pub(super) fn inflight_bound(&self, class: PriorityClass) -> Duration {
         match (self.config.policy, class) {
             (Policy::Fifo, _) | (_, PriorityClass::Latency) => Duration::MAX,
-            (Policy::Priority, PriorityClass::Batch)
-                if self.queues.latency_expected(self.config.latency_hold) && !self.partitioned =>
-            {
+            (Policy::Priority, PriorityClass::Batch) if self.latency_expected() && !self.partitioned => {
                 self.config.preemption_budget
             }
             (Policy::Priority, PriorityClass::Batch) => self.config.fill_depth,
@@ -76,7 +78,7 @@ impl Actor {
         match (pick, class) {
             (Pick::System, _) => Lane::Whole,
             (_, PriorityClass::Latency) => Lane::Reserved,
-            (_, PriorityClass::Batch) if self.queues.latency_expected(self.config.latency_hold) => Lane::Remainder,
+            (_, PriorityClass::Batch) if self.latency_expected() => Lane::Remainder,
             (_, PriorityClass::Batch) => Lane::Whole,
         }
     }
@@ -84,7 +86,9 @@ impl Actor {
     /// Directs the device to `lane`.
     pub(super) fn enter(&mut self, lane: Lane) {
         if self.lane != lane {
-            self.device.set_lane(lane);
+            if let Some(lanes) = self.device.lanes() {
+                lanes.set_lane(lane);
+            }
             self.lane = lane;
         }
     }
@@ -98,8 +102,9 @@ impl Actor {
         if let Err(e) = self.device.synchronize() {
             tracing::error!(error = %e, "device synchronize failed");
         }
+        let now = self.now();
         for lane in Lane::ALL {
-            let corrections = self.inflight[lane.index()].drained(&mut self.cost);
+            let corrections = self.inflight[lane.index()].drained(&mut self.cost, now);
             self.correct(&corrections);
         }
     }
@@ -109,7 +114,7 @@ impl Actor {
     pub(super) fn correct(&mut self, corrections: &[Correction]) {
         for c in corrections {
             self.queues.correct(c.tenant, c.delta_ns);
-            self.busy = Duration::from_nanos((self.busy.as_nanos() as i64 + c.delta_ns).max(0) as u64);
+            self.stats.correct_busy(c.delta_ns);
         }
     }
 
@@ -118,10 +123,15 @@ impl Actor {
         if self.inflight[lane.index()].is_empty() {
             return;
         }
-        if let Err(e) = self.device.synchronize_lane(lane) {
+        let synchronized = match self.device.lanes() {
+            Some(lanes) => lanes.synchronize_lane(lane),
+            None => self.device.synchronize(),
+        };
+        if let Err(e) = synchronized {
             tracing::error!(error = %e, ?lane, "device synchronize failed");
         }
-        let corrections = self.inflight[lane.index()].drained(&mut self.cost);
+        let now = self.now();
+        let corrections = self.inflight[lane.index()].drained(&mut self.cost, now);
         self.correct(&corrections);
     }
 }

@@ -2,19 +2,13 @@
 //! preemption budget while latency work is active, one block per scheduling step, and
 //! the blocks are concatenated into the result (see `sluice_host_api::RowSplit`).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sluice_host_api::{ApiError, Op, RowSplit, TensorMeta};
 
 use super::Actor;
-use crate::backend::Buffer;
-
-/// Rows of a sliced matmul or linear computed so far.
-pub(in crate::scheduler) struct SliceProgress {
-    pub(super) next_row: usize,
-    pub(super) parts: Vec<(Buffer, TensorMeta)>,
-    pub(super) elapsed: Duration,
-}
+use crate::device::Buffer;
+use crate::scheduler::work::SliceProgress;
 
 impl Actor {
     /// One slice of a best-effort matmul or linear; `Some` with the whole result once
@@ -35,7 +29,7 @@ impl Actor {
         let p =
             progress.get_or_insert_with(|| SliceProgress { next_row: 0, parts: Vec::new(), elapsed: Duration::ZERO });
         if p.next_row == 0 {
-            self.sliced_kernels += 1;
+            self.stats.sliced_kernels += 1;
         }
         let left = m - p.next_row;
         let rows = if slice_now {
@@ -45,18 +39,18 @@ impl Actor {
             left
         };
         let range = p.next_row..p.next_row + rows;
-        let started = Instant::now();
-        match self.device.launch_rows(op, inputs, out, range) {
-            None => {
-                // The device cannot slice: run the rest whole.
-                return Some(self.device.launch(op, inputs, out).map_err(ApiError::from));
-            }
-            Some(Err(e)) => return Some(Err(e.into())),
-            Some(Ok(b)) => p.parts.push((b, split.block(rows))),
+        let started = self.config.clock.now();
+        let Some(slicing) = self.device.rows() else {
+            // The device cannot slice: run the rest whole.
+            return Some(self.device.launch(op, inputs, out).map_err(ApiError::from));
+        };
+        match slicing.launch_rows(op, inputs, out, range) {
+            Err(e) => return Some(Err(e.into())),
+            Ok(b) => p.parts.push((b, split.block(rows))),
         }
         p.next_row += rows;
         if p.next_row < m {
-            p.elapsed += started.elapsed();
+            p.elapsed += self.config.clock.now().saturating_sub(started);
             return None;
         }
         let parts = std::mem::take(&mut p.parts);

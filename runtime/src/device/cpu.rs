@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use sluice_host_api::{Op, TensorMeta};
 
-use super::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind};
+use super::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind, PartitionState, RowSlicing};
 
 /// The host CPU as a device. Kernels run in the device's own thread pool, so the
 /// number of cores they may take is a setting, and the rest stay free for the host
@@ -121,24 +121,29 @@ impl Device for CpuDevice {
         Ok(())
     }
 
+    fn partition(&self) -> PartitionState {
+        PartitionState::None {
+            reason: "the CPU backend has no spatial partitions (priorities and preemption only)".into(),
+        }
+    }
+
+    fn rows(&self) -> Option<&dyn RowSlicing> {
+        Some(self)
+    }
+}
+
+impl RowSlicing for CpuDevice {
     fn launch_rows(
         &self,
         op: &Op,
         inputs: &[(&Buffer, &TensorMeta)],
         out: &TensorMeta,
         rows: Range<usize>,
-    ) -> Option<Result<Buffer, DeviceError>> {
-        let run = || {
-            let cpu_inputs = cpu_inputs(inputs)?;
-            self.pool
-                .install(|| sluice_backend_cpu::launch_rows(op, &cpu_inputs, out, rows))
-                .map(Buffer::Cpu)
-                .map_err(|e| DeviceError::Failure(e.to_string()))
-        };
-        Some(run())
-    }
-
-    fn partition(&self) -> String {
-        "none: the CPU backend has no spatial partitions (priorities and preemption only)".into()
+    ) -> Result<Buffer, DeviceError> {
+        let cpu_inputs = cpu_inputs(inputs)?;
+        self.pool
+            .install(|| sluice_backend_cpu::launch_rows(op, &cpu_inputs, out, rows))
+            .map(Buffer::Cpu)
+            .map_err(|e| DeviceError::Failure(e.to_string()))
     }
 }

@@ -10,7 +10,10 @@ use std::ops::Range;
 use sluice_backend_cuda::{CudaBuffer, CudaError, CudaOptions};
 use sluice_host_api::{Op, TensorMeta};
 
-use super::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind, KernelClock, Lane, TimedLaunch};
+use super::{
+    Buffer, Device, DeviceError, DeviceInfo, DeviceKind, KernelClock, KernelTiming, Lane, Lanes, PartitionState,
+    RowSlicing, TimedLaunch,
+};
 
 pub use sluice_backend_cuda::CudaUnavailable;
 
@@ -89,46 +92,61 @@ impl Device for CudaDevice {
         self.inner.synchronize().map_err(error)
     }
 
+    fn is_async(&self) -> bool {
+        true
+    }
+
+    fn partition(&self) -> PartitionState {
+        use sluice_backend_cuda::PartitionState as Cuda;
+        match self.inner.partition() {
+            Cuda::NotRequested => PartitionState::None { reason: "not requested (reserved SMs = 0)".into() },
+            Cuda::Unavailable(reason) => PartitionState::Unavailable { reason: reason.clone() },
+            &Cuda::Active { reserved_sms, remainder_sms, total_sms } => {
+                PartitionState::Active { reserved_sms, remainder_sms, total_sms }
+            }
+        }
+    }
+
+    fn rows(&self) -> Option<&dyn RowSlicing> {
+        Some(self)
+    }
+
+    fn timing(&self) -> Option<&dyn KernelTiming> {
+        Some(self)
+    }
+
+    fn lanes(&self) -> Option<&dyn Lanes> {
+        self.inner.partition().is_active().then_some(self as &dyn Lanes)
+    }
+}
+
+impl RowSlicing for CudaDevice {
     fn launch_rows(
         &self,
         op: &Op,
         inputs: &[(&Buffer, &TensorMeta)],
         out: &TensorMeta,
         rows: Range<usize>,
-    ) -> Option<Result<Buffer, DeviceError>> {
-        let run = || {
-            let args = gpu_inputs(inputs)?;
-            self.inner.launch_rows(op, &args, out, rows).map(Buffer::Cuda).map_err(error)
-        };
-        Some(run())
+    ) -> Result<Buffer, DeviceError> {
+        let args = gpu_inputs(inputs)?;
+        self.inner.launch_rows(op, &args, out, rows).map(Buffer::Cuda).map_err(error)
     }
+}
 
+impl KernelTiming for CudaDevice {
     fn launch_timed(
         &self,
         op: &Op,
         inputs: &[(&Buffer, &TensorMeta)],
         out: &TensorMeta,
-    ) -> Option<Result<TimedLaunch, DeviceError>> {
-        let run = || {
-            let args = gpu_inputs(inputs)?;
-            let (buffer, timer) = self.inner.launch_timed(op, &args, out).map_err(error)?;
-            Ok((Buffer::Cuda(buffer), Box::new(timer) as Box<dyn KernelClock>))
-        };
-        Some(run())
+    ) -> Result<TimedLaunch, DeviceError> {
+        let args = gpu_inputs(inputs)?;
+        let (buffer, timer) = self.inner.launch_timed(op, &args, out).map_err(error)?;
+        Ok((Buffer::Cuda(buffer), Box::new(timer) as Box<dyn KernelClock>))
     }
+}
 
-    fn is_async(&self) -> bool {
-        true
-    }
-
-    fn partition(&self) -> String {
-        self.inner.partition().to_string()
-    }
-
-    fn has_partition(&self) -> bool {
-        self.inner.partition().is_active()
-    }
-
+impl Lanes for CudaDevice {
     fn set_lane(&self, l: Lane) {
         self.inner.set_lane(lane(l));
     }

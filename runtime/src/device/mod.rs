@@ -1,24 +1,26 @@
-//! Device backends behind one [`Device`] trait.
+//! Devices behind one [`Device`] trait: the runtime's side of the backend crates.
 //!
-//! A backend turns the op catalog of [`sluice_host_api::Op`] into kernels on one
-//! device. The CPU backend ([`cpu`]) is the reference implementation and is always
-//! present; the CUDA backend plugs in behind the same trait. Backends never validate
-//! shapes: every op they receive has passed [`sluice_host_api::infer`] with the same
-//! inputs, and they receive the inferred output metadata with it.
+//! A device turns the op catalog of [`sluice_host_api::Op`] into kernels. The CPU
+//! device (over `sluice-backend-cpu`, the reference implementation) is always
+//! present; the CUDA device (over `sluice-backend-cuda`) plugs in behind the same
+//! trait; [`sim`] is a simulated device for tests and benchmarks. Every op a device
+//! receives has passed [`sluice_host_api::infer`] with the same inputs, and it
+//! receives the inferred output metadata with it.
 //!
 //! Buffers are an enum over backends (as candle's `Storage`), so the scheduler and the
 //! engine hold one concrete type and every backend matches only its own variant.
 
+mod capabilities;
 mod cpu;
 pub mod cuda;
 mod select;
+pub mod sim;
 
 use std::fmt;
 
-use std::ops::Range;
-
 use sluice_host_api::{ApiError, ErrorCode, Op, TensorMeta};
 
+pub use capabilities::{KernelClock, KernelTiming, Lanes, PartitionState, RowSlicing, TimedLaunch};
 pub use cpu::CpuDevice;
 pub use select::{CudaRequired, DeviceChoice, DeviceSettings, OpenedDevice, open_device};
 pub use sluice_backend_cpu::CpuBuffer;
@@ -114,16 +116,11 @@ impl From<DeviceError> for ApiError {
     }
 }
 
-/// The device time of one launched op, as the device measured it (GPU events).
-pub trait KernelClock: Send {
-    /// The op's device time, or `None` while it has not finished. Never waits.
-    fn elapsed(&self) -> Result<Option<std::time::Duration>, DeviceError>;
-}
-
-/// An output buffer with the device's clock of the op that produced it.
-pub type TimedLaunch = (Buffer, Box<dyn KernelClock>);
-
 /// One device. Called from the device's scheduler thread only, in launch order.
+///
+/// The trait is the core every device has; what only some devices can do (run a
+/// kernel's rows, time kernels on the device, run work on SM partitions) are small
+/// traits reached through the accessors at the end, which answer `None` by default.
 pub trait Device: Send + Sync + 'static {
     /// What the device is.
     fn info(&self) -> DeviceInfo;
@@ -142,59 +139,29 @@ pub trait Device: Send + Sync + 'static {
     /// Waits until every enqueued kernel has finished.
     fn synchronize(&self) -> Result<(), DeviceError>;
 
-    /// Output rows `rows` of `op` (a matmul or a linear; see
-    /// [`sluice_host_api::RowSplit`] for what a row is and the block's metadata), whose
-    /// whole output is `out`, so the scheduler can slice a long best-effort kernel into
-    /// pieces that fit its preemption budget. `None` if the device cannot.
-    fn launch_rows(
-        &self,
-        _op: &Op,
-        _inputs: &[(&Buffer, &TensorMeta)],
-        _out: &TensorMeta,
-        _rows: Range<usize>,
-    ) -> Option<Result<Buffer, DeviceError>> {
-        None
-    }
-
-    /// [`Device::launch`], timed by the device itself, for an asynchronous device whose
-    /// launches return before the kernel ran. `None` if the device cannot time kernels.
-    fn launch_timed(
-        &self,
-        _op: &Op,
-        _inputs: &[(&Buffer, &TensorMeta)],
-        _out: &TensorMeta,
-    ) -> Option<Result<TimedLaunch, DeviceError>> {
-        None
-    }
-
     /// Whether `launch` returns before the kernel ran (work queues on the device, as
     /// on a GPU stream), so the scheduler must bound what it hands over.
     fn is_async(&self) -> bool {
         false
     }
 
-    /// The spatial partition in force, or why there is none.
-    fn partition(&self) -> String {
-        "none: this device has no spatial partitions".into()
+    /// The spatial partition in force, or why there is none (for logs and status).
+    fn partition(&self) -> PartitionState {
+        PartitionState::None { reason: "this device has no spatial partitions".into() }
     }
 
-    /// Whether the device has a reserved partition, so [`Device::set_lane`] matters.
-    fn has_partition(&self) -> bool {
-        false
+    /// Running a matmul's or a linear's output rows alone, if the device can.
+    fn rows(&self) -> Option<&dyn RowSlicing> {
+        None
     }
 
-    /// Directs later uploads, launches and downloads to `lane`. The device keeps
-    /// results correct across lanes (a kernel waits for inputs produced on another
-    /// lane); the scheduler decides which lane serves which class.
-    fn set_lane(&self, _lane: Lane) {}
-
-    /// Waits until every kernel enqueued on `lane` has finished.
-    fn synchronize_lane(&self, _lane: Lane) -> Result<(), DeviceError> {
-        self.synchronize()
+    /// Timing kernels with the device's own clock, if the device can.
+    fn timing(&self) -> Option<&dyn KernelTiming> {
+        None
     }
 
-    /// Whether every kernel enqueued on `lane` has finished, without waiting.
-    fn lane_idle(&self, lane: Lane) -> Result<bool, DeviceError> {
-        self.synchronize_lane(lane).map(|()| true)
+    /// The lanes of an active spatial partition, if the device has one.
+    fn lanes(&self) -> Option<&dyn Lanes> {
+        None
     }
 }

@@ -91,15 +91,15 @@ mod tests {
     #[test]
     fn cpu_is_always_available_and_forcing_cuda_without_a_gpu_is_a_clear_error() {
         let cpu = open_device(DeviceChoice::Cpu, &DeviceSettings::default()).unwrap();
-        assert_eq!(cpu.device.info().kind, crate::backend::DeviceKind::Cpu);
+        assert_eq!(cpu.device.info().kind, crate::device::DeviceKind::Cpu);
         match open_device(DeviceChoice::Cuda, &DeviceSettings::default()) {
             // On a machine with a GPU the forced choice opens it.
-            Ok(gpu) => assert_eq!(gpu.device.info().kind, crate::backend::DeviceKind::Cuda),
+            Ok(gpu) => assert_eq!(gpu.device.info().kind, crate::device::DeviceKind::Cuda),
             Err(e) => {
                 let text = e.to_string();
                 assert!(text.contains("--device cuda") && text.contains("CUDA"), "{text}");
                 let auto = open_device(DeviceChoice::Auto, &DeviceSettings::default()).unwrap();
-                assert_eq!(auto.device.info().kind, crate::backend::DeviceKind::Cpu);
+                assert_eq!(auto.device.info().kind, crate::device::DeviceKind::Cpu);
                 assert!(auto.reason.ends_with("using the CPU backend"), "{}", auto.reason);
             }
         }

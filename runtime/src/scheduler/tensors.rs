@@ -1,0 +1,241 @@
+//! The device actor's table of tensors: one slot per tensor of the device, from the
+//! moment work producing it is queued until the last handle is gone and no queued
+//! kernel reads it any more.
+//!
+//! A slot is pending until its producer ran, then ready (a buffer) or failed (the
+//! first cause, which poisons every later op on it). A read of a pending tensor waits
+//! in the slot; a free of a tensor that queued kernels still read is deferred until
+//! they ran. The table counts the bytes of the buffers it holds.
+
+use std::collections::HashMap;
+
+use sluice_host_api::{ApiError, ErrorCode, TensorMeta};
+use tokio::sync::oneshot;
+
+use super::TensorId;
+use super::work::Work;
+use crate::device::{Buffer, Lane};
+
+/// Where the answer to a read goes.
+pub(super) type Reply = oneshot::Sender<Result<Vec<u8>, ApiError>>;
+
+/// A tensor's contents, as far as the device thread knows.
+pub(super) enum TensorState {
+    Pending,
+    Ready(Buffer),
+    Failed(ApiError),
+}
+
+struct Slot {
+    state: TensorState,
+    bytes: u64,
+    /// Queued kernels that read this tensor.
+    uses: u32,
+    /// The last handle is gone; remove once `uses` is zero and it is produced.
+    freed: bool,
+    /// Where it was produced (a read waits for that lane).
+    lane: Lane,
+    readers: Vec<(TensorMeta, Reply)>,
+}
+
+/// What a read found.
+pub(super) enum ReadOutcome {
+    /// The tensor is not produced yet: the reply waits in its slot.
+    Waiting,
+    /// The tensor is ready, produced on `lane`: download it and answer.
+    Ready { buffer: Buffer, lane: Lane, reply: Reply },
+    /// The tensor failed, or is unknown: the reply and the error, to answer with.
+    Failed(Reply, ApiError),
+}
+
+/// Every tensor of one device.
+#[derive(Default)]
+pub(super) struct TensorTable {
+    slots: HashMap<TensorId, Slot>,
+    resident_bytes: u64,
+}
+
+impl TensorTable {
+    /// Tensors in the table.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Bytes of the buffers held.
+    pub fn resident_bytes(&self) -> u64 {
+        self.resident_bytes
+    }
+
+    /// Work was queued: its output is pending and its inputs have one more use.
+    pub fn queued(&mut self, work: &Work) {
+        for (input, _) in work.inputs() {
+            if let Some(s) = self.slots.get_mut(input) {
+                s.uses += 1;
+            }
+        }
+        let slot =
+            Slot { state: TensorState::Pending, bytes: 0, uses: 0, freed: false, lane: Lane::Whole, readers: vec![] };
+        self.slots.insert(work.output(), slot);
+    }
+
+    /// A read of `id` as `meta`: waits in the slot if pending.
+    pub fn read(&mut self, id: TensorId, meta: TensorMeta, reply: Reply) -> ReadOutcome {
+        match self.slots.get_mut(&id) {
+            Some(Slot { state: TensorState::Pending, readers, .. }) => {
+                readers.push((meta, reply));
+                ReadOutcome::Waiting
+            }
+            Some(Slot { state: TensorState::Ready(buffer), lane, .. }) => {
+                ReadOutcome::Ready { buffer: buffer.clone(), lane: *lane, reply }
+            }
+            Some(Slot { state: TensorState::Failed(e), .. }) => ReadOutcome::Failed(reply, e.clone()),
+            None => ReadOutcome::Failed(reply, missing(id)),
+        }
+    }
+
+    /// The last handle of `id` is gone.
+    pub fn free(&mut self, id: TensorId) {
+        if let Some(s) = self.slots.get_mut(&id) {
+            s.freed = true;
+            self.collect(id);
+        }
+    }
+
+    /// Sets a tensor's contents, produced on `lane`, and returns the reads that waited
+    /// for it (answer them, then [`TensorTable::collect`] it).
+    pub fn complete(
+        &mut self,
+        id: TensorId,
+        result: Result<(Buffer, u64), ApiError>,
+        lane: Lane,
+    ) -> Vec<(TensorMeta, Reply)> {
+        let Some(slot) = self.slots.get_mut(&id) else { return Vec::new() };
+        slot.lane = lane;
+        slot.state = match result {
+            Ok((b, bytes)) => {
+                slot.bytes = bytes;
+                self.resident_bytes += bytes;
+                TensorState::Ready(b)
+            }
+            Err(e) => TensorState::Failed(e),
+        };
+        std::mem::take(&mut slot.readers)
+    }
+
+    /// The contents of `id`, if it is in the table.
+    pub fn state(&self, id: TensorId) -> Option<&TensorState> {
+        self.slots.get(&id).map(|s| &s.state)
+    }
+
+    /// Removes a freed tensor once nothing needs it any more.
+    pub fn collect(&mut self, id: TensorId) {
+        let removable = matches!(self.slots.get(&id), Some(s) if s.freed && s.uses == 0 && !matches!(s.state, TensorState::Pending));
+        if removable && let Some(s) = self.slots.remove(&id) {
+            self.resident_bytes -= s.bytes;
+        }
+    }
+
+    /// Releases the inputs a finished (or cancelled) work item held.
+    pub fn release_inputs(&mut self, work: &Work) {
+        for (input, _) in work.inputs() {
+            if let Some(s) = self.slots.get_mut(input) {
+                s.uses = s.uses.saturating_sub(1);
+            }
+            self.collect(*input);
+        }
+    }
+
+    /// The inputs' buffers (cheap clones of shared handles), or the error that
+    /// poisons them.
+    pub fn gather(&self, inputs: &[(TensorId, TensorMeta)]) -> Result<Vec<Buffer>, ApiError> {
+        inputs
+            .iter()
+            .map(|(id, _)| match self.state(*id) {
+                Some(TensorState::Ready(b)) => Ok(b.clone()),
+                Some(TensorState::Failed(e)) => Err(e.clone()),
+                Some(TensorState::Pending) => Err(ApiError::new(
+                    ErrorCode::DeviceFailure,
+                    format!("tensor {} was used before it was produced", id.0),
+                )),
+                None => Err(missing(*id)),
+            })
+            .collect()
+    }
+}
+
+fn missing(id: TensorId) -> ApiError {
+    ApiError::new(ErrorCode::DeviceFailure, format!("tensor {} is not resident on the device", id.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_host_api::{DType, Op, UnaryOp};
+
+    fn meta() -> TensorMeta {
+        TensorMeta::new(DType::F32, vec![2]).unwrap()
+    }
+
+    fn buffer() -> Buffer {
+        Buffer::Cpu(crate::device::CpuBuffer::from_le_bytes(DType::F32, &[0; 8]))
+    }
+
+    fn upload(id: u64) -> Work {
+        Work::Upload { id: TensorId(id), meta: meta(), bytes: vec![0; 8] }
+    }
+
+    fn neg(id: u64, input: u64) -> Work {
+        Work::Launch {
+            id: TensorId(id),
+            op: Op::Unary(UnaryOp::Neg),
+            inputs: vec![(TensorId(input), meta())],
+            out: meta(),
+        }
+    }
+
+    #[test]
+    fn a_read_of_a_pending_tensor_waits_for_it() {
+        let mut table = TensorTable::default();
+        table.queued(&upload(1));
+        let (reply, _rx) = oneshot::channel();
+        assert!(matches!(table.read(TensorId(1), meta(), reply), ReadOutcome::Waiting));
+        let waiting = table.complete(TensorId(1), Ok((buffer(), 8)), Lane::Reserved);
+        assert_eq!(waiting.len(), 1, "the read is handed back to be answered");
+        let (reply, _rx) = oneshot::channel();
+        assert!(matches!(table.read(TensorId(1), meta(), reply), ReadOutcome::Ready { lane: Lane::Reserved, .. }));
+        assert_eq!(table.resident_bytes(), 8);
+    }
+
+    #[test]
+    fn a_freed_tensor_stays_while_queued_kernels_read_it() {
+        let mut table = TensorTable::default();
+        table.queued(&upload(1));
+        table.complete(TensorId(1), Ok((buffer(), 8)), Lane::Whole);
+        let kernel = neg(2, 1);
+        table.queued(&kernel);
+        table.free(TensorId(1));
+        assert_eq!(table.len(), 2, "the kernel still reads tensor 1");
+        assert_eq!(table.gather(kernel.inputs()).unwrap().len(), 1);
+        table.complete(TensorId(2), Ok((buffer(), 8)), Lane::Whole);
+        table.release_inputs(&kernel);
+        assert_eq!((table.len(), table.resident_bytes()), (1, 8), "tensor 1 is gone once the kernel ran");
+        table.free(TensorId(2));
+        assert_eq!((table.len(), table.resident_bytes()), (0, 0));
+    }
+
+    #[test]
+    fn a_failure_poisons_readers_and_later_ops() {
+        let mut table = TensorTable::default();
+        table.queued(&upload(1));
+        let e = ApiError::new(ErrorCode::DeviceFailure, "boom");
+        table.complete(TensorId(1), Err(e.clone()), Lane::Whole);
+        let kernel = neg(2, 1);
+        table.queued(&kernel);
+        assert_eq!(table.gather(kernel.inputs()).unwrap_err(), e);
+        let (reply, _rx) = oneshot::channel();
+        assert!(matches!(table.read(TensorId(1), meta(), reply), ReadOutcome::Failed(_, got) if got == e));
+        let (reply, _rx) = oneshot::channel();
+        assert!(matches!(table.read(TensorId(9), meta(), reply), ReadOutcome::Failed(..)), "unknown tensor");
+        assert!(table.gather(&[(TensorId(2), meta())]).is_err(), "a pending input cannot be used");
+    }
+}
