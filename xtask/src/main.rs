@@ -8,6 +8,7 @@
 mod bench;
 mod build_functions;
 mod cmd;
+mod fake_cuda;
 mod fetch_model;
 mod fetch_nvrtc;
 mod serve;
@@ -31,6 +32,8 @@ commands:
                     example functions deployed (--addr, --data-dir, --device)
   test              set up everything (also fetch-nvrtc), then run every test (host and
                     guest workspaces)
+  test-cuda-fake    build the fake CUDA libraries (fakecuda/) and run the CUDA backend's
+                    tests on them under both schedules; prints how many ran and skipped
   bench             set up everything, then run the CPU benchmarks (op launch and
                     instantiation; MiniLM against NumPy); extra args go to cargo bench
   help              this text
@@ -56,6 +59,7 @@ fn dispatch(args: &[String]) -> Result<()> {
         "fetch-model" => fetch_model::run(rest),
         "fetch-nvrtc" => fetch_nvrtc::run(rest),
         "test" => test::run(rest),
+        "test-cuda-fake" => fake_cuda::run(rest),
         "bench" => bench::run(rest),
         "serve" => serve::run(rest),
         "help" | "-h" | "--help" => {
