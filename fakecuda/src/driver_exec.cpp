@@ -5,6 +5,8 @@
 // copied at launch with the sizes the kernel's signature gives, pointer parameters
 // inside live allocations of the device.
 #include <dlfcn.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -34,6 +36,36 @@ const Alloc* find_alloc(CUdeviceptr p, size_t len) {
 }
 
 }  // namespace fake
+
+// A kernel that touches memory outside every allocation (a guard page, freed memory)
+// gets SIGSEGV; while a kernel runs, the handler turns that into an illegal-address
+// launch failure. Any other SIGSEGV goes to the handler installed before ours.
+namespace {
+thread_local sigjmp_buf* kernel_jump = nullptr;
+thread_local void* fault_address = nullptr;
+struct sigaction previous_segv;
+
+void on_segv(int sig, siginfo_t* info, void* uctx) {
+    if (kernel_jump) {
+        fault_address = info->si_addr;
+        siglongjmp(*kernel_jump, 1);
+    }
+    sigaction(SIGSEGV, &previous_segv, nullptr);  // not ours: re-fault into the old handler
+    (void)sig;
+    (void)uctx;
+}
+
+void install_segv_handler() {
+    static bool installed = false;
+    if (installed) return;
+    installed = true;
+    struct sigaction sa {};
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &previous_segv);
+}
+}  // namespace
 
 static CUresult sticky_of_current() { return current ? device_of(current).sticky : CUDA_SUCCESS; }
 
@@ -394,7 +426,18 @@ FAKE_API CUresult cuLaunchKernel(Function* f, unsigned gx, unsigned gy, unsigned
         }
         const unsigned g[3] = {grid0, grid1, grid2}, b[3] = {b0, b1, b2};
         char err[1024] = "";
-        if (lib->launch(k, g, b, args.data(), st().schedule, err, sizeof err) != 0) {
+        install_segv_handler();
+        sigjmp_buf jump;
+        if (sigsetjmp(jump, 1) != 0) {
+            kernel_jump = nullptr;
+            report("launch of %s grid (%u,%u,%u) block (%u,%u,%u): illegal memory access at %p", k->name, g[0], g[1],
+                   g[2], b[0], b[1], b[2], fault_address);
+            return CUDA_ERROR_ILLEGAL_ADDRESS;
+        }
+        kernel_jump = &jump;
+        const int rc = lib->launch(k, g, b, args.data(), st().schedule, err, sizeof err);
+        kernel_jump = nullptr;
+        if (rc != 0) {
             report("launch of %s grid (%u,%u,%u) block (%u,%u,%u) failed: %s", k->name, g[0], g[1], g[2], b[0], b[1],
                    b[2], err);
             return CUDA_ERROR_LAUNCH_FAILED;

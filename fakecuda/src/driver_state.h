@@ -122,6 +122,9 @@ CUresult drain(Stream* s, uint64_t upto);
 CUresult drain_context(Ctx* c);
 CUresult drain_all();
 double now_ms();
+bool valid_dev(CUdevice d);
+Stream* new_stream(Ctx* c, unsigned flags, int priority);
+Ctx* new_ctx(int dev, bool green, unsigned sms);
 void report(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 }  // namespace fake
