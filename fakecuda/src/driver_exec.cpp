@@ -453,3 +453,55 @@ FAKE_API int sluice_fake_range_ok(CUdeviceptr p, size_t len, int* dev) {
     if (dev) *dev = a->dev;
     return 1;
 }
+
+// Test hook (not CUDA): sets the fiber schedule of later launches (0 round robin, 1
+// lowest thread first) and returns the previous one.
+FAKE_API int sluice_fake_set_schedule(int schedule) {
+    LOCKED;
+    const int old = st().schedule;
+    st().schedule = schedule == 1 ? 1 : 0;
+    return old;
+}
+
+FAKE_API CUresult cuCtxDestroy_v2(Ctx* c) {
+    LOCKED;
+    CHECK_READY;
+    if (!c || !live(st().contexts, c)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (c->green) {
+        report("cuCtxDestroy of a green context's CUcontext (destroy the green context with cuGreenCtxDestroy)");
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    report("cuCtxDestroy of a primary context (release it with cuDevicePrimaryCtxRelease)");
+    return CUDA_ERROR_INVALID_CONTEXT;
+}
+
+// Resets the device: queued work is dropped, its allocations and modules go, and a
+// sticky error is cleared (the way to recover from one, as on a GPU).
+FAKE_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) {
+    LOCKED;
+    CHECK_READY;
+    if (d < 0 || d >= (int)st().devices.size()) return CUDA_ERROR_INVALID_DEVICE;
+    Device& dev = st().devices[d];
+    for (Stream* s : st().streams)
+        if (s->ctx->dev == d) {
+            s->done += s->queue.size();
+            s->queue.clear();
+        }
+    for (auto it = st().allocs.begin(); it != st().allocs.end();) {
+        if (it->second.dev == d) {
+            munmap(it->second.map, it->second.map_len);
+            dev.used -= it->second.size;
+            it = st().allocs.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    auto& mods = st().modules;
+    for (size_t i = mods.size(); i-- > 0;)
+        if (mods[i]->ctx->dev == d) {
+            delete mods[i];
+            mods.erase(mods.begin() + (long)i);
+        }
+    dev.sticky = CUDA_SUCCESS;
+    return CUDA_SUCCESS;
+}
