@@ -156,14 +156,15 @@ void reference_gemm(const Gemm& g, const void* a, const void* b, void* c) {
         }
     for (int j = 0; j < g.n; ++j)
         for (int i = 0; i < g.m; ++i) {
-            double acc = 0;
+            // f32 accumulators with fused multiply-adds, as cuBLAS's 32F compute types.
+            float acc = 0;
             const float* ar = &ab[(size_t)i * g.k];
             const float* bc = &bb[(size_t)j * g.k];
-            for (int p = 0; p < g.k; ++p) acc += (double)ar[p] * bc[p];
+            for (int p = 0; p < g.k; ++p) acc = std::fma(ar[p], bc[p], acc);
             const size_t ci = (size_t)i + (size_t)j * g.ldc;
-            double v = g.alpha * acc;
-            if (g.beta != 0.0f) v += (double)g.beta * load(g.type, c, ci);
-            store(g.type, c, ci, (float)v);
+            float v = g.alpha * acc;
+            if (g.beta != 0.0f) v = std::fma(g.beta, load(g.type, c, ci), v);
+            store(g.type, c, ci, v);
         }
 }
 
@@ -352,7 +353,11 @@ FAKE_API int cublasGemmStridedBatchedEx(Handle* h, int ta, int tb, int m, int n,
         complain("%s: negative batch %d or stride (%lld, %lld, %lld)", fn, batch, sa, sb, sc);
         return CUBLAS_STATUS_INVALID_VALUE;
     }
-    if (batch > 1 && (long long)m * n > 0 && sc < (long long)ldc * (n - 1) + m) {
+    // Outputs must not share elements: one after another, or side by side within the
+    // leading dimension (the heads of an attention).
+    const bool apart = sc >= (long long)ldc * (n - 1) + m;
+    const bool side_by_side = sc >= m && (long long)(batch - 1) * sc + m <= ldc;
+    if (batch > 1 && (long long)m * n > 0 && !apart && !side_by_side) {
         complain("%s: output stride %lld makes the %d outputs of %dx%d (ldc %d) overlap", fn, sc, batch, m, n, ldc);
         return CUBLAS_STATUS_INVALID_VALUE;
     }

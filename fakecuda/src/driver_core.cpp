@@ -62,6 +62,7 @@ CUresult enqueue(Stream* s, std::function<CUresult()> run) {
 
 CUresult drain(Stream* s, uint64_t upto) {
     Device& d = device_of(s->ctx);
+    if (s->done >= upto || s->queue.empty()) return d.sticky;
     if (s->running) {
         report("a stream waits (through events) on work queued after the wait itself: cycle");
         return CUDA_ERROR_ILLEGAL_STATE;

@@ -79,7 +79,7 @@ FAKE_API CUresult cuDevResourceGenerateDesc(ResourceDesc** out, DevResource* res
     unsigned sms = 0;
     for (unsigned i = 0; i < n; ++i) {
         if (res[i].type != 1) return CUDA_ERROR_INVALID_RESOURCE_TYPE;
-        if (res[i].sm.smCount == 0 || res[i].sm.smCount % kSmGranularity)
+        if (res[i].sm.smCount == 0)
             return CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION;
         sms += res[i].sm.smCount;
     }

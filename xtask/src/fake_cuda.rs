@@ -83,7 +83,7 @@ pub fn env(command: &mut Command, schedule: &str) -> Result<()> {
 fn test(schedule: &str, extra: &[String]) -> Result<Counts> {
     let mut c = cmd::cargo();
     c.current_dir(cmd::repo_root())
-        .args(["test", "-p", "sluice-backend-cuda", "--lib", "--test", "conformance"])
+        .args(["test", "-p", "sluice-backend-cuda", "--lib", "--test", "conformance", "--test", "fake_mutations"])
         .args(extra)
         .args(["--", "--nocapture"]);
     env(&mut c, schedule)?;
@@ -147,13 +147,13 @@ fn stubs(list: &Path, reporter: &str, ret: &str) -> Result<String> {
 pub fn build() -> Result<()> {
     let src = cmd::repo_root().join("fakecuda");
     let out = out_dir();
-    let (lib, include, gen) = (out.join("lib"), out.join("include"), out.join("gen"));
+    let (lib, include, generated) = (out.join("lib"), out.join("include"), out.join("gen"));
     let stamp = lib.join("libcublas.so.13");
     let newest = newest_mtime(&src)?;
     if stamp.exists() && std::fs::metadata(&stamp)?.modified()? >= newest {
         return Ok(());
     }
-    for d in [&lib, &include, &gen] {
+    for d in [&lib, &include, &generated] {
         std::fs::create_dir_all(d)?;
     }
     for h in ["sluice_cuda_emu.h", "sluice_cuda_emu_abi.h"] {
@@ -162,7 +162,7 @@ pub fn build() -> Result<()> {
     let cxx = std::env::var("SLUICE_FAKE_CXX").unwrap_or_else(|_| "g++".into());
     let s = src.join("src");
     let g = |name: &str, list: &str, reporter: &str, ret: &str| -> Result<PathBuf> {
-        let p = gen.join(name);
+        let p = generated.join(name);
         std::fs::write(&p, stubs(&src.join("symbols").join(list), reporter, ret)?)?;
         Ok(p)
     };
