@@ -141,31 +141,54 @@ struct Gemm {
     bool tf32;
 };
 
+// r[j] = fma(a[p], b[p][j], r[j]) for p in order: fused multiply-adds like the GPU's.
+__attribute__((target("avx2,fma"))) void row_fma(float* r, const float* a, const float* b, int k, int n) {
+    for (int p = 0; p < k; ++p) {
+        const float x = a[p];
+        const float* brow = b + (size_t)p * n;
+        for (int j = 0; j < n; ++j) r[j] = __builtin_fmaf(x, brow[j], r[j]);
+    }
+}
+// The same numbers without FMA instructions (slow: a libm call per term).
+void row_portable(float* r, const float* a, const float* b, int k, int n) {
+    for (int p = 0; p < k; ++p) {
+        const float x = a[p];
+        const float* brow = b + (size_t)p * n;
+        for (int j = 0; j < n; ++j) r[j] = std::fma(x, brow[j], r[j]);
+    }
+}
+
 // One column-major product C = alpha op(A) op(B) + beta C (C not read when beta = 0).
+// f32 accumulators with fused multiply-adds (cuBLAS's 32F compute types), each sum
+// taken in k order; the loops run row by row over contiguous copies, vectorised.
 void reference_gemm(const Gemm& g, const void* a, const void* b, void* c) {
-    std::vector<float> ab((size_t)g.m * g.k), bb((size_t)g.k * g.n);
+    std::vector<float> at((size_t)g.m * g.k), bt((size_t)g.k * g.n), row(g.n);
     for (int i = 0; i < g.m; ++i)
         for (int p = 0; p < g.k; ++p) {
             float v = load(g.type, a, g.ta ? (size_t)p + (size_t)i * g.lda : (size_t)i + (size_t)p * g.lda);
-            ab[(size_t)i * g.k + p] = g.tf32 ? tf32(v) : v;
+            at[(size_t)i * g.k + p] = g.tf32 ? tf32(v) : v;
         }
-    for (int j = 0; j < g.n; ++j)
-        for (int p = 0; p < g.k; ++p) {
+    for (int p = 0; p < g.k; ++p)
+        for (int j = 0; j < g.n; ++j) {
             float v = load(g.type, b, g.tb ? (size_t)j + (size_t)p * g.ldb : (size_t)p + (size_t)j * g.ldb);
-            bb[(size_t)j * g.k + p] = g.tf32 ? tf32(v) : v;
+            bt[(size_t)p * g.n + j] = g.tf32 ? tf32(v) : v;
         }
-    for (int j = 0; j < g.n; ++j)
-        for (int i = 0; i < g.m; ++i) {
-            // f32 accumulators with fused multiply-adds, as cuBLAS's 32F compute types.
-            float acc = 0;
-            const float* ar = &ab[(size_t)i * g.k];
-            const float* bc = &bb[(size_t)j * g.k];
-            for (int p = 0; p < g.k; ++p) acc = std::fma(ar[p], bc[p], acc);
+    static const bool has_fma = __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx2");
+    for (int i = 0; i < g.m; ++i) {
+        float* r = row.data();
+        for (int j = 0; j < g.n; ++j) r[j] = 0.0f;
+        if (has_fma) {
+            row_fma(r, &at[(size_t)i * g.k], bt.data(), g.k, g.n);
+        } else {
+            row_portable(r, &at[(size_t)i * g.k], bt.data(), g.k, g.n);
+        }
+        for (int j = 0; j < g.n; ++j) {
             const size_t ci = (size_t)i + (size_t)j * g.ldc;
-            float v = g.alpha * acc;
+            float v = g.alpha * r[j];
             if (g.beta != 0.0f) v = std::fma(g.beta, load(g.type, c, ci), v);
             store(g.type, c, ci, v);
         }
+    }
 }
 
 // Bytes an operand of `rows` x `cols` (column-major, leading dimension ld) spans.

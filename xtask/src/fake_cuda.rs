@@ -171,7 +171,7 @@ pub fn build() -> Result<()> {
     let nvrtc_stubs = g("nvrtc_stubs.cpp", "nvrtc.txt", "sluice_fake_nvrtc_unsupported", "11")?;
     let compile = |soname: &str, sources: &[PathBuf], extra: &[&str]| -> Result<()> {
         let mut c = Command::new(&cxx);
-        c.args(["-std=c++17", "-O2", "-g", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wno-unused-function"])
+        c.args(["-std=c++17", "-O3", "-g", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wno-unused-function"])
             .arg(format!("-Wl,-soname,{soname}"))
             .arg("-o")
             .arg(lib.join(soname))
