@@ -166,6 +166,13 @@ static CUresult queue_on(void* h, std::function<CUresult()> op, Stream** used = 
     return enqueue(s, std::move(op));
 }
 
+// Whether [p, p+n) is inside page-locked host memory of cuMemHostAlloc.
+static bool pinned(const void* p, size_t n) {
+    for (auto& [base, len] : st().host_allocs)
+        if ((const char*)p >= (const char*)base && (const char*)p + n <= (const char*)base + len) return true;
+    return false;
+}
+
 // The copy runs when the stream is waited on; what it touches is checked again then
 // (the memory may have been freed in between: an illegal address on a GPU).
 FAKE_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, void* h) {
@@ -176,10 +183,7 @@ FAKE_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t 
     if (!src) return CUDA_ERROR_INVALID_VALUE;
     // Pageable source memory is staged before the call returns (the caller may reuse
     // it at once); pinned memory is read when the copy runs.
-    bool pinned = false;
-    for (auto& [p, len] : st().host_allocs)
-        if ((const char*)src >= (const char*)p && (const char*)src + n <= (const char*)p + len) pinned = true;
-    if (pinned) {
+    if (pinned(src, n)) {
         return queue_on(h, [dst, src, n]() -> CUresult {
             if (!find_alloc(dst, n)) return CUDA_ERROR_ILLEGAL_ADDRESS;
             memcpy((void*)dst, src, n);
@@ -200,11 +204,19 @@ FAKE_API CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, voi
     if (CUresult r = check_dev_range("cuMemcpyDtoHAsync", src, n)) return r;
     if (n == 0) return CUDA_SUCCESS;
     if (!dst) return CUDA_ERROR_INVALID_VALUE;
-    return queue_on(h, [dst, src, n]() -> CUresult {
-        if (!find_alloc(src, n)) return CUDA_ERROR_ILLEGAL_ADDRESS;
-        memcpy(dst, (const void*)src, n);
-        return CUDA_SUCCESS;
-    });
+    Stream* s = nullptr;
+    CUresult r = queue_on(
+        h,
+        [dst, src, n]() -> CUresult {
+            if (!find_alloc(src, n)) return CUDA_ERROR_ILLEGAL_ADDRESS;
+            memcpy(dst, (const void*)src, n);
+            return CUDA_SUCCESS;
+        },
+        &s);
+    if (r || pinned(dst, n)) return r;
+    // Into pageable memory the copy has completed when the call returns (CUDA's rule),
+    // so the stream runs up to it now.
+    return drain(s, s->enqueued);
 }
 
 FAKE_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void* h) {
