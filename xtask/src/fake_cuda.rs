@@ -20,6 +20,8 @@ use anyhow::{Context, Result, bail};
 
 use crate::cmd;
 
+mod serve_smoke;
+
 /// The schedules the CUDA tests run under (values of `SLUICE_FAKE_CUDA_SCHEDULE`).
 pub const SCHEDULES: [&str; 2] = ["round-robin", "lowest-first"];
 
@@ -42,6 +44,8 @@ pub fn run(args: &[String]) -> Result<()> {
         let counts = test(schedule, args)?;
         summary.push(format!("{schedule}: {counts}"));
     }
+    serve_smoke::run(SCHEDULES[0])?;
+    summary.push("sluice serve --device cuda with MiniLM f32 and f16: ok".into());
     eprintln!(
         "xtask: CUDA tests on the fake device: {} ({:.0} s in all)",
         summary.join("; "),

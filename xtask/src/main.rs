@@ -33,7 +33,8 @@ commands:
   test              set up everything (also fetch-nvrtc), then run every test (host and
                     guest workspaces)
   test-cuda-fake    build the fake CUDA libraries (fakecuda/) and run the CUDA backend's
-                    tests on them under both schedules; prints how many ran and skipped
+                    tests on them under both schedules, then a `sluice serve --device cuda`
+                    smoke test with MiniLM; prints how many ran and skipped
   bench             set up everything, then run the CPU benchmarks (op launch and
                     instantiation; MiniLM against NumPy); extra args go to cargo bench
   help              this text
