@@ -183,15 +183,21 @@ pub fn build() -> Result<()> {
             .args(extra);
         cmd::run(&mut c)
     };
-    compile("libcuda.so.1", &[s.join("driver_core.cpp"), s.join("driver_exec.cpp"), s.join("driver_green.cpp"), driver_stubs], &["-ldl", "-lpthread"])?;
+    compile(
+        "libcuda.so.1",
+        &[s.join("driver_core.cpp"), s.join("driver_exec.cpp"), s.join("driver_green.cpp"), driver_stubs],
+        &["-ldl", "-lpthread"],
+    )?;
     compile("libnvrtc.so.13", &[s.join("nvrtc.cpp"), nvrtc_stubs], &["-ldl"])?;
     let link_cuda = format!("-L{}", lib.display());
-    compile("libcublas.so.13", &[s.join("cublas.cpp"), blas_stubs], &[&link_cuda, "-l:libcuda.so.1", "-Wl,-rpath,$ORIGIN"])?;
-    for (link, target) in [
-        ("libcuda.so", "libcuda.so.1"),
-        ("libnvrtc.so", "libnvrtc.so.13"),
-        ("libcublas.so", "libcublas.so.13"),
-    ] {
+    compile(
+        "libcublas.so.13",
+        &[s.join("cublas.cpp"), blas_stubs],
+        &[&link_cuda, "-l:libcuda.so.1", "-Wl,-rpath,$ORIGIN"],
+    )?;
+    for (link, target) in
+        [("libcuda.so", "libcuda.so.1"), ("libnvrtc.so", "libnvrtc.so.13"), ("libcublas.so", "libcublas.so.13")]
+    {
         let p = lib.join(link);
         let _ = std::fs::remove_file(&p);
         std::os::unix::fs::symlink(target, &p)?;

@@ -27,7 +27,7 @@ use sluice_backend_cuda::nvrtc_cache::{Target, arch_for, compile_cubin, nvrtc_ve
 /// Whether the fake device is the CUDA this process sees; prints why not.
 fn on_fake() -> bool {
     let fake = std::env::var("SLUICE_FAKE_CUDA").as_deref() == Ok("1");
-    if !fake || !sluice_backend_cuda::probe::libraries().check().is_ok() {
+    if !fake || sluice_backend_cuda::probe::libraries().check().is_err() {
         eprintln!("skipping: the mutation check runs on the fake CUDA device only (cargo xtask test-cuda-fake)");
         return false;
     }
@@ -180,7 +180,8 @@ fn sticky_case() {
             unsafe { b.launch(LaunchConfig::for_num_elems(64)) }.and_then(|_| gpu.stream.synchronize())
         }
         "divergent_shuffle" => {
-            let source = plant(&Module::LayerNorm.source(), "    if (warp == 0) {", "    if (warp == 0 && lane < 16) {");
+            let source =
+                plant(&Module::LayerNorm.source(), "    if (warp == 0) {", "    if (warp == 0 && lane < 16) {");
             match layernorm_error(&gpu, &source) {
                 Ok(err) => {
                     eprintln!("mutation {case}: ran with error {err:e}: missed");
