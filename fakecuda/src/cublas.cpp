@@ -364,11 +364,10 @@ FAKE_API int cublasGetSmCountTarget(Handle* h, int* n) {
     return CUBLAS_STATUS_SUCCESS;
 }
 
-FAKE_API int cublasGemmStridedBatchedEx(Handle* h, int ta, int tb, int m, int n, int k, const void* alpha,
-                                        const void* a, int at, int lda, long long sa, const void* b, int bt, int ldb,
-                                        long long sb, const void* beta, void* c, int ct, int ldc, long long sc,
-                                        int batch, int compute, int algo) {
-    const char* fn = "cublasGemmStridedBatchedEx";
+namespace {
+int strided_gemm(const char* fn, Handle* h, int ta, int tb, int m, int n, int k, const void* alpha, const void* a,
+                 int at, int lda, long long sa, const void* b, int bt, int ldb, long long sb, const void* beta, void* c,
+                 int ct, int ldc, long long sc, int batch, int compute, int algo) {
     Gemm g;
     if (int r = check(h, fn, ta, tb, m, n, k, alpha, at, lda, bt, ldb, beta, ct, ldc, compute, g)) return r;
     (void)algo;
@@ -406,11 +405,21 @@ FAKE_API int cublasGemmStridedBatchedEx(Handle* h, int ta, int tb, int m, int n,
     });
 }
 
+}  // namespace
+
+FAKE_API int cublasGemmStridedBatchedEx(Handle* h, int ta, int tb, int m, int n, int k, const void* alpha,
+                                        const void* a, int at, int lda, long long sa, const void* b, int bt, int ldb,
+                                        long long sb, const void* beta, void* c, int ct, int ldc, long long sc,
+                                        int batch, int compute, int algo) {
+    return strided_gemm("cublasGemmStridedBatchedEx", h, ta, tb, m, n, k, alpha, a, at, lda, sa, b, bt, ldb, sb, beta,
+                        c, ct, ldc, sc, batch, compute, algo);
+}
+
 FAKE_API int cublasGemmEx(Handle* h, int ta, int tb, int m, int n, int k, const void* alpha, const void* a, int at,
                           int lda, const void* b, int bt, int ldb, const void* beta, void* c, int ct, int ldc,
                           int compute, int algo) {
-    return cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, alpha, a, at, lda, 0, b, bt, ldb, 0, beta, c, ct, ldc, 0, 1,
-                                      compute, algo);
+    return strided_gemm("cublasGemmEx", h, ta, tb, m, n, k, alpha, a, at, lda, 0, b, bt, ldb, 0, beta, c, ct, ldc, 0,
+                        1, compute, algo);
 }
 
 FAKE_API int cublasGemmBatchedEx(Handle* h, int ta, int tb, int m, int n, int k, const void* alpha,

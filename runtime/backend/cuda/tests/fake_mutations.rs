@@ -12,7 +12,11 @@
 //!   under "lowest thread first" (why the suite runs both schedules);
 //! - a wrong shuffle offset gives wrong sums;
 //! - an off-by-one loop bound writes past the buffer: an illegal-address launch failure;
-//! - a shuffle that half of warp 0 skips deadlocks: a launch failure naming the threads.
+//! - a shuffle that half of warp 0 skips deadlocks: a launch failure naming the threads;
+//! - a consumer stream that does not wait for its producer stream reads stale data (the
+//!   fake runs a stream's work only when something waits on it), and reads the right
+//!   data with the event wait;
+//! - a GEMM with a leading dimension smaller than its rows is refused by the fake cuBLAS.
 //!
 //! A launch failure is sticky (it poisons the device, as on a GPU), so those cases run
 //! in a child process (this test binary again, with `SLUICE_MUTATION_CHILD` set).
@@ -197,4 +201,108 @@ fn sticky_case() {
         Ok(()) => eprintln!("mutation {case}: the launch succeeded: missed"),
         Err(e) => eprintln!("mutation {case}: launch failed ({e:?}): caught"),
     }
+}
+
+/// Raw driver helpers for the stream and cuBLAS cases (no cudarc slices: they would add
+/// the cross-stream waits themselves).
+mod raw {
+    use cudarc::driver::result;
+    use cudarc::driver::sys::{CUdeviceptr, CUevent_flags, CUevent_wait_flags, CUstream};
+
+    pub fn alloc(bytes: usize) -> CUdeviceptr {
+        // SAFETY: the fake device is open and its context bound to this thread.
+        unsafe { result::malloc_sync(bytes) }.unwrap()
+    }
+
+    pub fn upload(dst: CUdeviceptr, v: &[f32], stream: CUstream) {
+        // SAFETY: `dst` holds at least `v.len()` floats; pageable memory is staged.
+        unsafe { result::memcpy_htod_async(dst, v, stream) }.unwrap()
+    }
+
+    pub fn download(src: CUdeviceptr, n: usize, stream: CUstream) -> Vec<f32> {
+        let mut v = vec![0f32; n];
+        // SAFETY: `src` holds `n` floats; the copy into pageable memory completes first.
+        unsafe { result::memcpy_dtoh_async(&mut v, src, stream) }.unwrap();
+        // SAFETY: a live stream.
+        unsafe { result::stream::synchronize(stream) }.unwrap();
+        v
+    }
+
+    /// `stream` waits for everything queued on `on` so far.
+    pub fn wait(stream: CUstream, on: CUstream) {
+        let e = result::event::create(CUevent_flags::CU_EVENT_DISABLE_TIMING).unwrap();
+        // SAFETY: live event and streams of the bound context.
+        unsafe {
+            result::event::record(e, on).unwrap();
+            result::stream::wait_event(stream, e, CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT).unwrap();
+        }
+    }
+}
+
+#[test]
+fn missing_stream_waits_and_bad_gemm_parameters_are_caught() {
+    if std::env::var_os("SLUICE_MUTATION_CHILD").is_some() || !on_fake() {
+        return;
+    }
+    let g = gpu();
+    let other = g.ctx.new_stream().unwrap();
+    let (producer, consumer) = (g.stream.cu_stream(), other.cu_stream());
+    let (buf, out) = (raw::alloc(16), raw::alloc(16));
+    // The producer writes `value` on one stream, the consumer copies it on another.
+    let run = |value: f32, wait: bool| {
+        raw::upload(out, &[0.0; 4], consumer);
+        raw::upload(buf, &[value; 4], producer);
+        if wait {
+            raw::wait(consumer, producer);
+        }
+        // SAFETY: both buffers hold 16 bytes.
+        unsafe { cudarc::driver::result::memcpy_dtod_async(out, buf, 16, consumer) }.unwrap();
+        let got = raw::download(out, 4, consumer);
+        g.stream.synchronize().unwrap();
+        got
+    };
+    let without = run(7.0, false);
+    eprintln!("missing cross-stream wait: the consumer read {without:?} instead of 7s");
+    assert!(without.iter().all(|&v| v != 7.0), "a missing cross-stream wait went unnoticed: {without:?}");
+    assert_eq!(run(9.0, true), vec![9.0; 4], "with the wait the consumer must see the producer's data");
+
+    use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
+    let blas = cudarc::cublas::CudaBlas::new(g.stream.clone()).unwrap();
+    let (a, b, c) = (raw::alloc(16), raw::alloc(16), raw::alloc(16));
+    raw::upload(a, &[1.0, 2.0, 3.0, 4.0], producer); // column-major [[1, 3], [2, 4]]
+    raw::upload(b, &[1.0, 0.0, 0.0, 1.0], producer); // identity
+    let gemm = |lda: i32| {
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let n = cublasOperation_t::CUBLAS_OP_N;
+        let f32_ = cudaDataType::CUDA_R_32F;
+        // SAFETY: 2x2 f32 operands in live device buffers; host scalars.
+        unsafe {
+            cudarc::cublas::result::gemm_ex(
+                *blas.handle(),
+                n,
+                n,
+                2,
+                2,
+                2,
+                (&alpha as *const f32).cast(),
+                a as *const _,
+                f32_,
+                lda,
+                b as *const _,
+                f32_,
+                2,
+                (&beta as *const f32).cast(),
+                c as *mut _,
+                f32_,
+                2,
+                cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+    };
+    gemm(2).expect("a well-formed GEMM");
+    assert_eq!(raw::download(c, 4, producer), vec![1.0, 2.0, 3.0, 4.0]);
+    let err = gemm(1).expect_err("lda 1 < m 2 must be refused");
+    eprintln!("wrong leading dimension: {err:?}");
+    assert!(format!("{err:?}").contains("INVALID_VALUE"), "{err:?}");
 }
