@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -147,7 +148,9 @@ int compile(Program& p, const std::vector<std::string>& options) {
         p.image = std::string("SLUICE-FAKE-CUBIN-1\n") + so + "\n";
         return NVRTC_SUCCESS;
     }
-    const std::string tmp = cache + "/" + key + ".tmp" + std::to_string(getpid());
+    // Unique per process and call: two threads may compile the same source at once.
+    static std::atomic<unsigned> calls{0};
+    const std::string tmp = cache + "/" + key + ".tmp" + std::to_string(getpid()) + "-" + std::to_string(calls++);
     const std::string unit = tmp + ".cpp", pre = tmp + ".ii", log_path = tmp + ".log";
     {
         std::ofstream f(unit, std::ios::binary);
