@@ -146,17 +146,34 @@ inline void fail(const char* fmt, ...) {
     for (;;) yield();
 }
 
+// The lanes of the warp of `linear` that exist in the block and have not exited.
+inline unsigned live_lanes(unsigned warp) {
+    unsigned m = 0;
+    for (unsigned l = 0; l < 32; ++l) {
+        const unsigned t = warp * 32 + l;
+        if (t < n_threads && fibers[t].state != DONE) m |= 1u << l;
+    }
+    return m;
+}
+
+// "N at __syncthreads (t..), M at __shfl_xor_sync (t..); warp w waits for lanes ...".
 inline void describe_block(char* out, size_t len) {
     static const char* names[] = {"runnable", "__syncthreads", "__shfl_xor_sync", "exited"};
     size_t used = 0;
-    for (unsigned i = 0; i < n_threads && used + 64 < len; ++i) {
-        if (fibers[i].state == DONE) continue;
-        used += snprintf(out + used, len - used, " t%u:%s", i, names[fibers[i].state]);
-        if (used > 200) {
-            snprintf(out + used, len - used, " ...");
-            break;
-        }
+    for (int st = AT_BLOCK_BARRIER; st <= DONE; ++st) {
+        unsigned count = 0, shown = 0;
+        for (unsigned i = 0; i < n_threads; ++i)
+            if (fibers[i].state == st) ++count;
+        if (!count || used + 80 > len) continue;
+        used += snprintf(out + used, len - used, " %u thread(s) %s%s (", count, st == DONE ? "" : "at ", names[st]);
+        for (unsigned i = 0; i < n_threads && shown < 6 && used + 16 < len; ++i)
+            if (fibers[i].state == st) used += snprintf(out + used, len - used, "%st%u", shown++ ? " " : "", i);
+        if (used + 8 < len) used += snprintf(out + used, len - used, "%s);", count > shown ? " ..." : "");
     }
+    for (unsigned w = 0; w < (n_threads + 31) / 32 && used + 96 < len; ++w)
+        if (warps[w].arrived)
+            used += snprintf(out + used, len - used, " warp %u: shuffle mask 0x%08x, arrived 0x%08x, live 0x%08x;", w,
+                             warps[w].mask, warps[w].arrived, live_lanes(w));
 }
 
 [[noreturn]] inline void fiber_entry() {
@@ -188,16 +205,6 @@ inline void syncthreads() {
             if (fibers[i].state == AT_BLOCK_BARRIER) release(i);
     }
     yield();
-}
-
-// The lanes of the warp of `linear` that exist in the block and have not exited.
-inline unsigned live_lanes(unsigned warp) {
-    unsigned m = 0;
-    for (unsigned l = 0; l < 32; ++l) {
-        const unsigned t = warp * 32 + l;
-        if (t < n_threads && fibers[t].state != DONE) m |= 1u << l;
-    }
-    return m;
 }
 
 template <typename T>
@@ -287,7 +294,7 @@ inline bool run_block() {
     while (live > 0 && !failed) {
         const unsigned t = pick();
         if (t == n_threads) {
-            char states[320] = "";
+            char states[700] = "";
             describe_block(states, sizeof states);
             snprintf(err_buf, err_len, "deadlock in block (%u,%u,%u): no thread can run;%s", block_idx.x, block_idx.y,
                      block_idx.z, states);
