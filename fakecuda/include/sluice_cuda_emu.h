@@ -66,6 +66,8 @@ struct Fiber {
 };
 
 struct Warp {
+    unsigned exists;   // lanes that exist in the block
+    unsigned exited;   // lanes whose thread returned
     unsigned arrived;  // lanes waiting at the current shuffle
     unsigned mask;     // the mask the first arriving lane gave
     unsigned rounds;   // shuffles completed (picks the scratch row)
@@ -93,8 +95,9 @@ inline unsigned char* stacks[kMaxThreads];
 }  // namespace sluice_emu
 
 extern "C" __attribute__((visibility("hidden"))) void sluice_emu_switch(void** save_sp, void* next_sp);
-// Saves the callee-saved registers, MXCSR and the x87 control word on the current
-// stack, stores the stack pointer in *save_sp and resumes the stack next_sp.
+// Saves the callee-saved registers on the current stack, stores the stack pointer in
+// *save_sp and resumes the stack next_sp. MXCSR and the x87 control word are not
+// switched: kernels never change them, so every fiber shares the launching thread's.
 asm(R"(
     .text
     .p2align 4
@@ -108,14 +111,8 @@ sluice_emu_switch:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -147,14 +144,7 @@ inline void fail(const char* fmt, ...) {
 }
 
 // The lanes of the warp of `linear` that exist in the block and have not exited.
-inline unsigned live_lanes(unsigned warp) {
-    unsigned m = 0;
-    for (unsigned l = 0; l < 32; ++l) {
-        const unsigned t = warp * 32 + l;
-        if (t < n_threads && fibers[t].state != DONE) m |= 1u << l;
-    }
-    return m;
-}
+inline unsigned live_lanes(unsigned warp) { return warps[warp].exists & ~warps[warp].exited; }
 
 // "N at __syncthreads (t..), M at __shfl_xor_sync (t..); warp w waits for lanes ...".
 inline void describe_block(char* out, size_t len) {
@@ -180,6 +170,7 @@ inline void describe_block(char* out, size_t len) {
     body(body_args);
     Fiber* me = cur;
     me->state = DONE;
+    warps[me->linear >> 5].exited |= 1u << (me->linear & 31);
     --live;
     if (at_block > 0 && !failed) {
         fail("thread (%u,%u,%u) of block (%u,%u,%u) exited while %u thread(s) wait at __syncthreads (divergent barrier)",
@@ -230,8 +221,7 @@ inline T shfl_xor(unsigned mask, T v, int lane_mask) {
     if (w.arrived == mask) {
         w.arrived = 0;
         ++w.rounds;
-        for (unsigned l = 0; l < 32; ++l)
-            if ((mask >> l) & 1u) release(warp * 32 + l);
+        for (unsigned m = mask; m; m &= m - 1) release(warp * 32 + (unsigned)__builtin_ctz(m));
     }
     yield();
     const unsigned src = lane ^ (unsigned)(lane_mask & 31);
@@ -252,15 +242,13 @@ inline unsigned char* stack(unsigned i) {
 }
 
 inline void init_fiber(unsigned i) {
-    unsigned char* top = stack(i) + kGuard + kStack;
+    // Tops staggered by a cache line each: identical offsets would all map to the same
+    // cache sets and make every switch a miss.
+    unsigned char* top = stack(i) + kGuard + kStack - (i * 64) % 4096;
     void** sp = reinterpret_cast<void**>(top);
     *--sp = nullptr;                                             // fake return address of fiber_entry
     *--sp = reinterpret_cast<void*>(&fiber_entry);               // where `ret` goes
     for (int r = 0; r < 6; ++r) *--sp = nullptr;                 // rbp rbx r12 r13 r14 r15
-    --sp;
-    const unsigned mxcsr = 0x1f80, fpucw = 0x037f;
-    memcpy(sp, &mxcsr, 4);
-    memcpy(reinterpret_cast<char*>(sp) + 4, &fpucw, 2);
     fibers[i].sp = sp;
 }
 
@@ -270,12 +258,13 @@ inline unsigned pick() {
             if (fibers[i].state == RUNNABLE) return hint = i;
         return n_threads;
     }
+    unsigned i = rr_next >= n_threads ? 0 : rr_next;
     for (unsigned k = 0; k < n_threads; ++k) {
-        unsigned i = (rr_next + k) % n_threads;
         if (fibers[i].state == RUNNABLE) {
             rr_next = i + 1;
             return i;
         }
+        if (++i == n_threads) i = 0;
     }
     return n_threads;
 }
@@ -284,7 +273,11 @@ inline unsigned pick() {
 inline bool run_block() {
     live = n_threads;
     at_block = hint = rr_next = 0;
-    for (unsigned w = 0; w < (n_threads + 31) / 32; ++w) warps[w] = Warp{};
+    for (unsigned w = 0; w < (n_threads + 31) / 32; ++w) {
+        warps[w] = Warp{};
+        const unsigned lanes = n_threads - w * 32 >= 32 ? 32 : n_threads - w * 32;
+        warps[w].exists = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
+    }
     for (unsigned i = 0; i < n_threads; ++i) {
         fibers[i].state = RUNNABLE;
         fibers[i].linear = i;
