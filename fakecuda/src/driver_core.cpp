@@ -4,7 +4,8 @@
 //
 // Environment: SLUICE_FAKE_CUDA_DEVICES (default 1), SLUICE_FAKE_CUDA_SMS (132),
 // SLUICE_FAKE_CUDA_MEMORY_MIB (143771, an H200), SLUICE_FAKE_CUDA_SCHEDULE
-// (round-robin | lowest-first), SLUICE_FAKE_CUDA_LOG=1 (print every launch).
+// (round-robin | lowest-first), SLUICE_FAKE_CUDA_LOG=1 (print every launch),
+// SLUICE_FAKE_CUDA_FAIL_LAUNCH=n (the n-th launch fails with an illegal address).
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -142,6 +143,7 @@ FAKE_API CUresult cuInit(unsigned flags) {
     const char* sched = getenv("SLUICE_FAKE_CUDA_SCHEDULE");
     s.schedule = (sched && (!strcmp(sched, "lowest-first") || !strcmp(sched, "lowest"))) ? 1 : 0;
     s.log_launches = env_num("SLUICE_FAKE_CUDA_LOG", 0) != 0;
+    s.fail_launch = env_num("SLUICE_FAKE_CUDA_FAIL_LAUNCH", 0);
     s.initialised = true;
     return CUDA_SUCCESS;
 }

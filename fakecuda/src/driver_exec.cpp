@@ -142,10 +142,21 @@ FAKE_API CUresult cuMemFreeHost(void* p) {
     return CUDA_SUCCESS;
 }
 
-FAKE_API CUresult cuMemHostRegister_v2(void*, size_t, unsigned) { return CUDA_SUCCESS; }
-FAKE_API CUresult cuMemHostUnregister(void*) {
+// Registered memory counts as pinned: copies read or write it when they run.
+FAKE_API CUresult cuMemHostRegister_v2(void* p, size_t size, unsigned) {
     LOCKED;
-    drain_all();
+    CHECK_READY;
+    if (!p || size == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (st().host_allocs.count(p) || st().registered.count(p)) return CUDA_ERROR_INVALID_VALUE;
+    st().registered[p] = size;
+    return CUDA_SUCCESS;
+}
+FAKE_API CUresult cuMemHostUnregister(void* p) {
+    LOCKED;
+    CHECK_READY;
+    if (!st().registered.count(p)) return CUDA_ERROR_INVALID_VALUE;
+    drain_all();  // pending copies may still use it
+    st().registered.erase(p);
     return CUDA_SUCCESS;
 }
 
@@ -168,8 +179,9 @@ static CUresult queue_on(void* h, std::function<CUresult()> op, Stream** used = 
 
 // Whether [p, p+n) is inside page-locked host memory of cuMemHostAlloc.
 static bool pinned(const void* p, size_t n) {
-    for (auto& [base, len] : st().host_allocs)
-        if ((const char*)p >= (const char*)base && (const char*)p + n <= (const char*)base + len) return true;
+    for (const auto* m : {&st().host_allocs, &st().registered})
+        for (auto& [base, len] : *m)
+            if ((const char*)p >= (const char*)base && (const char*)p + n <= (const char*)base + len) return true;
     return false;
 }
 
@@ -437,6 +449,11 @@ FAKE_API CUresult cuLaunchKernel(Function* f, unsigned gx, unsigned gy, unsigned
             }
         }
         const unsigned g[3] = {grid0, grid1, grid2}, b[3] = {b0, b1, b2};
+        if (++st().launches == st().fail_launch) {
+            report("launch %llu (%s): failing with an illegal address as asked (SLUICE_FAKE_CUDA_FAIL_LAUNCH)",
+                   (unsigned long long)st().launches, k->name);
+            return CUDA_ERROR_ILLEGAL_ADDRESS;
+        }
         char err[1024] = "";
         install_segv_handler();
         sigjmp_buf jump;
@@ -516,4 +533,12 @@ FAKE_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) {
         }
     dev.sticky = CUDA_SUCCESS;
     return CUDA_SUCCESS;
+}
+
+// Test hook (not CUDA): the `n`-th kernel launch from now (1 = the next one) fails with
+// CUDA_ERROR_ILLEGAL_ADDRESS, a sticky error; 0 cancels. Same as the environment
+// variable SLUICE_FAKE_CUDA_FAIL_LAUNCH=n (counted from the first launch of the process).
+FAKE_API void sluice_fake_fail_launch(unsigned long long n) {
+    LOCKED;
+    st().fail_launch = n ? st().launches + n : 0;
 }

@@ -88,7 +88,10 @@ struct State {
     bool initialised = false;
     std::vector<Device> devices;
     std::map<CUdeviceptr, Alloc> allocs;  // by base
-    std::map<void*, size_t> host_allocs;  // pinned host memory
+    std::map<void*, size_t> host_allocs;  // pinned host memory (cuMemHostAlloc)
+    std::map<void*, size_t> registered;   // cuMemHostRegister ranges
+    uint64_t launches = 0;                // kernels run so far
+    uint64_t fail_launch = 0;             // the launch that fails on purpose (0: none)
     std::vector<Stream*> streams;
     std::vector<Event*> events;
     std::vector<Module*> modules;
