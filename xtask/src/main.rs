@@ -8,6 +8,7 @@
 mod bench;
 mod build_functions;
 mod cmd;
+mod fake_cuda;
 mod fetch_model;
 mod fetch_nvrtc;
 mod lint;
@@ -39,6 +40,9 @@ commands:
   test              set up everything (also fetch-nvrtc), run the lint steps, then every
                     test (host and guest workspaces, the guest SDK natively); ends with a
                     line per class of skipped tests and a table of the steps' times
+  test-cuda-fake    build the fake CUDA libraries (fakecuda/) and run the CUDA backend's
+                    tests on them under both schedules, then a `sluice serve --device cuda`
+                    smoke test with MiniLM; prints how many ran and skipped
   bench             set up everything, then run the CPU benchmarks (op launch and
                     instantiation; MiniLM against NumPy); extra args go to cargo bench
   help              this text
@@ -65,6 +69,7 @@ fn dispatch(args: &[String]) -> Result<()> {
         "fetch-nvrtc" => fetch_nvrtc::run(rest),
         "lint" => lint::run(rest),
         "test" => test::run(rest),
+        "test-cuda-fake" => fake_cuda::run(rest),
         "bench" => bench::run(rest),
         "serve" => serve::run(rest),
         "help" | "-h" | "--help" => {

@@ -1,0 +1,207 @@
+//! The fake CUDA libraries (`fakecuda/`): building them with the system C++ compiler
+//! into `target/fakecuda/`, and `cargo xtask test-cuda-fake`, which runs the CUDA
+//! backend's tests on them under both fiber schedules.
+//!
+//! Layout of `target/fakecuda/`: `lib/` holds `libcuda.so.1`, `libnvrtc.so.13`,
+//! `libcublas.so.13` and the unversioned names cudarc also tries (symlinks); `include/`
+//! the emulation header the fake NVRTC compiles kernels with; `cache/` the compiled
+//! kernel modules (content-addressed; safe to delete); `gen/` the generated stubs. The
+//! libraries are rebuilt only when a source under `fakecuda/` is newer than them.
+//!
+//! Every driver, cuBLAS and NVRTC symbol cudarc can resolve (`fakecuda/symbols/*.txt`,
+//! taken from cudarc's tables) exists: the ones the fake does not emulate are weak stubs
+//! that print their name once and return "not supported".
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Instant, SystemTime};
+
+use anyhow::{Context, Result, bail};
+
+use crate::cmd;
+
+mod serve_smoke;
+
+/// The schedules the CUDA tests run under (values of `SLUICE_FAKE_CUDA_SCHEDULE`).
+pub const SCHEDULES: [&str; 2] = ["round-robin", "lowest-first"];
+
+/// `target/fakecuda` of this repository.
+pub fn out_dir() -> PathBuf {
+    cmd::repo_root().join("target").join("fakecuda")
+}
+
+/// The folder to put first on `LD_LIBRARY_PATH`.
+pub fn lib_dir() -> PathBuf {
+    out_dir().join("lib")
+}
+
+/// `cargo xtask test-cuda-fake [extra cargo test args]`.
+pub fn run(args: &[String]) -> Result<()> {
+    build()?;
+    let started = Instant::now();
+    let mut summary = Vec::new();
+    for schedule in SCHEDULES {
+        let counts = test(schedule, args)?;
+        summary.push(format!("{schedule}: {counts}"));
+    }
+    serve_smoke::run(SCHEDULES[0])?;
+    summary.push("sluice serve --device cuda with MiniLM f32 and f16: ok".into());
+    eprintln!(
+        "xtask: CUDA tests on the fake device: {} ({:.0} s in all)",
+        summary.join("; "),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Test counts of one run.
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub passed: usize,
+    pub skipped: usize,
+}
+
+impl std::fmt::Display for Counts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ran, {} skipped", self.passed, self.skipped)
+    }
+}
+
+/// The environment that makes the fake the CUDA the tests see.
+pub fn env(command: &mut Command, schedule: &str) -> Result<()> {
+    let mut path = std::ffi::OsString::from(lib_dir());
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|p| !p.is_empty()) {
+        path.push(":");
+        path.push(old);
+    }
+    command
+        .env("LD_LIBRARY_PATH", path)
+        .env("SLUICE_FAKE_CUDA", "1")
+        .env("SLUICE_FAKE_CUDA_SCHEDULE", schedule)
+        .env("SLUICE_REQUIRE_CUDA", "1");
+    Ok(())
+}
+
+/// Runs the CUDA backend's unit tests and conformance suite (not the real-NVRTC compile
+/// test, which checks real CUBINs) on the fake with `schedule`.
+fn test(schedule: &str, extra: &[String]) -> Result<Counts> {
+    let mut c = cmd::cargo();
+    c.current_dir(cmd::repo_root())
+        .args(["test", "-p", "sluice-backend-cuda", "--lib", "--test", "conformance", "--test", "fake_mutations"])
+        .args(extra)
+        .args(["--", "--nocapture"]);
+    env(&mut c, schedule)?;
+    eprintln!("xtask: running the CUDA tests on the fake device, schedule {schedule}");
+    let out = c.output().context("could not start cargo test")?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        eprint!("{stderr}");
+        print!("{stdout}");
+        bail!("the CUDA tests failed on the fake device (schedule {schedule})");
+    }
+    let counts = count(&stdout, &stderr);
+    eprintln!("xtask: schedule {schedule}: {counts}");
+    Ok(counts)
+}
+
+/// Sums libtest's "N passed" lines; a test that printed "skipping:" counts as skipped.
+pub fn count(stdout: &str, stderr: &str) -> Counts {
+    let mut c = Counts::default();
+    for line in stdout.lines() {
+        if let Some(rest) = line.strip_prefix("test result: ")
+            && let Some(n) = rest.split(';').find_map(|p| p.trim().strip_suffix(" passed"))
+        {
+            c.passed += n.trim_start_matches("ok. ").trim_start_matches("FAILED. ").parse::<usize>().unwrap_or(0);
+        }
+    }
+    c.skipped = stderr.lines().chain(stdout.lines()).filter(|l| l.starts_with("skipping:")).count();
+    c.passed = c.passed.saturating_sub(c.skipped);
+    c
+}
+
+fn newest_mtime(dir: &Path) -> Result<SystemTime> {
+    let mut newest = SystemTime::UNIX_EPOCH;
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        let t = if meta.is_dir() { newest_mtime(&entry.path())? } else { meta.modified()? };
+        newest = newest.max(t);
+    }
+    Ok(newest)
+}
+
+/// C++ stubs for every name of `list` (one a line): weak, so the real definitions win.
+fn stubs(list: &Path, reporter: &str, ret: &str) -> Result<String> {
+    let names = std::fs::read_to_string(list).with_context(|| format!("reading {}", list.display()))?;
+    let mut s = format!(
+        "// Generated by `cargo xtask` from {}: weak stubs for entry points the fake does not emulate.\n\
+         extern \"C\" int {reporter}(const char*);\n",
+        list.display()
+    );
+    for name in names.lines().map(str::trim).filter(|n| !n.is_empty()) {
+        s.push_str(&format!(
+            "extern \"C\" __attribute__((weak, visibility(\"default\"))) int {name}() {{ {reporter}(\"{name}\"); return {ret}; }}\n"
+        ));
+    }
+    Ok(s)
+}
+
+/// Builds the fakes into `target/fakecuda` if any source is newer than the libraries.
+pub fn build() -> Result<()> {
+    let src = cmd::repo_root().join("fakecuda");
+    let out = out_dir();
+    let (lib, include, generated) = (out.join("lib"), out.join("include"), out.join("gen"));
+    let stamp = lib.join("libcublas.so.13");
+    let newest = newest_mtime(&src)?;
+    if stamp.exists() && std::fs::metadata(&stamp)?.modified()? >= newest {
+        return Ok(());
+    }
+    for d in [&lib, &include, &generated] {
+        std::fs::create_dir_all(d)?;
+    }
+    for h in ["sluice_cuda_emu.h", "sluice_cuda_emu_abi.h"] {
+        std::fs::copy(src.join("include").join(h), include.join(h))?;
+    }
+    let cxx = std::env::var("SLUICE_FAKE_CXX").unwrap_or_else(|_| "g++".into());
+    let s = src.join("src");
+    let g = |name: &str, list: &str, reporter: &str, ret: &str| -> Result<PathBuf> {
+        let p = generated.join(name);
+        std::fs::write(&p, stubs(&src.join("symbols").join(list), reporter, ret)?)?;
+        Ok(p)
+    };
+    let driver_stubs = g("driver_stubs.cpp", "driver.txt", "sluice_fake_unsupported", "801")?;
+    let blas_stubs = g("cublas_stubs.cpp", "cublas.txt", "sluice_fake_blas_unsupported", "15")?;
+    let nvrtc_stubs = g("nvrtc_stubs.cpp", "nvrtc.txt", "sluice_fake_nvrtc_unsupported", "11")?;
+    let compile = |soname: &str, sources: &[PathBuf], extra: &[&str]| -> Result<()> {
+        let mut c = Command::new(&cxx);
+        c.args(["-std=c++17", "-O3", "-g", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wno-unused-function"])
+            .arg(format!("-Wl,-soname,{soname}"))
+            .arg("-o")
+            .arg(lib.join(soname))
+            .args(sources)
+            .args(extra);
+        cmd::run(&mut c)
+    };
+    compile(
+        "libcuda.so.1",
+        &[s.join("driver_core.cpp"), s.join("driver_exec.cpp"), s.join("driver_green.cpp"), driver_stubs],
+        &["-ldl", "-lpthread"],
+    )?;
+    compile("libnvrtc.so.13", &[s.join("nvrtc.cpp"), nvrtc_stubs], &["-ldl"])?;
+    let link_cuda = format!("-L{}", lib.display());
+    compile(
+        "libcublas.so.13",
+        &[s.join("cublas.cpp"), blas_stubs],
+        &[&link_cuda, "-l:libcuda.so.1", "-Wl,-rpath,$ORIGIN"],
+    )?;
+    for (link, target) in
+        [("libcuda.so", "libcuda.so.1"), ("libnvrtc.so", "libnvrtc.so.13"), ("libcublas.so", "libcublas.so.13")]
+    {
+        let p = lib.join(link);
+        let _ = std::fs::remove_file(&p);
+        std::os::unix::fs::symlink(target, &p)?;
+    }
+    eprintln!("xtask: built the fake CUDA libraries in {}", lib.display());
+    Ok(())
+}

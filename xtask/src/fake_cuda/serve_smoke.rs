@@ -1,0 +1,199 @@
+//! The `sluice serve --device cuda` smoke test on the fake device: MiniLM end to end
+//! (HTTP, the engine, the guest, the CUDA backend's kernels and cuBLAS calls), in f32 and
+//! f16, against the reference embeddings of `tests/data/minilm_ref_visible.json`.
+//!
+//! Starts the debug `sluice` on a free local port with a throw-away data directory,
+//! creates a tenant, deploys `minilm-embed` with the model, embeds the shortest reference
+//! sentences (the emulator runs ~1 µs per CUDA thread, so long batches would take
+//! minutes) and checks every embedding's cosine similarity to the reference.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::{build_functions, cmd, fetch_model};
+
+/// Reference sentences embedded per precision (the shortest ones come first in the file).
+const SENTENCES: usize = 5;
+/// Hidden size of MiniLM.
+const HIDDEN: usize = 384;
+/// (precision, least cosine similarity to the reference accepted).
+const PRECISIONS: [(&str, f64); 2] = [("f32", 0.99999), ("f16", 0.999)];
+
+/// Kills the server when dropped.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn request(addr: &str, method: &str, path: &str, key: &str, body: &str) -> Result<String> {
+    let mut s = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(120)))?;
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes())?;
+    let mut reply = String::new();
+    s.read_to_string(&mut reply)?;
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
+    if !head.starts_with("HTTP/1.1 200") {
+        bail!("{method} {path}: {}\n{body}", head.lines().next().unwrap_or(""));
+    }
+    Ok(body.to_owned())
+}
+
+/// The JSON string after `"key":` in `json` (raw, escapes kept).
+fn string_after<'a>(json: &'a str, key: &str) -> Option<&'a str> {
+    let rest = &json[json.find(&format!("\"{key}\""))? + key.len() + 2..];
+    let start = rest.find('"')? + 1;
+    let bytes = rest.as_bytes();
+    let mut end = start;
+    while end < bytes.len() && bytes[end] != b'"' {
+        end += if bytes[end] == b'\\' { 2 } else { 1 };
+    }
+    rest.get(start..end)
+}
+
+/// The numbers of the first JSON array after `from`.
+fn numbers_after(json: &str, from: usize) -> Option<(Vec<f64>, usize)> {
+    let open = from + json[from..].find('[')?;
+    let close = open + json[open..].find(']')?;
+    let v = json[open + 1..close].split(',').map(|t| t.trim().parse::<f64>().ok()).collect::<Option<Vec<_>>>()?;
+    Some((v, close))
+}
+
+/// (raw JSON text literal, embedding) of the first `n` reference records.
+fn reference(n: usize) -> Result<Vec<(String, Vec<f64>)>> {
+    let path = cmd::repo_root().join("tests/data/minilm_ref_visible.json");
+    let json = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut out = Vec::new();
+    let mut at = 0;
+    while out.len() < n {
+        let rec = at + json[at..].find("\"text\"").context("fewer reference records than expected")?;
+        let text = string_after(&json[rec..], "text").context("a record without text")?.to_owned();
+        let emb = rec + json[rec..].find("\"embedding\"").context("a record without an embedding")?;
+        let (e, end) = numbers_after(&json, emb).context("an unreadable embedding")?;
+        out.push((text, e));
+        at = end;
+    }
+    Ok(out)
+}
+
+fn cosine(a: &[f64], b: &[f64]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    dot / (norm(a) * norm(b))
+}
+
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn client(sluice: &Path, url: &str, key: &str, args: &[&str]) -> Result<String> {
+    let out = Command::new(sluice).args(args).env("SLUICE_URL", url).env("SLUICE_KEY", key).output()?;
+    if !out.status.success() {
+        bail!("sluice {args:?}: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs the smoke test with `schedule`.
+pub fn run(schedule: &str) -> Result<()> {
+    let root = cmd::repo_root();
+    build_functions::run(&[])?;
+    let model = fetch_model::fetch()?;
+    cmd::run(cmd::cargo().current_dir(&root).args(["build", "-p", "sluice-runtime", "--bin", "sluice"]))?;
+    let sluice = root.join("target/debug/sluice");
+    let data = std::env::temp_dir().join(format!("sluice-fake-serve-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let addr = format!("127.0.0.1:{}", free_port()?);
+    let url = format!("http://{addr}");
+    let admin = format!("sluice_admin_fake_{}", std::process::id());
+    let mut c = Command::new(&sluice);
+    c.args(["serve", "--addr", &addr, "--device", "cuda", "--data-dir"])
+        .arg(&data)
+        .env("SLUICE_ADMIN_KEY", &admin)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    super::env(&mut c, schedule)?;
+    let mut server = Server(c.spawn().context("starting sluice serve")?);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while request(&addr, "GET", "/v2/health/ready", "", "").is_err() {
+        if let Some(status) = server.0.try_wait()? {
+            bail!("sluice serve --device cuda exited with {status} on the fake device");
+        }
+        if Instant::now() > deadline {
+            bail!("sluice serve was not ready after 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let status = request(&addr, "GET", "/v1/status", &admin, "")?;
+    if !status.contains("sluice CPU emulator") {
+        bail!("the server does not run on the fake CUDA device: {status}");
+    }
+    let created = client(&sluice, &url, &admin, &["tenants", "create", "smoke"])?;
+    let key = string_after(&created, "key").context("no key in the answer to `tenants create`")?.to_owned();
+    let wasm = root.join("functions/target/wasm32-wasip2/release/minilm_embed.wasm");
+    let artifact = |name: &str, file: &str| format!("{name}={}", model.join(file).display());
+    client(
+        &sluice,
+        &url,
+        &key,
+        &[
+            "deploy",
+            "minilm-embed",
+            &wasm.display().to_string(),
+            "--artifact",
+            &artifact("model", "model.safetensors"),
+            "--artifact",
+            &artifact("vocab", "vocab.txt"),
+            "--artifact",
+            &artifact("config", "config.json"),
+        ],
+    )?;
+    let records = reference(SENTENCES)?;
+    let texts = records.iter().map(|(t, _)| format!("\"{t}\"")).collect::<Vec<_>>().join(",");
+    for (precision, least) in PRECISIONS {
+        let body = format!(
+            "{{\"inputs\":[{{\"name\":\"text\",\"shape\":[{SENTENCES}],\"datatype\":\"BYTES\",\"data\":[{texts}]}},\
+             {{\"name\":\"precision\",\"shape\":[1],\"datatype\":\"BYTES\",\"data\":[\"{precision}\"]}}]}}"
+        );
+        let t0 = Instant::now();
+        let reply = request(&addr, "POST", "/v2/models/minilm-embed/infer", &key, &body)?;
+        let mut at = 0;
+        let embeddings = loop {
+            let data = at + reply[at..].find("\"data\"").context("no output of the expected size")?;
+            let (v, end) = numbers_after(&reply, data).context("an unreadable output")?;
+            if v.len() == SENTENCES * HIDDEN {
+                break v;
+            }
+            at = end;
+        };
+        let worst = records
+            .iter()
+            .enumerate()
+            .map(|(i, (_, want))| cosine(&embeddings[i * HIDDEN..(i + 1) * HIDDEN], want))
+            .fold(1.0f64, f64::min);
+        eprintln!(
+            "xtask: MiniLM {precision} on the fake CUDA device via sluice serve: {SENTENCES} sentences in {:.1} s, \
+             least cosine to the reference {worst:.7}",
+            t0.elapsed().as_secs_f64()
+        );
+        if worst.is_nan() || worst < least {
+            bail!("MiniLM {precision} on the fake CUDA device: cosine {worst} < {least}");
+        }
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&data);
+    Ok(())
+}
