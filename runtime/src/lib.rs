@@ -1,5 +1,6 @@
 //! The sluice host runtime.
 //!
+//! - [`clock`]: the time every scheduling decision reads (monotonic, or simulated in tests);
 //! - [`device`]: the [`device::Device`] trait, its CPU and CUDA implementations (over the
 //!   backend crates) and a simulated device for tests and benchmarks;
 //! - [`scheduler`]: one actor per device, the single dispatch point of every kernel;
@@ -9,6 +10,7 @@
 //! - [`server`]: the HTTP API over the platform.
 
 pub mod cli;
+pub mod clock;
 pub mod device;
 pub mod engine;
 pub mod oip;

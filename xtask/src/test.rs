@@ -2,7 +2,8 @@
 //!
 //! Set-up first (the wasm target, the guest components, the model, NVRTC), then the
 //! lint steps of `cargo xtask lint` (rustfmt, module cycles, unused dependencies, the
-//! OpenAPI spec, clippy, rustdoc), then the host workspace's tests, its doc tests, a
+//! OpenAPI spec, clippy, rustdoc), then the host workspace's tests, the CUDA backend's
+//! tests on the fake CUDA libraries (`cargo xtask test-cuda-fake`), the doc tests, a
 //! type-check of the benchmarks, and the guest workspace's native tests (the guest
 //! SDK's unit tests, the tokenizer and the MiniLM model code). Extra arguments go to the
 //! host `cargo test`. Each step prints a progress line and its time; a failing step
@@ -23,10 +24,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use crate::steps::Steps;
-use crate::{build_functions, cmd, fetch_model, fetch_nvrtc, lint, skips};
+use crate::{build_functions, cmd, fake_cuda, fetch_model, fetch_nvrtc, lint, skips};
 
 /// The test steps after the lint steps.
-const TEST_STEPS: usize = 4;
+const TEST_STEPS: usize = 5;
 
 pub fn run(args: &[String]) -> Result<()> {
     build_functions::run(&[])?;
@@ -51,6 +52,9 @@ pub fn run(args: &[String]) -> Result<()> {
         }
         cmd::run(&mut host)
     });
+    // The real CUDA backend, through unmodified cudarc, on the fake CUDA libraries
+    // (fakecuda/), under both fiber schedules, then `sluice serve --device cuda`.
+    steps.run("tests: CUDA backend on the fake CUDA driver (two schedules, serve smoke test)", || fake_cuda::run(&[]));
     steps.run("doc tests: host workspace", || {
         cmd::run(cmd::cargo().current_dir(&root).args(["test", "--workspace", "--doc"]))
     });

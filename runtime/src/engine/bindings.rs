@@ -3,7 +3,7 @@
 //! Every import may trap (resource-table faults are sandbox violations); only
 //! `tensor.read` is async, because it waits for the device. Imports that return the WIT
 //! `result<_, error>` return `Result<_, HostError>` instead (`trappable_error_type`):
-//! [`super::convert::HostError`] decides whether the guest gets the `error` or traps.
+//! [`super::host_error::HostError`] decides whether the guest gets the `error` or traps.
 
 wasmtime::component::bindgen!({
     // `bindgen!` needs a literal; `wit_path_is_host_apis` checks it names `WIT_DIR`.
@@ -16,7 +16,7 @@ wasmtime::component::bindgen!({
     exports: { default: async },
     additional_derives: [PartialEq],
     trappable_error_type: {
-        "sluice:gpu/types.error" => super::convert::HostError,
+        "sluice:gpu/types.error" => super::host_error::HostError,
     },
     with: {
         "sluice:gpu/tensors.tensor": super::state::TensorHandle,

@@ -1,28 +1,12 @@
 //! The host's side of the WIT glue: the shared conversions between the generated
 //! bindings and the host API's types ([`sluice_host_api::wit_conversions!`], the same
-//! code the guest SDK uses), and [`HostError`], the error every host import returns.
-//!
-//! An import fails in one of two ways: the guest asked for something the API refuses
-//! (a bad shape, an unknown artifact, a quota) — the guest gets the WIT `error` record
-//! and carries on — or the guest broke the sandbox's rules (a handle that is not its own)
-//! or the host itself failed — the instance traps. [`HostError`] holds either, so the
-//! imports can use `?` on both, and [`HostError::into_wit`] is the one place that decides
-//! which the guest sees.
-
-use sluice_host_api::ApiError;
+//! code the guest SDK uses), and [`HostError::into_wit`], the one place that decides
+//! whether the guest of a failed import gets the WIT `error` record or traps.
 
 use super::bindings::WitError;
+use super::host_error::HostError;
 
 sluice_host_api::wit_conversions!(super::bindings::sluice::gpu);
-
-/// Why a host import failed: a refusal the guest sees, or a trap.
-#[derive(Debug)]
-pub(crate) enum HostError {
-    /// The API refused the call; the guest receives the WIT `error`.
-    Guest(ApiError),
-    /// A sandbox violation or a host failure; the instance traps.
-    Trap(wasmtime::Error),
-}
 
 impl HostError {
     /// What the guest gets: its WIT `error`, or a trap of its instance.
@@ -34,27 +18,10 @@ impl HostError {
     }
 }
 
-impl From<ApiError> for HostError {
-    fn from(e: ApiError) -> Self {
-        HostError::Guest(e)
-    }
-}
-
-impl From<wasmtime::Error> for HostError {
-    fn from(e: wasmtime::Error) -> Self {
-        HostError::Trap(e)
-    }
-}
-
-impl From<wasmtime::component::ResourceTableError> for HostError {
-    fn from(e: wasmtime::component::ResourceTableError) -> Self {
-        HostError::Trap(e.into())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use sluice_host_api as api;
+    use sluice_host_api::ApiError;
     use sluice_host_api::{DType, ErrorCode};
 
     use super::super::bindings::WitDtype;

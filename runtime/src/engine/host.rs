@@ -12,8 +12,9 @@ use wasmtime::component::Resource;
 
 use super::bindings::WitDtype;
 use super::bindings::sluice::gpu::{artifacts, fused, io, ops, tensors, types};
-use super::convert::HostError;
-use super::state::{Allocation, InvocationState, TensorHandle};
+use super::host_error::HostError;
+use super::state::{InvocationState, TensorHandle};
+use crate::scheduler::TensorLease;
 
 /// What an import that returns a WIT `result` returns: a refusal or a trap in the `Err`.
 type HostResult<T> = Result<T, HostError>;
@@ -28,8 +29,8 @@ impl InvocationState {
     /// The single path by which a guest gets a new tensor: reserve memory, queue
     /// the work, and hand back a handle.
     fn create(&mut self, meta: TensorMeta, source: Source) -> HostResult<Resource<TensorHandle>> {
-        let allocation = Allocation::reserve(&self.queue, &self.account, &meta)?;
-        let id = allocation.id();
+        let lease = TensorLease::reserve(&self.queue, &self.account, &meta)?;
+        let id = lease.id();
         match source {
             Source::Bytes(bytes) => self.queue.upload(self.invocation, id, meta.clone(), bytes),
             Source::Op(op, inputs) => {
@@ -37,7 +38,7 @@ impl InvocationState {
                 self.queue.launch(self.invocation, id, op, inputs, meta.clone());
             }
         }
-        let handle = self.table.push(TensorHandle::owned(allocation, meta))?;
+        let handle = self.table.push(TensorHandle::owned(lease, meta))?;
         self.live_tensors += 1;
         Ok(handle)
     }
@@ -161,8 +162,8 @@ impl artifacts::Host for InvocationState {
         name: String,
         as_dtype: Option<WitDtype>,
     ) -> HostResult<Resource<TensorHandle>> {
-        let (allocation, meta) = self.artifacts.load_tensor(&self.queue, &artifact, &name, as_dtype.map(Into::into))?;
-        let handle = self.table.push(TensorHandle::shared(allocation, meta))?;
+        let (lease, meta) = self.artifacts.load_tensor(&self.queue, &artifact, &name, as_dtype.map(Into::into))?;
+        let handle = self.table.push(TensorHandle::shared(lease, meta))?;
         self.live_tensors += 1;
         Ok(handle)
     }

@@ -12,6 +12,7 @@ mod bindings;
 mod component;
 mod convert;
 mod host;
+mod host_error;
 mod invoke;
 mod state;
 mod warm;

@@ -30,9 +30,6 @@ enum Lease {
     Shared(Arc<TensorLease>),
 }
 
-/// The host calls' name for a tensor's lease (the scheduler's [`TensorLease`]).
-pub(crate) use crate::scheduler::TensorLease as Allocation;
-
 impl TensorHandle {
     pub(crate) fn owned(lease: TensorLease, meta: TensorMeta) -> Self {
         TensorHandle { id: lease.id(), meta, _lease: Lease::Owned(lease) }

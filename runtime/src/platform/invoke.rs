@@ -12,9 +12,12 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::admission::admit;
-use super::{LoadedFunction, Platform, PlatformError, Result, UNKNOWN_FUNCTION};
+use super::{LoadedFunction, Platform, PlatformError, Result};
 use crate::engine::{InvocationContext, InvocationOutput, IoTensor};
 use crate::scheduler::{MemoryAccount, PriorityClass, SchedulingInfo};
+
+/// The `function` label of an invocation whose name did not resolve to a deployed function.
+pub const UNKNOWN_FUNCTION: &str = "(unknown)";
 
 /// A finished invocation.
 pub struct Invocation {

@@ -44,9 +44,6 @@ use sluice_host_api::Code;
 use super::{Invocation, Status};
 use crate::scheduler::PriorityClass;
 
-/// The `function` label of an invocation whose name did not resolve to a deployed function.
-pub const UNKNOWN_FUNCTION: &str = "(unknown)";
-
 /// Upper bounds of the duration histograms' buckets, in seconds: 100 µs to 60 s.
 pub const DURATION_BUCKETS: [f64; 18] =
     [1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];

@@ -18,7 +18,6 @@
 //! any machine. The engine holds a [`TensorLease`] per tensor; dropping it frees the
 //! tensor here.
 
-mod clock;
 mod cost;
 mod inflight;
 mod lease;
@@ -41,7 +40,7 @@ use tokio::sync::oneshot;
 use crate::device::{Device, DeviceInfo};
 use work::Work;
 
-pub use clock::Clock;
+pub use crate::clock::Clock;
 pub use cost::{CostModel, KernelKey};
 pub use lease::TensorLease;
 pub use memory::MemoryAccount;

@@ -3,7 +3,7 @@
 //!
 //! Runs only on the fake device (`SLUICE_FAKE_CUDA=1` with `target/fakecuda/lib` first on
 //! `LD_LIBRARY_PATH`, as `cargo xtask test-cuda-fake` sets up); anywhere else it prints
-//! "skipping: ..." and passes. Each case takes the exact source the backend compiles
+//! why, records the skip in the run's skip log (`tests/src/skip.rs`) and passes. Each case takes the exact source the backend compiles
 //! ([`Module::source`]), plants one bug by a textual replacement (which must apply, so a
 //! change to the kernels cannot silently turn a case into a no-op), compiles it through
 //! the fake NVRTC and runs it through cudarc on inputs with a known answer:
@@ -23,6 +23,9 @@
 
 use std::sync::Arc;
 
+#[path = "../../../../tests/src/skip.rs"]
+mod skip;
+
 use cudarc::driver::{CudaContext, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 use sluice_backend_cuda::kernels::Module;
@@ -32,7 +35,7 @@ use sluice_backend_cuda::nvrtc_cache::{Target, arch_for, compile_cubin, nvrtc_ve
 fn on_fake() -> bool {
     let fake = std::env::var("SLUICE_FAKE_CUDA").as_deref() == Ok("1");
     if !fake || sluice_backend_cuda::probe::libraries().check().is_err() {
-        eprintln!("skipping: the mutation check runs on the fake CUDA device only (cargo xtask test-cuda-fake)");
+        skip::skip("CUDA mutation check", "runs on the fake CUDA device only (cargo xtask test-cuda-fake)");
         return false;
     }
     true

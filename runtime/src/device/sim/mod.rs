@@ -32,7 +32,7 @@ use super::{
     Buffer, CpuDevice, Device, DeviceError, DeviceInfo, KernelClock, KernelTiming, Lane, Lanes, PartitionState,
     RowSlicing, TimedLaunch,
 };
-use crate::scheduler::Clock;
+use crate::clock::Clock;
 
 pub use gate::Gate;
 
