@@ -17,9 +17,11 @@ use std::time::Duration;
 use super::cost::{CostModel, KernelKey};
 use crate::device::KernelClock;
 
-/// One kernel in flight.
+/// One kernel (or slice of one) in flight.
 struct Flight {
-    key: KernelKey,
+    /// What the cost model learns the kernel's time under; `None` for a slice of a
+    /// kernel, which is not the kernel's cost.
+    key: Option<KernelKey>,
     estimate: Duration,
     /// The device's own measurement, when the kernel was timed.
     clock: Option<Box<dyn KernelClock>>,
@@ -64,9 +66,19 @@ impl InFlight {
         tenant: Option<usize>,
         now: Duration,
     ) {
+        self.push(Flight { key: Some(key), estimate, clock, tenant }, now);
+    }
+
+    /// Records a slice of a kernel (some of its rows) enqueued at `now`: it occupies
+    /// the device like a kernel, but what it takes is not the whole kernel's cost.
+    pub fn add_slice(&mut self, estimate: Duration, now: Duration) {
+        self.push(Flight { key: None, estimate, clock: None, tenant: None }, now);
+    }
+
+    fn push(&mut self, flight: Flight, now: Duration) {
         self.since.get_or_insert(now);
-        self.kernels.push(Flight { key, estimate, clock, tenant });
-        self.estimated += estimate;
+        self.estimated += flight.estimate;
+        self.kernels.push(flight);
     }
 
     /// The device has drained by `now` (the caller synchronised it, or saw it idle):
@@ -88,7 +100,9 @@ impl InFlight {
             };
             match measured {
                 Some(t) => {
-                    cost.record(&f.key, t);
+                    if let Some(key) = &f.key {
+                        cost.record(key, t);
+                    }
                     timed += t;
                     if let Some(tenant) = f.tenant {
                         let delta_ns = t.as_nanos() as i64 - f.estimate.as_nanos() as i64;
@@ -105,7 +119,9 @@ impl InFlight {
         let rest = window.saturating_sub(timed);
         let scale = rest.as_secs_f64() / untimed_estimate.as_secs_f64().max(1e-9);
         for f in untimed {
-            cost.record(&f.key, f.estimate.mul_f64(scale));
+            if let Some(key) = &f.key {
+                cost.record(key, f.estimate.mul_f64(scale));
+            }
         }
         self.estimated = Duration::ZERO;
         corrections

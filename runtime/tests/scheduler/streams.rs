@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use sluice_host_api::{Op, UnaryOp};
+use sluice_host_api::{MatmulArgs, Op, UnaryOp};
 use sluice_runtime::device::{Buffer, Lane};
 use sluice_runtime::scheduler::{Policy, PriorityClass, SchedulerConfig};
 
@@ -153,4 +153,40 @@ fn device_timed_kernels_are_charged_what_they_took() {
     // The same kernel shape, so estimates alone would charge both alike (25 ms each).
     assert_eq!(heavy_time, Duration::from_millis(40), "heavy took 10 × 4 ms");
     assert_eq!(light_time, Duration::from_millis(10), "light took 10 × 1 ms");
+}
+
+/// On a stream device, a best-effort GEMM sliced while latency work is active: every
+/// slice is work in flight, so no slice is enqueued behind more than the preemption
+/// budget of earlier work, and latency work arriving at any moment waits about one
+/// budget. (Issue 11, defect 1: the slices were not counted, so all of them were
+/// enqueued back to back and latency work waited for the whole GEMM.)
+#[test]
+fn on_an_asynchronous_device_the_slices_of_a_sliced_kernel_count_as_work_in_flight() {
+    let budget = Duration::from_micros(500);
+    let config = SchedulerConfig { policy: Policy::Priority, preemption_budget: budget, ..Default::default() };
+    let sim = sim(config, |d| d.cost(|op, _| super::gemm_cost(op)).streams());
+    let queue = &sim.queue;
+    let (m, k, n) = (64u32, 32u32, 16u32);
+    let a: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0).collect();
+    let b: Vec<f32> = (0..k * n).map(|i| ((i * 5 % 11) as f32 - 5.0) / 3.0).collect();
+    let gemm = || {
+        let be = stream(queue, "be", PriorityClass::Batch, 1);
+        let ta = upload(queue, &be, &[m, k], &a);
+        let tb = upload(queue, &be, &[k, n], &b);
+        let id = queue.new_tensor_id();
+        let out = super::f32_meta(&[m, n]);
+        queue.launch(be.id(), id, Op::Matmul(MatmulArgs::default()), vec![ta, tb], out.clone());
+        read_f32(queue, &(id, out))
+    };
+    // Alone, the GEMM runs whole, and the cost model learns that it takes 4 ms.
+    let whole = gemm();
+    let ls = stream(queue, "ls", PriorityClass::Latency, 1);
+    let sliced = gemm();
+    drop(ls);
+    assert_eq!(sliced, whole, "slicing does not change the result");
+    let slices: Vec<_> = sim.log.entries().into_iter().filter(|k| k.rows.is_some()).collect();
+    assert!(slices.len() >= 8, "4 ms in slices of ≤ 0.5 ms: {} slices", slices.len());
+    let queued_behind = slices.iter().map(|k| k.start - k.submitted).max().expect("slices ran");
+    eprintln!("{} slices; the longest a slice waited on the stream: {queued_behind:?} (simulated)", slices.len());
+    assert!(queued_behind <= budget, "a slice was enqueued behind {queued_behind:?} of earlier work");
 }

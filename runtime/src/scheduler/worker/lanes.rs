@@ -24,8 +24,10 @@ impl Actor {
             return true;
         };
         let key = KernelKey::new(op, inputs.iter().map(|(_, m)| m), out).on_lane(lane);
-        let estimate = self.cost.estimate(&key);
         let bound = self.inflight_bound(class);
+        // A kernel past the bound is sliced (or runs alone on an empty device): what
+        // it adds to the lane at once is at most the bound.
+        let estimate = self.cost.estimate(&key).min(bound);
         if !self.inflight[lane.index()].would_exceed(estimate, bound) {
             return true;
         }

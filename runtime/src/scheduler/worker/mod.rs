@@ -261,6 +261,7 @@ impl Actor {
                 let split = if wants_slices { RowSplit::of(op, out) } else { None };
                 let started = self.now();
                 let mut clock = None;
+                let sliced = split.is_some();
                 let outcome = if let Some(split) = split {
                     self.slice_rows(op, &split, &args, out, estimate, slice_now, &mut q.slices)
                 } else if self.asynchronous
@@ -281,7 +282,10 @@ impl Actor {
                 let mut elapsed = self.now().saturating_sub(started);
                 let Some(result) = outcome else { return (elapsed, false) };
                 let total = q.slices.take().map(|p| p.elapsed + elapsed).unwrap_or(elapsed);
-                if self.asynchronous {
+                if self.asynchronous && sliced {
+                    // Its slices are already in flight (`slice_rows`); charge the estimate.
+                    elapsed = estimate;
+                } else if self.asynchronous {
                     // The launch only enqueued it: charge the estimate; the drain
                     // that follows measures the truth for the cost model (and
                     // corrects the charge of a timed kernel).

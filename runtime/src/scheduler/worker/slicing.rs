@@ -13,7 +13,8 @@ use crate::scheduler::work::SliceProgress;
 impl Actor {
     /// One slice of a best-effort matmul or linear; `Some` with the whole result once
     /// the last rows are done. Without latency work active, the remaining rows run at
-    /// once.
+    /// once. On an asynchronous device each slice is work in flight, so the next one is
+    /// enqueued only when the lane has room for it.
     #[allow(clippy::too_many_arguments, reason = "the kernel, its split and the slicing state")]
     pub(super) fn slice_rows(
         &mut self,
@@ -42,12 +43,14 @@ impl Actor {
         let started = self.config.clock.now();
         let Some(slicing) = self.device.rows() else {
             // The device cannot slice: run the rest whole.
+            self.enqueued_slice(estimate.mul_f64(left as f64 / m as f64));
             return Some(self.device.launch(op, inputs, out).map_err(ApiError::from));
         };
         match slicing.launch_rows(op, inputs, out, range) {
             Err(e) => return Some(Err(e.into())),
             Ok(b) => p.parts.push((b, split.block(rows))),
         }
+        self.enqueued_slice(estimate.mul_f64(rows as f64 / m as f64));
         p.next_row += rows;
         if p.next_row < m {
             p.elapsed += self.config.clock.now().saturating_sub(started);
@@ -61,5 +64,14 @@ impl Actor {
         let refs: Vec<(&Buffer, &TensorMeta)> = parts.iter().map(|(b, m)| (b, m)).collect();
         let concat = Op::Concat { axis: split.axis as u32 };
         Some(self.device.launch(&concat, &refs, split.whole()).map_err(ApiError::from))
+    }
+
+    /// Counts a slice just enqueued on an asynchronous device as work in flight on the
+    /// current lane.
+    fn enqueued_slice(&mut self, estimate: Duration) {
+        if self.asynchronous {
+            let now = self.now();
+            self.inflight[self.lane.index()].add_slice(estimate, now);
+        }
     }
 }
