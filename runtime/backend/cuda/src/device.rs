@@ -145,9 +145,10 @@ impl CudaDevice {
                 let mut green = Vec::new();
                 for lane in [&split.reserved, &split.remainder] {
                     // On failure the handles made so far drop before `split` does.
-                    green.push(
-                        CudaBlas::new(lane.stream.clone()).map_err(|e| format!("cuBLAS in a green context: {e:?}"))?,
-                    );
+                    let blas =
+                        CudaBlas::new(lane.stream.clone()).map_err(|e| format!("cuBLAS in a green context: {e:?}"))?;
+                    set_sm_count_target(&blas, lane.sms)?;
+                    green.push(blas);
                 }
                 Ok((split, green))
             });
@@ -533,6 +534,17 @@ impl Drop for CudaDevice {
     }
 }
 
+/// Tells a cuBLAS handle on a green-context lane how many SMs the lane has: cuBLAS cannot
+/// see the partition and would otherwise choose its kernels and splits for the whole GPU
+/// (issue 11, defect 4).
+fn set_sm_count_target(blas: &CudaBlas, sms: u32) -> Result<(), String> {
+    let target = i32::try_from(sms).map_err(|_| format!("{sms} SMs exceed cuBLAS's SM count target"))?;
+    // SAFETY: a live handle made by `CudaBlas::new`, not yet shared with any other thread.
+    unsafe { cudarc::cublas::sys::cublasSetSmCountTarget(*blas.handle(), target) }
+        .result()
+        .map_err(|e| format!("cublasSetSmCountTarget({target}): {e:?}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -555,3 +567,4 @@ mod tests {
         assert!(err.to_string().contains("no CUDA driver found"), "{err}");
     }
 }
+
