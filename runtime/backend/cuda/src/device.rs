@@ -328,7 +328,9 @@ impl CudaDevice {
             "launch of {op:?} did not pass infer"
         );
         self.prepare(inputs)?;
-        crate::ops::launch(self, op, inputs, out)
+        let y = crate::ops::launch(self, op, inputs, out)?;
+        inherit_faults(&y, inputs);
+        Ok(y)
     }
 
     /// Output rows `rows` of the M axis of `matmul(a, b)` (as `Op::Matmul(*args)` with
@@ -359,7 +361,9 @@ impl CudaDevice {
             "matmul_rows did not pass infer"
         );
         self.prepare(&inputs)?;
-        crate::gemm::matmul_rows(self, args, a, b, out, rows)
+        let y = crate::gemm::matmul_rows(self, args, a, b, out, rows)?;
+        inherit_faults(&y, &inputs);
+        Ok(y)
     }
 
     /// Output rows `rows` of `op` as [`sluice_host_api::RowSplit`] defines them: a matmul
@@ -386,7 +390,9 @@ impl CudaDevice {
                 self.check_inputs(op.name(), inputs)?;
                 self.prepare(inputs)?;
                 let bias = bias.first().map(|(b, _)| *b);
-                crate::ops::fused::linear_rows(self, *transpose_w, *activation, x, w, bias, out, rows)
+                let y = crate::ops::fused::linear_rows(self, *transpose_w, *activation, x, w, bias, out, rows)?;
+                inherit_faults(&y, inputs);
+                Ok(y)
             }
             _ => Err(CudaError::failure(format!("{} got {} input(s)", op.name(), inputs.len()))),
         }
@@ -415,7 +421,26 @@ impl CudaDevice {
                 .map_err(|e| CudaError::driver("copying from the device", e))?;
         }
         self.pool.lanes.synchronize(slot)?;
+        self.check_faults(buf, slot)?;
         Ok(out)
+    }
+
+    /// Reads the fault records of `buf`'s lineage (after the synchronize of a download,
+    /// so their kernels ran) and turns a set one into the CPU backend's error.
+    fn check_faults(&self, buf: &CudaBuffer, slot: usize) -> Result<(), CudaError> {
+        for fault in buf.faults() {
+            let lane = self.active_slot(slot);
+            lane.bind()?;
+            let mut bytes = [0u8; 16];
+            // SAFETY: `bytes` has the record's 16 bytes and lives until the synchronize.
+            unsafe { result::memcpy_dtoh_async(&mut bytes, fault.record.device_ptr(), lane.stream.cu_stream()) }
+                .map_err(|e| CudaError::driver("reading a fault record", e))?;
+            self.pool.lanes.synchronize(slot)?;
+            if let Some(e) = fault.error(crate::fault::words(&bytes)) {
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// Waits until everything queued on every lane has run; reports a kernel fault of
@@ -534,6 +559,13 @@ impl Drop for CudaDevice {
     }
 }
 
+/// `y` was computed from `inputs`: it carries their fault records too.
+fn inherit_faults(y: &CudaBuffer, inputs: &[(&CudaBuffer, &TensorMeta)]) {
+    for (x, _) in inputs {
+        y.add_faults(&x.faults());
+    }
+}
+
 /// Tells a cuBLAS handle on a green-context lane how many SMs the lane has: cuBLAS cannot
 /// see the partition and would otherwise choose its kernels and splits for the whole GPU
 /// (issue 11, defect 4).
@@ -567,4 +599,3 @@ mod tests {
         assert!(err.to_string().contains("no CUDA driver found"), "{err}");
     }
 }
-
