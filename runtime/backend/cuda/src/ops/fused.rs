@@ -6,9 +6,9 @@
 //! - add-layer-norm: one `add_layernorm` kernel, one block per row;
 //! - attention: three launches whatever the batch: one batched GEMM over every batch
 //!   element and head reading q and k in place (leading dimension `heads * d`, heads `d`
-//!   apart) with the scale as its alpha (so f16 scores hold the scaled values, never
-//!   the raw `q·k` that can pass 65504), the softmax kernel with the mask over the
-//!   scores `[b, heads, sq, sk]`, and one batched GEMM writing each head's `p · v`
+//!   apart), in f16 with the scale as its alpha (so f16 scores hold the scaled values,
+//!   never the raw `q·k` that can pass 65504), the softmax kernel with the mask (and in
+//!   f32/bf16 the scale) over the scores `[b, heads, sq, sk]`, and one batched GEMM writing each head's `p · v`
 //!   straight into its columns of the interleaved output (`ldc = heads * d`). With one
 //!   batch element the GEMMs are strided-batched over the heads; with more, the heads of
 //!   different elements are not one stride apart and the GEMMs take pointer arrays (one
@@ -17,7 +17,7 @@
 //!   as the launches are queued.
 //!
 //! Like the chains they replace, they round to the dtype after the product, the bias
-//! add, the residual add, the (scaled) scores and the probabilities.
+//! add, the residual add, the scores (scaled first in f16) and the probabilities.
 
 use sluice_host_api::{DType, TensorMeta, UnaryOp};
 
@@ -292,13 +292,16 @@ pub(crate) fn attention(
         None
     };
     let context = |what: &str, e: CudaError| annotate(e, &format!("attention {what} {:?}", qm.shape));
-    // The scale is the first GEMM's alpha, applied to the f32 accumulator: stored raw,
-    // f16 scores overflow to inf once |q·k| passes 65504 even when the scaled scores are
-    // moderate (issue 11, defect 6). The softmax then scales by 1.
+    // In f16 the scale is the first GEMM's alpha, applied to the f32 accumulator: stored
+    // raw, f16 scores overflow to inf once |q·k| passes 65504 even when the scaled scores
+    // are moderate (issue 11, defect 6); the softmax then scales by 1. f32 and bf16 have
+    // f32's range, so they keep the chain's rounding (raw scores, then the softmax's
+    // scale), which is what the CPU backend computes.
+    let (gemm_scale, softmax_scale) = if dtype == DType::F16 { (scale, 1.0) } else { (1.0, scale) };
     let (k_q_scores, v_p_out) = ((at.k, at.q, at.scores), (at.v, at.probs, at.out));
-    attention_gemm(dev, dtype, &dims, &dims.scores_call(), k_q_scores, table.as_ref().map(|t| (t, 0)), scale)
+    attention_gemm(dev, dtype, &dims, &dims.scores_call(), k_q_scores, table.as_ref().map(|t| (t, 0)), gemm_scale)
         .map_err(|e| context("q·kᵀ", e))?;
-    super::norm::softmax_into(dev, 1.0, (&scores, &scores_meta), mask, &probs)?;
+    super::norm::softmax_into(dev, softmax_scale, (&scores, &scores_meta), mask, &probs)?;
     attention_gemm(dev, dtype, &dims, &dims.context_call(), v_p_out, table.as_ref().map(|t| (t, 3)), 1.0)
         .map_err(|e| context("p·v", e))?;
     // The scratch goes back to the pool; the stream keeps the launches ordered before any
