@@ -147,7 +147,7 @@ impl CudaDevice {
                     // On failure the handles made so far drop before `split` does.
                     let blas =
                         CudaBlas::new(lane.stream.clone()).map_err(|e| format!("cuBLAS in a green context: {e:?}"))?;
-                    set_sm_count_target(&blas, lane.sms)?;
+                    partition::set_sm_count_target(&blas, lane.sms)?;
                     green.push(blas);
                 }
                 Ok((split, green))
@@ -329,7 +329,7 @@ impl CudaDevice {
         );
         self.prepare(inputs)?;
         let y = crate::ops::launch(self, op, inputs, out)?;
-        inherit_faults(&y, inputs);
+        crate::fault::inherit(&y, inputs);
         Ok(y)
     }
 
@@ -362,7 +362,7 @@ impl CudaDevice {
         );
         self.prepare(&inputs)?;
         let y = crate::gemm::matmul_rows(self, args, a, b, out, rows)?;
-        inherit_faults(&y, &inputs);
+        crate::fault::inherit(&y, &inputs);
         Ok(y)
     }
 
@@ -391,7 +391,7 @@ impl CudaDevice {
                 self.prepare(inputs)?;
                 let bias = bias.first().map(|(b, _)| *b);
                 let y = crate::ops::fused::linear_rows(self, *transpose_w, *activation, x, w, bias, out, rows)?;
-                inherit_faults(&y, inputs);
+                crate::fault::inherit(&y, inputs);
                 Ok(y)
             }
             _ => Err(CudaError::failure(format!("{} got {} input(s)", op.name(), inputs.len()))),
@@ -557,24 +557,6 @@ impl Drop for CudaDevice {
             tracing::warn!(error = %e, "cuda device: synchronize before closing failed");
         }
     }
-}
-
-/// `y` was computed from `inputs`: it carries their fault records too.
-fn inherit_faults(y: &CudaBuffer, inputs: &[(&CudaBuffer, &TensorMeta)]) {
-    for (x, _) in inputs {
-        y.add_faults(&x.faults());
-    }
-}
-
-/// Tells a cuBLAS handle on a green-context lane how many SMs the lane has: cuBLAS cannot
-/// see the partition and would otherwise choose its kernels and splits for the whole GPU
-/// (issue 11, defect 4).
-fn set_sm_count_target(blas: &CudaBlas, sms: u32) -> Result<(), String> {
-    let target = i32::try_from(sms).map_err(|_| format!("{sms} SMs exceed cuBLAS's SM count target"))?;
-    // SAFETY: a live handle made by `CudaBlas::new`, not yet shared with any other thread.
-    unsafe { cudarc::cublas::sys::cublasSetSmCountTarget(*blas.handle(), target) }
-        .result()
-        .map_err(|e| format!("cublasSetSmCountTarget({target}): {e:?}"))
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 //! memset per faulting-capable launch, and a small copy per record at download; the
 //! records stay with the invocation whose data they describe, never device-wide.
 
-use sluice_host_api::DType;
+use sluice_host_api::{DType, TensorMeta};
 
 use crate::{CudaBuffer, CudaDevice, CudaError};
 
@@ -68,6 +68,13 @@ fn message(kind: &FaultKind, words: [u64; 2]) -> Option<String> {
 pub(crate) fn words(bytes: &[u8]) -> [u64; 2] {
     let word = |i: usize| u64::from_ne_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
     [word(0), word(1)]
+}
+
+/// `y` was computed from `inputs`: it carries their fault records too.
+pub(crate) fn inherit(y: &CudaBuffer, inputs: &[(&CudaBuffer, &TensorMeta)]) {
+    for (x, _) in inputs {
+        y.add_faults(&x.faults());
+    }
 }
 
 #[cfg(test)]
