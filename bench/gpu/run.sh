@@ -17,12 +17,52 @@
 #
 # Writes under $OUT (default bench/out), at most 8 files (the device tool brings back no
 # more): run.log (everything), env.txt, conformance.txt, minilm.txt, torch.txt,
-# colocation.txt, summary.txt. Exit status: non-zero if any step failed.
+# colocation.txt, summary.txt. Exit status: non-zero if any step failed; 3, before
+# anything runs or is written, on the CUDA emulator (SLUICE_FAKE_CUDA set, or a device or
+# libcuda named "sluice CPU emulator").
 # Overrides: RUN_BUDGET, CONFORMANCE_TIMEOUT, WEIGHTS_TIMEOUT, MINILM_TIMEOUT,
 # TORCH_TIMEOUT, COLOCATION_TIMEOUT, HOOK_TIMEOUT, PYTHON (default python3),
 # MINILM_MODEL_DIR (a directory with real weights: skips the weights step).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+
+# Never on the emulator: the fake CUDA libraries (fakecuda/, device "sluice CPU
+# emulator") run the kernels on CPU fibers, so every time measured there is meaningless
+# as a GPU result. Checked before anything runs or is written; exit status 3.
+emulator_reason() {
+    if [[ -n "${SLUICE_FAKE_CUDA:-}" && "${SLUICE_FAKE_CUDA}" != 0 ]]; then
+        echo "SLUICE_FAKE_CUDA=${SLUICE_FAKE_CUDA} is set"
+        return 0
+    fi
+    local names dir lib
+    names=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)
+    if grep -q "sluice CPU emulator" <<< "$names"; then
+        echo "nvidia-smi names the device \"sluice CPU emulator\""
+        return 0
+    fi
+    # The libcuda the loader would pick first: LD_LIBRARY_PATH, then the loader's cache.
+    local IFS=:
+    for dir in ${LD_LIBRARY_PATH:-}; do
+        lib="$dir/libcuda.so.1"
+        if [[ -f "$lib" ]]; then
+            grep -qa "sluice CPU emulator" "$lib" && { echo "$lib is the fake driver (device \"sluice CPU emulator\")"; return 0; }
+            return 1
+        fi
+    done
+    lib=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 /{print $NF; exit}')
+    if [[ -n "$lib" && -f "$lib" ]] && grep -qa "sluice CPU emulator" "$lib"; then
+        echo "$lib is the fake driver (device \"sluice CPU emulator\")"
+        return 0
+    fi
+    return 1
+}
+if why=$(emulator_reason); then
+    echo "run.sh: refusing to run on the CUDA emulator ($why)." >&2
+    echo "run.sh: bench/gpu measures a real GPU; its results are never taken from the fake CUDA device." >&2
+    echo "run.sh: unset SLUICE_FAKE_CUDA and take fakecuda's lib/ off LD_LIBRARY_PATH, on a machine with a GPU." >&2
+    exit 3
+fi
+
 OUT=${OUT:-bench/out}
 mkdir -p "$OUT"
 : > "$OUT/summary.txt"

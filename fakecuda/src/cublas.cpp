@@ -212,6 +212,15 @@ int check(Handle* h, const char* fn, int ta, int tb, int m, int n, int k, const 
         complain("%s: the handle's context, its stream's context and the current context differ", fn);
         return CUBLAS_STATUS_INVALID_VALUE;
     }
+    // On a green context cuBLAS cannot see the partition: unless the handle's SM count
+    // target says how many SMs it has, it tunes (splits, grid sizes) for the whole GPU.
+    const unsigned green_sms = sluice_fake_context_green_sms(h->ctx);
+    if (green_sms && (h->sm_count_target <= 0 || (unsigned)h->sm_count_target > green_sms)) {
+        complain("%s: the handle runs on a green context of %u SMs but its SM count target is %d "
+                 "(cublasSetSmCountTarget unset or larger than the green context)",
+                 fn, green_sms, h->sm_count_target);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
     if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1)) {
         complain("%s: transpose must be N or T (got %d, %d)", fn, ta, tb);
         return CUBLAS_STATUS_INVALID_VALUE;

@@ -474,6 +474,12 @@ FAKE_API void* sluice_fake_stream_context(void* stream) {
     return s ? s->ctx : nullptr;
 }
 
+FAKE_API unsigned sluice_fake_context_green_sms(void* ctx) {
+    LOCKED;
+    Ctx* c = static_cast<Ctx*>(ctx);
+    return c && c->green ? c->sms : 0;
+}
+
 FAKE_API void* sluice_fake_current_context() { return current; }
 
 FAKE_API void sluice_fake_report(const char* lib, const char* msg) { fprintf(stderr, "fake %s: %s\n", lib, msg); }

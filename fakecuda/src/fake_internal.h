@@ -51,6 +51,8 @@ FAKE_API CUresult sluice_fake_enqueue(void* stream, std::function<CUresult()>* r
 FAKE_API int sluice_fake_range_ok(CUdeviceptr ptr, size_t len, int* device);
 // The context a stream belongs to (0: the current context's default stream), or null.
 FAKE_API void* sluice_fake_stream_context(void* stream);
+// The SMs of a green context (0 for a primary context or an unknown one).
+FAKE_API unsigned sluice_fake_context_green_sms(void* ctx);
 // The calling thread's current context, or null.
 FAKE_API void* sluice_fake_current_context();
 // Prints a message prefixed by the library's name (to stderr).

@@ -20,6 +20,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::cmd;
 
+mod bench_refusal;
 mod serve_smoke;
 
 /// The schedules the CUDA tests run under (values of `SLUICE_FAKE_CUDA_SCHEDULE`).
@@ -46,6 +47,8 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     serve_smoke::run(SCHEDULES[0])?;
     summary.push("sluice serve --device cuda with MiniLM f32 and f16: ok".into());
+    bench_refusal::check()?;
+    summary.push("bench/gpu refuses the emulator: ok".into());
     eprintln!(
         "xtask: CUDA tests on the fake device: {} ({:.0} s in all)",
         summary.join("; "),

@@ -23,6 +23,7 @@ use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{CudaContext, result};
 
 use crate::CudaError;
+use crate::fault::Fault;
 use crate::lanes::{Event, Lanes};
 
 /// Smallest block and rounding granularity of small requests.
@@ -170,6 +171,7 @@ impl Pool {
             producer,
             event: OnceLock::new(),
             used: AtomicU8::new(1 << producer.slot),
+            faults: Mutex::default(),
             pool: self.clone(),
         })))
     }
@@ -341,6 +343,9 @@ struct Inner {
     event: OnceLock<Event>,
     /// Bitmask of the stream slots that used the buffer.
     used: AtomicU8,
+    /// The fault records of the launches this buffer was computed from (`crate::fault`),
+    /// read when it is downloaded.
+    faults: Mutex<Vec<Fault>>,
     pool: Arc<Pool>,
 }
 
@@ -386,6 +391,21 @@ impl CudaBuffer {
     /// The raw device pointer (0 for an empty buffer).
     pub fn device_ptr(&self) -> CUdeviceptr {
         self.0.ptr
+    }
+
+    /// Adds fault records to the buffer's lineage (once each).
+    pub(crate) fn add_faults<'a>(&self, faults: impl IntoIterator<Item = &'a Fault>) {
+        let mut mine = self.0.faults.lock().unwrap_or_else(|p| p.into_inner());
+        for f in faults {
+            if !mine.iter().any(|m| m.record.device_ptr() == f.record.device_ptr()) {
+                mine.push(f.clone());
+            }
+        }
+    }
+
+    /// The fault records of the buffer's lineage.
+    pub(crate) fn faults(&self) -> Vec<Fault> {
+        self.0.faults.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub(crate) fn belongs_to(&self, pool: &Arc<Pool>) -> bool {

@@ -145,9 +145,10 @@ impl CudaDevice {
                 let mut green = Vec::new();
                 for lane in [&split.reserved, &split.remainder] {
                     // On failure the handles made so far drop before `split` does.
-                    green.push(
-                        CudaBlas::new(lane.stream.clone()).map_err(|e| format!("cuBLAS in a green context: {e:?}"))?,
-                    );
+                    let blas =
+                        CudaBlas::new(lane.stream.clone()).map_err(|e| format!("cuBLAS in a green context: {e:?}"))?;
+                    partition::set_sm_count_target(&blas, lane.sms)?;
+                    green.push(blas);
                 }
                 Ok((split, green))
             });
@@ -327,7 +328,9 @@ impl CudaDevice {
             "launch of {op:?} did not pass infer"
         );
         self.prepare(inputs)?;
-        crate::ops::launch(self, op, inputs, out)
+        let y = crate::ops::launch(self, op, inputs, out)?;
+        crate::fault::inherit(&y, inputs);
+        Ok(y)
     }
 
     /// Output rows `rows` of the M axis of `matmul(a, b)` (as `Op::Matmul(*args)` with
@@ -358,7 +361,9 @@ impl CudaDevice {
             "matmul_rows did not pass infer"
         );
         self.prepare(&inputs)?;
-        crate::gemm::matmul_rows(self, args, a, b, out, rows)
+        let y = crate::gemm::matmul_rows(self, args, a, b, out, rows)?;
+        crate::fault::inherit(&y, &inputs);
+        Ok(y)
     }
 
     /// Output rows `rows` of `op` as [`sluice_host_api::RowSplit`] defines them: a matmul
@@ -385,7 +390,9 @@ impl CudaDevice {
                 self.check_inputs(op.name(), inputs)?;
                 self.prepare(inputs)?;
                 let bias = bias.first().map(|(b, _)| *b);
-                crate::ops::fused::linear_rows(self, *transpose_w, *activation, x, w, bias, out, rows)
+                let y = crate::ops::fused::linear_rows(self, *transpose_w, *activation, x, w, bias, out, rows)?;
+                crate::fault::inherit(&y, inputs);
+                Ok(y)
             }
             _ => Err(CudaError::failure(format!("{} got {} input(s)", op.name(), inputs.len()))),
         }
@@ -414,7 +421,26 @@ impl CudaDevice {
                 .map_err(|e| CudaError::driver("copying from the device", e))?;
         }
         self.pool.lanes.synchronize(slot)?;
+        self.check_faults(buf, slot)?;
         Ok(out)
+    }
+
+    /// Reads the fault records of `buf`'s lineage (after the synchronize of a download,
+    /// so their kernels ran) and turns a set one into the CPU backend's error.
+    fn check_faults(&self, buf: &CudaBuffer, slot: usize) -> Result<(), CudaError> {
+        for fault in buf.faults() {
+            let lane = self.active_slot(slot);
+            lane.bind()?;
+            let mut bytes = [0u8; 16];
+            // SAFETY: `bytes` has the record's 16 bytes and lives until the synchronize.
+            unsafe { result::memcpy_dtoh_async(&mut bytes, fault.record.device_ptr(), lane.stream.cu_stream()) }
+                .map_err(|e| CudaError::driver("reading a fault record", e))?;
+            self.pool.lanes.synchronize(slot)?;
+            if let Some(e) = fault.error(crate::fault::words(&bytes)) {
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// Waits until everything queued on every lane has run; reports a kernel fault of

@@ -266,14 +266,15 @@ fn data_types(dev: &CudaDevice, dtype: DType) -> Result<(cudaDataType, cublasCom
 /// Runs one `cublasGemmBatchedEx` call (`C = A·B` in cuBLAS terms) on the current lane's
 /// stream: `c`'s transposes, sizes and leading dimensions (its strides are unused) for
 /// `batch` products whose matrices are listed in the device arrays of `batch` pointers
-/// at `a`, `b` and `out`. For batches that are not one stride apart, like the heads of
-/// an attention across batch elements.
+/// at `a`, `b` and `out`, each product scaled by `alpha`. For batches that are not one
+/// stride apart, like the heads of an attention across batch elements.
 pub(crate) fn gemm_batched(
     dev: &CudaDevice,
     dtype: DType,
     c: &GemmCall,
     batch: u64,
     (a, b, out): (u64, u64, u64),
+    alpha: f32,
 ) -> Result<(), CudaError> {
     let (ty, compute) = data_types(dev, dtype)?;
     let op = |t: bool| {
@@ -282,7 +283,7 @@ pub(crate) fn gemm_batched(
     let (m, n, k) = (int(c.m, "m")?, int(c.n, "n")?, int(c.k, "k")?);
     let (lda, ldb, ldc) = (int(c.lda, "lda")?, int(c.ldb, "ldb")?, int(c.ldc, "ldc")?);
     let batch = int(batch, "batch")?;
-    let (alpha, beta) = (1.0f32, 0.0f32);
+    let beta = 0.0f32;
     let lane = dev.active();
     let blas_handle = lane.blas.lock().unwrap_or_else(|p| p.into_inner());
     lane.bind()?;
@@ -331,6 +332,20 @@ pub(crate) fn gemm(
     out: u64,
     beta: f32,
 ) -> Result<(), CudaError> {
+    gemm_scaled(dev, dtype, c, (a, b, out), 1.0, beta)
+}
+
+/// [`gemm`] with a scale on the product: `C = alpha·A·B + beta·C`. The scale is applied
+/// to the f32 accumulator before the result is rounded to the dtype, so a product that
+/// would overflow f16 but whose scaled value fits (attention's raw scores) stays finite.
+pub(crate) fn gemm_scaled(
+    dev: &CudaDevice,
+    dtype: DType,
+    c: &GemmCall,
+    (a, b, out): (u64, u64, u64),
+    alpha: f32,
+    beta: f32,
+) -> Result<(), CudaError> {
     let (ty, compute) = data_types(dev, dtype)?;
     let op = |t: bool| {
         if t { cublasOperation_t::CUBLAS_OP_T } else { cublasOperation_t::CUBLAS_OP_N }
@@ -338,7 +353,6 @@ pub(crate) fn gemm(
     let (m, n, k) = (int(c.m, "m")?, int(c.n, "n")?, int(c.k, "k")?);
     let (lda, ldb, ldc) = (int(c.lda, "lda")?, int(c.ldb, "ldb")?, int(c.ldc, "ldc")?);
     let batch = int(c.batch, "batch")?;
-    let alpha = 1.0f32;
     let lane = dev.active();
     let blas_handle = lane.blas.lock().unwrap_or_else(|p| p.into_inner());
     lane.bind()?;

@@ -15,6 +15,8 @@
 //!   buffers shared between lanes.
 //! - [`kernels`] and [`nvrtc_cache`]: the `.cu` sources in `src/kernels/`, compiled by
 //!   NVRTC for the device's architecture, loaded lazily per module and cached on disk.
+//! - `fault` (private): the fault records through which kernels report an embedding id
+//!   out of range or an integer division by zero, checked when a result is read.
 //! - [`gemm`]: matmul and convolution GEMMs through cuBLAS.
 //! - [`ops`]: one file per op family, mapping an [`sluice_host_api::Op`] onto kernels.
 //! - [`timing`]: [`KernelTimer`], an op's device time from a pair of CUDA events.
@@ -22,6 +24,7 @@
 pub mod alloc;
 pub mod device;
 mod error;
+mod fault;
 pub mod gemm;
 pub mod kernels;
 mod lanes;

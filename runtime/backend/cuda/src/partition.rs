@@ -455,6 +455,17 @@ unsafe fn create_checked(primary: &Arc<CudaContext>, requested: u32, cc_major: u
     Ok(Split { reserved, remainder: rest, total_sms: sm.smCount })
 }
 
+/// Tells a cuBLAS handle on a green-context lane how many SMs the lane has: cuBLAS cannot
+/// see the partition and would otherwise choose its kernels and splits for the whole GPU
+/// (issue 11, defect 4).
+pub(crate) fn set_sm_count_target(blas: &cudarc::cublas::CudaBlas, sms: u32) -> Result<(), String> {
+    let target = i32::try_from(sms).map_err(|_| format!("{sms} SMs exceed cuBLAS's SM count target"))?;
+    // SAFETY: a live handle made by `CudaBlas::new`, not yet shared with any other thread.
+    unsafe { cudarc::cublas::sys::cublasSetSmCountTarget(*blas.handle(), target) }
+        .result()
+        .map_err(|e| format!("cublasSetSmCountTarget({target}): {e:?}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,6 +21,8 @@ use sluice_host_api::{
     UnaryOp, infer,
 };
 
+#[path = "conformance/defects.rs"]
+mod defects;
 #[path = "conformance/rows_and_lanes.rs"]
 mod rows_and_lanes;
 #[path = "../../../../tests/src/skip.rs"]

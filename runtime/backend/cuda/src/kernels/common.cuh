@@ -7,6 +7,11 @@ typedef long long i64;
 typedef unsigned int u32;
 typedef unsigned char u8;
 
+// Codes of the fault words [code, value] a kernel sets for a data-dependent error the
+// CPU backend reports (`crate::fault` on the host side; same values there).
+#define FAULT_EMBEDDING_ID 1ull
+#define FAULT_DIV_BY_ZERO 2ull
+
 struct f16_t { unsigned short bits; };
 struct bf16_t { unsigned short bits; };
 

@@ -5,12 +5,20 @@
 
 template <typename T, typename I>
 __device__ __forceinline__ void embedding_gather(const T* __restrict__ table, const I* __restrict__ ids,
-                                                 T* __restrict__ out, u64 n_ids, u64 dim, u64 vocab) {
+                                                 T* __restrict__ out, u64 n_ids, u64 dim, u64 vocab,
+                                                 u64* __restrict__ fault) {
     GRID_LOOP(i, n_ids * dim) {
         const u64 r = i / dim, c = i % dim;
         const i64 id = (i64)ids[r];
-        // Out-of-range ids read nothing and give a zero row (never a wild read).
-        out[i] = (id >= 0 && (u64)id < vocab) ? table[(u64)id * dim + c] : T();
+        const bool in_range = id >= 0 && (u64)id < vocab;
+        // An out-of-range id reads nothing (never a wild read), gives a zero row and
+        // sets the fault words [FAULT_EMBEDDING_ID, id], which the backend reads when the
+        // result is read. Every writer writes a bad id, so any interleaving leaves one.
+        if (!in_range && c == 0) {
+            fault[1] = (u64)id;
+            fault[0] = FAULT_EMBEDDING_ID;
+        }
+        out[i] = in_range ? table[(u64)id * dim + c] : T();
     }
 }
 
@@ -25,8 +33,8 @@ __device__ __forceinline__ void strided_copy(const T* __restrict__ src, T* __res
 }
 
 #define EMBEDDING(NAME, T, I) \
-    extern "C" __global__ void NAME(const T* table, const I* ids, T* out, u64 n_ids, u64 dim, u64 vocab) { \
-        embedding_gather<T, I>(table, ids, out, n_ids, dim, vocab); \
+    extern "C" __global__ void NAME(const T* table, const I* ids, T* out, u64 n_ids, u64 dim, u64 vocab, u64* fault) { \
+        embedding_gather<T, I>(table, ids, out, n_ids, dim, vocab, fault); \
     }
 #define COPY(NAME, T) \
     extern "C" __global__ void NAME(const T* src, T* dst, u64 n, Layout L, u64 src_off, u64 dst_off) { \

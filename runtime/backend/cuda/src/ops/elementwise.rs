@@ -4,6 +4,7 @@
 use sluice_host_api::{BinaryOp, DType, TensorMeta, UnaryOp};
 
 use super::launch_kernel;
+use crate::fault::{Fault, FaultKind};
 use crate::kernels::{self, Module, elementwise_config};
 use crate::layout::{Layout, broadcast_strides};
 use crate::{CudaBuffer, CudaDevice, CudaError};
@@ -76,6 +77,15 @@ pub(crate) fn binary(
     if n > 0 {
         let (layout, contiguous) = binary_layout(&am.shape, &bm.shape, &out.shape);
         let contiguous = contiguous as i32;
+        // An integer division gets a fault record that a zero divisor sets; the download
+        // of any result computed from `c` reports it, as the CPU backend's launch does
+        // (issue 11, defect 7). Other ops pass a null record they never touch.
+        let fault = if op == BinaryOp::Div && !am.dtype.is_float() {
+            Some(Fault::new(dev, FaultKind::DivisionByZero { dtype: am.dtype })?)
+        } else {
+            None
+        };
+        let fp = fault.as_ref().map_or(0, |f| f.record.device_ptr());
         let (ap, bp, cp) = (a.device_ptr(), b.device_ptr(), c.device_ptr());
         let cfg = elementwise_config(n, dev.launch_sms());
         launch_kernel!(
@@ -88,8 +98,10 @@ pub(crate) fn binary(
             &cp,
             &n,
             &layout,
-            &contiguous
+            &contiguous,
+            &fp
         )?;
+        c.add_faults(&fault);
     }
     Ok(c)
 }

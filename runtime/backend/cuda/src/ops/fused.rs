@@ -6,21 +6,23 @@
 //! - add-layer-norm: one `add_layernorm` kernel, one block per row;
 //! - attention: three launches whatever the batch: one batched GEMM over every batch
 //!   element and head reading q and k in place (leading dimension `heads * d`, heads `d`
-//!   apart), the softmax kernel with scale and mask over the scores `[b, heads, sq, sk]`,
-//!   and one batched GEMM writing each head's `p · v` straight into its columns of the
-//!   interleaved output (`ldc = heads * d`). With one batch element the GEMMs are
-//!   strided-batched over the heads; with more, the heads of different elements are not
-//!   one stride apart and the GEMMs take pointer arrays (one small host-to-device copy of
-//!   [`AttentionDims::pointer_table`]). The scores, probabilities and pointer arrays are
-//!   scratch buffers of the pool, returned as soon as the launches are queued.
+//!   apart), in f16 with the scale as its alpha (so f16 scores hold the scaled values,
+//!   never the raw `q·k` that can pass 65504), the softmax kernel with the mask (and in
+//!   f32/bf16 the scale) over the scores `[b, heads, sq, sk]`, and one batched GEMM writing each head's `p · v`
+//!   straight into its columns of the interleaved output (`ldc = heads * d`). With one
+//!   batch element the GEMMs are strided-batched over the heads; with more, the heads of
+//!   different elements are not one stride apart and the GEMMs take pointer arrays (one
+//!   small host-to-device copy of [`AttentionDims::pointer_table`]). The scores,
+//!   probabilities and pointer arrays are scratch buffers of the pool, returned as soon
+//!   as the launches are queued.
 //!
 //! Like the chains they replace, they round to the dtype after the product, the bias
-//! add, the residual add, the scores and the probabilities.
+//! add, the residual add, the scores (scaled first in f16) and the probabilities.
 
 use sluice_host_api::{DType, TensorMeta, UnaryOp};
 
 use super::launch_kernel;
-use crate::gemm::{GemmCall, annotate, gemm};
+use crate::gemm::{GemmCall, annotate, gemm, gemm_scaled};
 use crate::kernels::{self, Module, elementwise_config, rows_config};
 use crate::{CudaBuffer, CudaDevice, CudaError};
 
@@ -215,10 +217,11 @@ impl AttentionDims {
     }
 }
 
-/// Runs one product of the attention for every batch element and head: with one batch
-/// element, a strided-batched GEMM over the heads (`ptrs` and `table` unused); with
-/// more, a pointer-array batched GEMM over all of them (`table` holds the arrays, the
-/// product's three start at `ptrs` · its size).
+/// Runs one product of the attention, scaled by `alpha`, for every batch element and
+/// head: with one batch element, a strided-batched GEMM over the heads (`table`
+/// unused); with more, a pointer-array batched GEMM over all of them (`table` holds the
+/// arrays, the product's three starting at slot `first`).
+#[allow(clippy::too_many_arguments)]
 fn attention_gemm(
     dev: &CudaDevice,
     dtype: DType,
@@ -226,13 +229,14 @@ fn attention_gemm(
     call: &GemmCall,
     (a, b, c): (u64, u64, u64),
     table: Option<(&CudaBuffer, usize)>,
+    alpha: f32,
 ) -> Result<(), CudaError> {
     match table {
-        None => gemm(dev, dtype, call, a, b, c, 0.0),
+        None => gemm_scaled(dev, dtype, call, (a, b, c), alpha, 0.0),
         Some((t, first)) => {
             let n = dims.b * dims.heads;
             let array = |slot: usize| t.device_ptr() + (first + slot) as u64 * n * 8;
-            crate::gemm::gemm_batched(dev, dtype, call, n, (array(0), array(1), array(2)))
+            crate::gemm::gemm_batched(dev, dtype, call, n, (array(0), array(1), array(2)), alpha)
         }
     }
 }
@@ -288,10 +292,17 @@ pub(crate) fn attention(
         None
     };
     let context = |what: &str, e: CudaError| annotate(e, &format!("attention {what} {:?}", qm.shape));
-    attention_gemm(dev, dtype, &dims, &dims.scores_call(), (at.k, at.q, at.scores), table.as_ref().map(|t| (t, 0)))
+    // In f16 the scale is the first GEMM's alpha, applied to the f32 accumulator: stored
+    // raw, f16 scores overflow to inf once |q·k| passes 65504 even when the scaled scores
+    // are moderate (issue 11, defect 6); the softmax then scales by 1. f32 and bf16 have
+    // f32's range, so they keep the chain's rounding (raw scores, then the softmax's
+    // scale), which is what the CPU backend computes.
+    let (gemm_scale, softmax_scale) = if dtype == DType::F16 { (scale, 1.0) } else { (1.0, scale) };
+    let (k_q_scores, v_p_out) = ((at.k, at.q, at.scores), (at.v, at.probs, at.out));
+    attention_gemm(dev, dtype, &dims, &dims.scores_call(), k_q_scores, table.as_ref().map(|t| (t, 0)), gemm_scale)
         .map_err(|e| context("q·kᵀ", e))?;
-    super::norm::softmax_into(dev, scale, (&scores, &scores_meta), mask, &probs)?;
-    attention_gemm(dev, dtype, &dims, &dims.context_call(), (at.v, at.probs, at.out), table.as_ref().map(|t| (t, 3)))
+    super::norm::softmax_into(dev, softmax_scale, (&scores, &scores_meta), mask, &probs)?;
+    attention_gemm(dev, dtype, &dims, &dims.context_call(), v_p_out, table.as_ref().map(|t| (t, 3)), 1.0)
         .map_err(|e| context("p·v", e))?;
     // The scratch goes back to the pool; the stream keeps the launches ordered before any
     // reuse.

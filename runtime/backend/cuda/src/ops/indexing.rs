@@ -4,6 +4,7 @@
 use sluice_host_api::{SliceArgs, TensorMeta};
 
 use super::launch_kernel;
+use crate::fault::{Fault, FaultKind};
 use crate::kernels::{self, CopyKind, Module, elementwise_config};
 use crate::layout::{Layout, broadcast_strides, contiguous_strides};
 use crate::{CudaBuffer, CudaDevice, CudaError};
@@ -18,10 +19,14 @@ pub(crate) fn embedding(
     let (vocab, dim) = (tm.shape[0] as u64, tm.shape[1] as u64);
     let n_ids = im.numel() as u64;
     if n_ids * dim > 0 {
-        let (tp, ip, yp) = (table.device_ptr(), ids.device_ptr(), y.device_ptr());
+        // An id outside the table sets the record; the download of any result computed
+        // from `y` reports it, as the CPU backend's launch does (issue 11, defect 7).
+        let fault = Fault::new(dev, FaultKind::EmbeddingId { vocab, ids_shape: im.shape.clone() })?;
+        let (tp, ip, yp, fp) = (table.device_ptr(), ids.device_ptr(), y.device_ptr(), fault.record.device_ptr());
         let cfg = elementwise_config(n_ids * dim, dev.launch_sms());
         let sym = kernels::embedding_symbol(tm.dtype, im.dtype);
-        launch_kernel!(dev, Module::Indexing, sym, cfg, &tp, &ip, &yp, &n_ids, &dim, &vocab)?;
+        launch_kernel!(dev, Module::Indexing, sym, cfg, &tp, &ip, &yp, &n_ids, &dim, &vocab, &fp)?;
+        y.add_faults([&fault]);
     }
     Ok(y)
 }
