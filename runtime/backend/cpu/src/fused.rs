@@ -96,7 +96,7 @@ fn for_row_blocks(data: &mut [f32], width: usize, f: impl Fn(&mut [f32]) + Sync)
         f(data);
     } else {
         let rows = (PAR_BLOCK / width).max(1);
-        data.par_chunks_mut(rows * width).for_each(|block| f(block));
+        data.par_chunks_mut(rows * width).for_each(&f);
     }
 }
 

@@ -115,7 +115,7 @@ pub(crate) fn exp(x: f32) -> f32 {
     p = p * r + 8.333_452e-3;
     p = p * r + 4.166_579_6e-2;
     p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
+    p = p * r + 0.5;
     let e = p * (r * r) + r + 1.0;
     // 2^n from the low bits of `t` (n + the magic number's mantissa).
     let bits = (t.to_bits().wrapping_sub(MAGIC.to_bits()) as i32 + 127) << 23;
@@ -133,7 +133,7 @@ pub(crate) fn gelu(x: f32) -> f32 {
     let mut p = 0.170_872_77f32;
     p = p * t - 0.822_152_23;
     p = p * t + 1.488_515_9;
-    p = p * t - 1.135_203_98;
+    p = p * t - 1.135_204;
     p = p * t + 0.278_868_07;
     p = p * t - 0.186_288_06;
     p = p * t + 0.096_784_18;
