@@ -19,7 +19,10 @@
 //!
 //! The CPU device is wrapped to time every kernel it runs, which gives a per-op
 //! breakdown of each case and the time spent outside kernels (guest code, host calls,
-//! instantiation). Needs `cargo xtask build-functions` and `cargo xtask fetch-model`;
+//! instantiation). Then the CPU backend's GEMM GFLOP/s at MiniLM's shapes next to the
+//! machine's measured FMA peak, and the peers (PyTorch eager through sentence-transformers,
+//! ONNX Runtime's BERT-optimised graph; `common/minilm_cpu.rs`, `bench/peers/`), run case
+//! by case beside sluice with the same threads and token ids. Needs `cargo xtask build-functions` and `cargo xtask fetch-model`;
 //! `cargo xtask bench` runs it with everything set up. Asserts nothing about time.
 //!
 //! CUDA cases (`common/minilm_cuda.rs`): the `seq128` text repeated `batch` times. The weights may be random
@@ -36,6 +39,8 @@
 //! device (a dry run without a GPU).
 
 mod common;
+#[path = "common/minilm_cpu.rs"]
+mod cpu;
 #[path = "common/minilm_cuda.rs"]
 mod cuda;
 #[path = "common/minilm_http.rs"]
@@ -91,6 +96,7 @@ fn main() {
     let python = numpy_python(&root);
     let mut results = Vec::new();
     let mut numpy = Value::Null;
+    let mut peers = Value::Null;
     for case in &cases {
         eprintln!("minilm bench: sluice {} ({} runs) …", case.name, case.runs);
         results.push(bench.time_case(&image, case, &kernels));
@@ -99,6 +105,11 @@ fn main() {
             numpy = report;
         } else {
             numpy["cases"][case.name] = report["cases"][case.name].clone();
+        }
+        match cpu::run_peers(&root, case.name, RUNS, BATCH_RUNS, WARMUP) {
+            Some(report) if peers.is_null() => peers = report,
+            Some(report) => peers["cases"][case.name] = report["cases"][case.name].clone(),
+            None => {}
         }
     }
 
@@ -127,6 +138,14 @@ fn main() {
     );
     println!();
     print_breakdown(&cases, &results);
+    if !peers.is_null() {
+        println!();
+        let rows: Vec<_> =
+            cases.iter().zip(&results).map(|(c, r)| (c.name, c.label.clone(), c.texts.len(), ms(r.p50))).collect();
+        cpu::print_peers(&peers, &rows);
+    }
+    println!();
+    cpu::print_gemm_throughput();
 }
 
 /// One benchmark case.

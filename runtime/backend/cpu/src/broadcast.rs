@@ -12,7 +12,7 @@ use crate::buffer::new_with;
 
 /// Outputs with at least this many elements are computed by rayon in chunks.
 pub(crate) const PAR_MIN_ELEMS: usize = 1 << 16;
-const PAR_CHUNK: usize = 1 << 14;
+pub(crate) const PAR_CHUNK: usize = 1 << 14;
 
 /// How two broadcast operands map onto a row-major output.
 #[derive(Clone, Copy, Debug)]

@@ -6,13 +6,16 @@
 //! `neg` is `256 - x`); integer division truncates toward zero and a zero divisor is
 //! an error, not a panic.
 
-use std::f64::consts::{FRAC_1_SQRT_2, FRAC_2_PI};
+use std::f64::consts::FRAC_2_PI;
+
+use rayon::prelude::*;
 
 use sluice_host_api::{BinaryOp, DType, TensorMeta, UnaryOp};
 
 use crate::KernelError;
-use crate::broadcast::{Plan, map, zip};
-use crate::buffer::{CpuBuffer, Int};
+use crate::broadcast::{PAR_CHUNK, PAR_MIN_ELEMS, Plan, map, zip};
+use crate::buffer::{CpuBuffer, Int, new_with};
+use crate::simd;
 
 /// NaN-propagating maximum.
 fn fmax(x: f32, y: f32) -> f32 {
@@ -83,13 +86,11 @@ pub(crate) fn unary(op: UnaryOp, x: &CpuBuffer) -> Result<CpuBuffer, KernelError
     }
 }
 
-/// Exact GELU, `x Φ(x)`, via `erfc` so that it stays accurate for negative `x`.
+/// GELU as this backend computes it: `x Φ(x)` with the exact normal CDF, in f32 through
+/// a rational-exponential `erfc` that stays accurate for negative `x` (error against the
+/// f64 erf form ≤ 2e-7 · max(|x|, 1); see `simd.rs`).
 pub fn gelu(x: f32) -> f32 {
-    if x == f32::NEG_INFINITY {
-        return -0.0;
-    }
-    let x = x as f64;
-    (0.5 * x * libm::erfc(-x * FRAC_1_SQRT_2)) as f32
+    simd::gelu(x)
 }
 
 /// The tanh approximation of GELU, written as `x σ(2u)` (= `x (1 + tanh u) / 2`)
@@ -106,7 +107,10 @@ pub fn gelu_tanh(x: f32) -> f32 {
 pub(crate) fn float_unary(op: UnaryOp, x: &[f32]) -> std::sync::Arc<[f32]> {
     match op {
         UnaryOp::Relu => map(x, |v: f32| if v < 0.0 { 0.0 } else { v }),
-        UnaryOp::Gelu => map(x, gelu),
+        UnaryOp::Gelu => new_with(x.len(), |o| {
+            o.copy_from_slice(x);
+            float_unary_in_place(UnaryOp::Gelu, o);
+        }),
         UnaryOp::GeluTanh => map(x, gelu_tanh),
         UnaryOp::Tanh => map(x, f32::tanh),
         UnaryOp::Sigmoid => map(x, |v: f32| 1.0 / (1.0 + (-v).exp())),
@@ -117,6 +121,21 @@ pub(crate) fn float_unary(op: UnaryOp, x: &[f32]) -> std::sync::Arc<[f32]> {
         UnaryOp::Neg => map(x, |v: f32| -v),
         UnaryOp::Abs => map(x, f32::abs),
     }
+}
+
+/// `op` of every element of `x`, in place (GELU through the vector kernel, rows of
+/// blocks in parallel when large).
+pub(crate) fn float_unary_in_place(op: UnaryOp, x: &mut [f32]) {
+    if op == UnaryOp::Gelu {
+        if x.len() >= PAR_MIN_ELEMS {
+            x.par_chunks_mut(PAR_CHUNK).for_each(simd::gelu_in_place);
+        } else {
+            simd::gelu_in_place(x);
+        }
+        return;
+    }
+    let f = float_unary(op, x);
+    x.copy_from_slice(&f);
 }
 
 fn int_unary<T: Int>(op: UnaryOp, x: &CpuBuffer) -> Result<CpuBuffer, KernelError> {

@@ -10,18 +10,22 @@
 //! blocking of the products (its gemm calls read strided heads instead of permuted
 //! copies).
 
+use std::sync::Arc;
+
 use rayon::prelude::*;
 use sluice_host_api::{DType, MatmulArgs, TensorMeta, UnaryOp};
 
 use crate::KernelError;
-use crate::broadcast::{Plan, broadcast_strides, for_rows, zip_into};
+use crate::broadcast::{PAR_MIN_ELEMS, broadcast_strides, for_rows};
 use crate::buffer::{CpuBuffer, float_with, round_to};
-use crate::elementwise::float_unary;
+use crate::elementwise::float_unary_in_place;
 use crate::matmul::{gemm_f32, matmul};
-use crate::nn::{normalize_rows, softmax_row};
+use crate::simd::{self, normalize_rows};
 
-/// Multiply-adds of an attention below which its heads run on the calling thread.
+/// Multiply-adds of an attention below which its tiles run on the calling thread.
 const PAR_MIN_MACS: usize = 1 << 16;
+/// Elements per parallel block of a linear's epilogue.
+const PAR_BLOCK: usize = 1 << 14;
 
 /// An `f32` result as a buffer of the floating `dtype` (no copy for f32).
 fn from_f32(dtype: DType, v: Vec<f32>) -> CpuBuffer {
@@ -29,7 +33,9 @@ fn from_f32(dtype: DType, v: Vec<f32>) -> CpuBuffer {
 }
 
 /// `activation(x · W + b)`: the matmul of `x` as a `[m, k]` matrix, then the bias add
-/// and the activation, each rounded to the dtype like the `binary` and `unary` ops.
+/// and the activation, each rounded to the dtype like the `binary` and `unary` ops. In
+/// f32 the bias and activation are applied in place on the product (row blocks in
+/// parallel when large), with the same vector kernels as the `add` and `unary` ops.
 pub(crate) fn linear(
     transpose_w: bool,
     activation: Option<UnaryOp>,
@@ -52,24 +58,51 @@ pub(crate) fn linear(
     if bias.is_none() && activation.is_none() {
         return Ok(y);
     }
+    let n = n as usize;
+    let bias = bias.map(|b| b.float_view()).transpose()?;
+    if let CpuBuffer::F32(mut data) = y {
+        let out = Arc::get_mut(&mut data).ok_or_else(|| KernelError("the product is shared".into()))?;
+        for_row_blocks(out, n, |rows| match (&bias, activation) {
+            (Some(b), Some(UnaryOp::Gelu)) => simd::bias_gelu_rows(rows, b, true),
+            (Some(b), act) => {
+                simd::bias_gelu_rows(rows, b, false);
+                act.into_iter().for_each(|a| float_unary_in_place(a, rows));
+            }
+            (None, act) => act.into_iter().for_each(|a| float_unary_in_place(a, rows)),
+        });
+        return Ok(CpuBuffer::F32(data));
+    }
     let mut v = y.to_f32_vec();
-    if let Some(b) = bias {
-        let b = b.float_view()?;
-        for_rows(&mut v, n as usize, |row| {
+    if let Some(b) = &bias {
+        for_rows(&mut v, n, |row| {
             for (o, &bv) in row.iter_mut().zip(b.iter()) {
                 *o = round_to(dtype, *o + bv);
             }
         });
     }
-    Ok(match activation {
-        Some(a) if dtype == DType::F32 => CpuBuffer::F32(float_unary(a, &v)),
-        Some(a) => CpuBuffer::from_f32_as(dtype, &float_unary(a, &v)),
-        None => from_f32(dtype, v),
-    })
+    if let Some(a) = activation {
+        for_row_blocks(&mut v, n, |rows| float_unary_in_place(a, rows));
+    }
+    Ok(from_f32(dtype, v))
+}
+
+/// Runs `f` on blocks of whole `width`-element rows of `data`: one block on the calling
+/// thread when small, otherwise blocks of about [`PAR_BLOCK`] elements on rayon.
+fn for_row_blocks(data: &mut [f32], width: usize, f: impl Fn(&mut [f32]) + Sync) {
+    if width == 0 || data.is_empty() {
+        return;
+    }
+    if data.len() < PAR_MIN_ELEMS || data.len() / width < 2 {
+        f(data);
+    } else {
+        let rows = (PAR_BLOCK / width).max(1);
+        data.par_chunks_mut(rows * width).for_each(&f);
+    }
 }
 
 /// Layer norm of `x + residual` over the last axis; the sum is rounded to the dtype
-/// first, as the `add` op would.
+/// first, as the `add` op would. Blocks of rows are added and normalised together
+/// (while in cache), in parallel when large.
 pub(crate) fn add_layer_norm(
     eps: f32,
     (x, xm): (&CpuBuffer, &TensorMeta),
@@ -82,16 +115,41 @@ pub(crate) fn add_layer_norm(
     let (g, b) = (gamma.float_view()?, beta.float_view()?);
     let dtype = xm.dtype;
     Ok(float_with(dtype, xv.len(), |out| {
-        let plan = Plan::new(&xm.shape, &xm.shape, &xm.shape);
-        zip_into(&plan, &xv, &rv, out, |a, r| round_to(dtype, a + r));
-        normalize_rows(out, width, &g, &b, eps as f64);
+        if width == 0 {
+            return;
+        }
+        let block = |(i, rows): (usize, &mut [f32])| {
+            let at = i * ROWS_PER_BLOCK * width;
+            simd::add_into(&xv[at..at + rows.len()], &rv[at..at + rows.len()], rows);
+            if dtype != DType::F32 {
+                rows.iter_mut().for_each(|v| *v = round_to(dtype, *v));
+            }
+            normalize_rows(rows, &g, &b, eps);
+        };
+        if out.len() < PAR_MIN_ELEMS {
+            out.chunks_mut(ROWS_PER_BLOCK * width).enumerate().for_each(block);
+        } else {
+            out.par_chunks_mut(ROWS_PER_BLOCK * width).enumerate().for_each(block);
+        }
     }))
 }
 
+/// Rows of add-layer-norm per block.
+const ROWS_PER_BLOCK: usize = 16;
+
+/// Query rows of one attention tile at most.
+const MAX_TILE: usize = 64;
+
 /// Multi-head attention: q `[b, sq, e]`, k and v `[b, sk, e]`, head `h` being columns
-/// `h*d..(h+1)*d`; mask broadcasting to `[b, heads, sq, sk]`. Computed in `f32` per
-/// (batch element, head), rounding the scores and the probabilities to the dtype as
-/// the matmul and softmax ops would; the heads run in parallel when large.
+/// `h*d..(h+1)*d`; mask broadcasting to `[b, heads, sq, sk]`.
+///
+/// One fused pass per tile of query rows of one batch element: for each head, the
+/// scores of the tile (`tile × sk`, never the whole `sq × sk` matrix), scale and mask,
+/// the softmax, and the product with `v_h` written straight into the output columns of
+/// the head. Tiles run in parallel (by batch element and query rows); the tile height
+/// depends only on the shape and the thread count, so results are deterministic for a
+/// given thread count. Computed in `f32`, rounding the scores and the probabilities to
+/// the dtype as the matmul and softmax ops would.
 pub(crate) fn attention(
     heads: u32,
     scale: f32,
@@ -105,7 +163,7 @@ pub(crate) fn attention(
     let (b, sq, e) = (qm.shape[0] as usize, qm.shape[1] as usize, qm.shape[2] as usize);
     let (sk, h) = (km.shape[1] as usize, heads.max(1) as usize);
     let d = e / h;
-    if out.numel() == 0 || sk == 0 {
+    if out.numel() == 0 || sk == 0 || d == 0 {
         // Nothing to compute, or softmax over no keys: the product with no values is 0.
         return Ok(from_f32(dtype, vec![0.0; out.numel()]));
     }
@@ -113,40 +171,62 @@ pub(crate) fn attention(
     let mv = mask.map(|(m, _)| m.float_view()).transpose()?;
     // Mask strides over the scores' axes [b, heads, sq, sk]; 0 where it broadcasts.
     let ms = mask.map(|(_, mm)| broadcast_strides(&mm.shape, 4));
-    let head = |bh: usize| -> Vec<f32> {
-        let (bi, hi) = (bh / h, bh % h);
-        let (q0, kv0) = (bi * sq * e + hi * d, bi * sk * e + hi * d);
-        let mut s = vec![0.0f32; sq * sk];
-        // scores = q_h · k_hᵀ: k_hᵀ[p, j] = k[j, p] is row stride 1, column stride e.
-        gemm_f32(sq, sk, d, &mut s, sk, (&qv[q0..], e, 1), (&kv[kv0..], 1, e));
-        for (i, row) in s.chunks_mut(sk).enumerate() {
-            for (j, x) in row.iter_mut().enumerate() {
-                let logit = round_to(dtype, *x) * scale;
-                *x = match (&mv, &ms) {
-                    (Some(m), Some(st)) => logit + m[bi * st[0] + hi * st[1] + i * st[2] + j * st[3]],
-                    _ => logit,
-                };
+    let threads = rayon::current_num_threads();
+    let tile = tile_rows(b, sq, threads);
+    // Computes query rows `i0..i0 + rows` of batch element `bi` into `o` (rows × e).
+    let run_tile = |bi: usize, i0: usize, o: &mut [f32]| {
+        let rows = o.len() / e;
+        let mut s = vec![0.0f32; rows * sk];
+        for hi in 0..h {
+            let (q0, kv0) = ((bi * sq + i0) * e + hi * d, bi * sk * e + hi * d);
+            // scores = q_h · k_hᵀ: k_hᵀ[p, j] = k[j, p] is row stride 1, column stride e.
+            gemm_f32(rows, sk, d, &mut s, sk, (&qv[q0..], e, 1), (&kv[kv0..], 1, e));
+            for (r, row) in s.chunks_mut(sk).enumerate() {
+                if dtype != DType::F32 {
+                    row.iter_mut().for_each(|x| *x = round_to(dtype, *x));
+                }
+                match (&mv, &ms) {
+                    (Some(m), Some(st)) => {
+                        let at = bi * st[0] + hi * st[1] + (i0 + r) * st[2];
+                        if st[3] == 0 {
+                            simd::scale_add_scalar(row, scale, m[at]);
+                        } else {
+                            simd::scale_add_row(row, scale, &m[at..at + sk]);
+                        }
+                    }
+                    _ => simd::scale_add_scalar(row, scale, 0.0),
+                }
+                simd::softmax_row(row);
+                if dtype != DType::F32 {
+                    row.iter_mut().for_each(|p| *p = round_to(dtype, *p));
+                }
             }
-            softmax_row(row);
-            row.iter_mut().for_each(|p| *p = round_to(dtype, *p));
+            gemm_f32(rows, d, sk, &mut o[hi * d..], e, (&s, sk, 1), (&vv[kv0..], e, 1));
         }
-        let mut o = vec![0.0f32; sq * d];
-        gemm_f32(sq, d, sk, &mut o, d, (&s, sk, 1), (&vv[kv0..], e, 1));
-        o
     };
     let macs = b * h * sq * sk * d * 2;
-    let per_head: Vec<Vec<f32>> = if macs >= PAR_MIN_MACS && b * h > 1 {
-        (0..b * h).into_par_iter().map(head).collect()
-    } else {
-        (0..b * h).map(head).collect()
-    };
     Ok(float_with(dtype, out.numel(), |o| {
-        for (bh, ctx) in per_head.iter().enumerate() {
-            let (bi, hi) = (bh / h, bh % h);
-            for (i, src) in ctx.chunks(d).enumerate() {
-                let at = (bi * sq + i) * e + hi * d;
-                o[at..at + d].copy_from_slice(src);
+        if macs >= PAR_MIN_MACS && threads > 1 {
+            o.par_chunks_mut(sq * e)
+                .enumerate()
+                .flat_map(|(bi, batch)| {
+                    batch.par_chunks_mut(tile * e).enumerate().map(move |(t, rows)| (bi, t * tile, rows))
+                })
+                .for_each(|(bi, i0, rows)| run_tile(bi, i0, rows));
+        } else {
+            for (bi, batch) in o.chunks_mut(sq * e).enumerate() {
+                for (t, rows) in batch.chunks_mut(tile * e).enumerate() {
+                    run_tile(bi, t * tile, rows);
+                }
             }
         }
     }))
+}
+
+/// Query rows per attention tile: at most [`MAX_TILE`], fewer when that leaves threads
+/// idle (a multiple of 8 unless `sq` is smaller).
+fn tile_rows(b: usize, sq: usize, threads: usize) -> usize {
+    let per_batch = threads.div_ceil(b.max(1)).max(1);
+    let rows = sq.div_ceil(per_batch).next_multiple_of(8);
+    rows.clamp(1, MAX_TILE).min(sq.max(1))
 }

@@ -10,8 +10,12 @@
 //! rayon (and gemm's own rayon parallelism for big products).
 //!
 //! Numerical conventions (each module's header has the details):
-//! - floats are computed in `f32` (f16/bf16 widened and rounded back once); sums in
-//!   softmax, layer norm and reductions accumulate in `f64`; GELU is exact (`erfc`);
+//! - floats are computed in `f32` (f16/bf16 widened and rounded back once); softmax and
+//!   layer norm sum in f32 lanes, reductions in `f64`; GELU is `x Φ(x)` with an f32 `erfc`
+//!   accurate to about 1e-7 relative (`simd.rs`);
+//! - the hot f32 loops (GELU, epilogues, softmax, layer norm) run at the CPU's vector
+//!   width, chosen at run time, with the same results at every width; gemm likewise picks
+//!   its AVX-512 or AVX2 kernels at run time;
 //! - `maximum`/`minimum` and max/min reductions propagate NaN;
 //! - integer arithmetic wraps (two's complement), integer division truncates toward zero
 //!   and a zero divisor is an error;
@@ -31,10 +35,12 @@ mod layout;
 mod matmul;
 mod nn;
 mod reduce;
+mod simd;
 
 pub use buffer::{CpuBuffer, Element};
 pub use elementwise::{gelu, gelu_tanh};
 pub use matmul::matmul_rows;
+pub use simd::vector_width;
 use sluice_host_api::{Op, RowSplit, TensorMeta, infer};
 
 /// A kernel could not run: a data-dependent fault or inputs that do not match their

@@ -1,10 +1,11 @@
 //! Neural-network row kernels: softmax over the last axis (with scale and a broadcast
 //! additive mask), layer norm over the last axis, and the embedding row gather.
 //!
-//! Softmax subtracts the row maximum before `exp` and sums in `f64`. A row whose every
-//! logit is `-inf` (fully masked) comes out as all zeros rather than NaN; a row holding
-//! NaN or `+inf` comes out NaN. Layer norm computes mean and variance (biased, two
-//! passes) in `f64`.
+//! The row kernels themselves are the vector kernels of `simd.rs` (shared with the fused
+//! ops, so both compute identically). Softmax subtracts the row maximum before `exp` and
+//! sums in f32 lanes. A row whose every logit is `-inf` (fully masked) comes out as all
+//! zeros rather than NaN; a row holding NaN or `+inf` comes out NaN. Layer norm computes
+//! mean and variance (biased, two passes) in f32 lanes.
 
 use rayon::prelude::*;
 use sluice_host_api::{DType, TensorMeta};
@@ -12,6 +13,7 @@ use sluice_host_api::{DType, TensorMeta};
 use crate::KernelError;
 use crate::broadcast::{PAR_MIN_ELEMS, Plan, for_rows, zip_into};
 use crate::buffer::{CpuBuffer, Element, float_with, new_with};
+use crate::simd::{normalize_rows, softmax_row};
 
 pub(crate) fn softmax(
     scale: f32,
@@ -34,21 +36,6 @@ pub(crate) fn softmax(
     }))
 }
 
-pub(crate) fn softmax_row(row: &mut [f32]) {
-    let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| if v > m || v.is_nan() { v } else { m });
-    if max == f32::NEG_INFINITY {
-        row.fill(0.0);
-        return;
-    }
-    let mut sum = 0.0f64;
-    for v in row.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v as f64;
-    }
-    let inv = (1.0 / sum) as f32;
-    row.iter_mut().for_each(|v| *v *= inv);
-}
-
 pub(crate) fn layer_norm(
     eps: f32,
     (x, xm): (&CpuBuffer, &TensorMeta),
@@ -57,25 +44,10 @@ pub(crate) fn layer_norm(
 ) -> Result<CpuBuffer, KernelError> {
     let width = xm.shape.last().copied().unwrap_or(1) as usize;
     let (xv, g, b) = (x.float_view()?, gamma.float_view()?, beta.float_view()?);
-    let eps = eps as f64;
     Ok(float_with(xm.dtype, xv.len(), |out| {
         out.copy_from_slice(&xv);
-        normalize_rows(out, width, &g, &b, eps);
+        for_rows(out, width, |row| normalize_rows(row, &g, &b, eps));
     }))
-}
-
-/// Layer norm of every `width`-element row of `data`, in place (shared with the fused
-/// add-layer-norm, so both normalise identically).
-pub(crate) fn normalize_rows(data: &mut [f32], width: usize, g: &[f32], b: &[f32], eps: f64) {
-    for_rows(data, width, |row| {
-        let n = row.len() as f64;
-        let mean = row.iter().map(|&v| v as f64).sum::<f64>() / n;
-        let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
-        let rstd = 1.0 / (var + eps).sqrt();
-        for ((v, &g), &b) in row.iter_mut().zip(g.iter()).zip(b.iter()) {
-            *v = ((*v as f64 - mean) * rstd * g as f64 + b as f64) as f32;
-        }
-    });
 }
 
 /// Gathers rows of `table` (`[vocab, dim]`) by `ids` (i32 or i64, any shape).

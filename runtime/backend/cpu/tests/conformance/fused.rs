@@ -283,6 +283,9 @@ fn attention_equals_split_heads_matmul_softmax_matmul() {
         (2, 3, 4, 2, 2, Some(&[1, 2, 3, 1])),
         (2, 9, 9, 12, 32, Some(&[2, 1, 1, 9])),
         (1, 40, 40, 12, 32, Some(&[1, 1, 1, 40])),
+        // longer than one query tile (64 rows), a partial last tile, a full 4-d mask
+        (1, 150, 150, 2, 8, Some(&[1, 1, 1, 150])),
+        (2, 70, 33, 3, 4, Some(&[2, 3, 70, 33])),
         (2, 0, 4, 2, 3, None),
         (1, 3, 0, 2, 2, None),
         (2, 3, 4, 2, 0, Some(&[2, 1, 1, 4])),
@@ -332,4 +335,34 @@ fn fused_ops_with_the_wrong_arity_are_errors() {
     assert!(launch(&aln, &[(&x.buf, &x.meta), (&x.buf, &x.meta)], &out).unwrap_err().0.contains("add-layer-norm"));
     let att = Op::Attention { heads: 1, scale: 1.0 };
     assert!(launch(&att, &[(&x.buf, &x.meta)], &out).unwrap_err().0.contains("attention"));
+}
+
+/// Same inputs, same thread count: the same bits, for the kernels that split work
+/// across threads (a big linear with GELU, attention, add-layer-norm, softmax).
+#[test]
+fn parallel_kernels_are_deterministic() {
+    let mut rng = StdRng::seed_from_u64(29);
+    let (m, k, n) = (300, 96, 520);
+    let x = random(&mut rng, DType::F32, &[m, k], -1.0, 1.0);
+    let w = random(&mut rng, DType::F32, &[n, k], -1.0, 1.0);
+    let b = random(&mut rng, DType::F32, &[n], -1.0, 1.0);
+    let (s, e) = (200, 64);
+    let q = random(&mut rng, DType::F32, &[2, s, e], -1.0, 1.0);
+    let mask = random(&mut rng, DType::F32, &[2, 1, 1, s], -2.0, 0.0);
+    let r = random(&mut rng, DType::F32, &[2, s, e], -1.0, 1.0);
+    let g = random(&mut rng, DType::F32, &[e], 0.5, 1.5);
+    let be = random(&mut rng, DType::F32, &[e], -0.5, 0.5);
+    let ops: [(Op, Vec<&Input>); 4] = [
+        (Op::Linear { transpose_w: true, activation: Some(UnaryOp::Gelu) }, vec![&x, &w, &b]),
+        (Op::Attention { heads: 4, scale: 0.25 }, vec![&q, &r, &q, &mask]),
+        (Op::AddLayerNorm { eps: 1e-12 }, vec![&q, &r, &g, &be]),
+        (Op::Softmax { scale: 0.5 }, vec![&x]),
+    ];
+    for (op, inputs) in &ops {
+        let bits = |_| -> Vec<u64> { values(&try_run(op, inputs).unwrap().0).iter().map(|v| v.to_bits()).collect() };
+        let first = bits(0);
+        for i in 1..4 {
+            assert!(bits(i) == first, "{op:?}: run {i} differs from run 0");
+        }
+    }
 }
