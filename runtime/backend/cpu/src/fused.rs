@@ -182,19 +182,30 @@ pub(crate) fn attention(
             // scores = q_h · k_hᵀ: k_hᵀ[p, j] = k[j, p] is row stride 1, column stride e.
             gemm_f32(rows, sk, d, &mut s, sk, (&qv[q0..], e, 1), (&kv[kv0..], 1, e));
             for (r, row) in s.chunks_mut(sk).enumerate() {
-                if dtype != DType::F32 {
-                    row.iter_mut().for_each(|x| *x = round_to(dtype, *x));
-                }
+                // The scores are rounded to the dtype as a GPU GEMM would store them;
+                // in f16 the scale comes first (the CUDA backend passes it as the GEMM's
+                // alpha), since raw scores can pass f16's range where scaled ones do not.
+                let row_scale = match dtype {
+                    DType::F16 => {
+                        row.iter_mut().for_each(|x| *x = round_to(dtype, *x * scale));
+                        1.0
+                    }
+                    DType::F32 => scale,
+                    _ => {
+                        row.iter_mut().for_each(|x| *x = round_to(dtype, *x));
+                        scale
+                    }
+                };
                 match (&mv, &ms) {
                     (Some(m), Some(st)) => {
                         let at = bi * st[0] + hi * st[1] + (i0 + r) * st[2];
                         if st[3] == 0 {
-                            simd::scale_add_scalar(row, scale, m[at]);
+                            simd::scale_add_scalar(row, row_scale, m[at]);
                         } else {
-                            simd::scale_add_row(row, scale, &m[at..at + sk]);
+                            simd::scale_add_row(row, row_scale, &m[at..at + sk]);
                         }
                     }
-                    _ => simd::scale_add_scalar(row, scale, 0.0),
+                    _ => simd::scale_add_scalar(row, row_scale, 0.0),
                 }
                 simd::softmax_row(row);
                 if dtype != DType::F32 {

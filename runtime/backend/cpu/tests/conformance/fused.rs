@@ -366,3 +366,26 @@ fn parallel_kernels_are_deterministic() {
         }
     }
 }
+
+/// f16 attention whose raw scores q·k pass f16's range (65504) while the scaled scores
+/// are moderate: the scale is applied before the scores are rounded to f16 (as the CUDA
+/// backend passes it as the GEMM's alpha), so the result is finite and matches the f64
+/// reference instead of turning into NaN.
+#[test]
+fn f16_attention_scales_before_rounding_the_scores() {
+    let (b, sq, sk, h, d) = (1usize, 2usize, 3usize, 2usize, 4usize);
+    let e = h * d;
+    let scale = 1.0 / 16000.0;
+    let q_vals: Vec<f64> =
+        (0..b * sq * e).map(|i| if (i / e) % 2 == 0 { 200.0 } else { -200.0 } + (i % d) as f64).collect();
+    let k_vals: Vec<f64> = (0..b * sk * e).map(|i| 100.0 + 10.0 * ((i / e) % sk) as f64 + (i % e / d) as f64).collect();
+    let v_vals: Vec<f64> = (0..b * sk * e).map(|i| ((i * 7) % 11) as f64 * 0.25 - 1.0).collect();
+    let q = input(DType::F16, &[b, sq, e], q_vals);
+    let k = input(DType::F16, &[b, sk, e], k_vals);
+    let v = input(DType::F16, &[b, sk, e], v_vals);
+    assert!(q.vals[0] * k.vals[0] * d as f64 > 65504.0, "the raw scores pass f16's range");
+    let op = Op::Attention { heads: h as u32, scale: scale as f32 };
+    let got = values(&run(&op, &[&q, &k, &v], &[b, sq, e]));
+    let (want, mags) = attention_reference(&q, &k, &v, None, (b, sq, sk, h, d), scale);
+    check("f16 attention, raw scores past f16", &got, &want, Some(&mags), tol(DType::F16), 1.0);
+}
