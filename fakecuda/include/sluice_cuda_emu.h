@@ -38,7 +38,12 @@
 #define __host__
 #define __forceinline__ inline
 #define __noinline__ __attribute__((noinline))
+// The scan pass (SLUICE_EMU_SCAN) keeps the bound visible for the kernel table.
+#ifdef SLUICE_EMU_SCAN
+#define __launch_bounds__(...) SLUICE_LAUNCH_BOUNDS(__VA_ARGS__)
+#else
 #define __launch_bounds__(...)
+#endif
 // Blocks run one after another, so one static instance is exactly "one per block".
 #define __shared__ static
 #ifdef SLUICE_EMU_SCAN
@@ -412,8 +417,8 @@ inline unsigned short float_to_half(float f) {
 }
 }  // namespace sluice_emu
 
-#define SLUICE_EMU_REGISTER(NAME)                                                                        \
+#define SLUICE_EMU_REGISTER(NAME, BOUND)                                                                 \
     ::sluice_emu::KernelDesc {                                                                           \
         #NAME, &::sluice_emu::Kernel<&NAME>::invoke, ::sluice_emu::Kernel<&NAME>::n,                     \
-            ::sluice_emu::Kernel<&NAME>::sizes, ::sluice_emu::Kernel<&NAME>::ptrs                        \
+            ::sluice_emu::Kernel<&NAME>::sizes, ::sluice_emu::Kernel<&NAME>::ptrs, (unsigned)(BOUND)     \
     }

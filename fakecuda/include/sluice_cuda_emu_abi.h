@@ -12,6 +12,8 @@ struct KernelDesc {
     size_t nparams;
     const size_t* sizes;
     const unsigned char* is_pointer;
+    // The kernel's `__launch_bounds__` (its first argument), or 0 if it has none.
+    unsigned max_threads;
 };
 #endif
 }  // namespace sluice_emu

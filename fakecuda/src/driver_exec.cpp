@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -371,12 +372,23 @@ static bool live_function(Function* f) {
     return false;
 }
 
+// Threads a block of `k` may have. A kernel with `__launch_bounds__(n)` is compiled to fit
+// n threads (at most 65536 / n registers each), so n is its limit. Without a bound the
+// compiler may give each thread up to 255 registers: only 256 threads (65536 / 255 in
+// whole warps) are then sure to fit, and a larger block can fail on the GPU with
+// CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES. The fake cannot count registers, so it assumes that
+// worst case (issue 11, defect 3).
+static unsigned max_block_threads(const sluice_emu::KernelDesc* k) {
+    constexpr unsigned kUnboundedThreads = 256;
+    return k->max_threads ? std::min(k->max_threads, 1024u) : kUnboundedThreads;
+}
+
 FAKE_API CUresult cuFuncGetAttribute(int* v, int attr, Function* f) {
     LOCKED;
     CHECK_READY;
     if (!f || !live_function(f)) return CUDA_ERROR_INVALID_HANDLE;
     switch (attr) {
-        case 0: *v = 1024; break;  // max threads per block
+        case 0: *v = (int)max_block_threads(f->desc); break;  // max threads per block
         case 4: *v = 32; break;    // registers
         case 5: *v = 90; break;    // PTX version
         case 6: *v = 90; break;    // binary version
@@ -406,6 +418,13 @@ FAKE_API CUresult cuLaunchKernel(Function* f, unsigned gx, unsigned gy, unsigned
         by > 1024 || bz > 64 || (unsigned long long)bx * by * bz > 1024) {
         report("cuLaunchKernel of %s: invalid grid (%u,%u,%u) or block (%u,%u,%u)", k->name, gx, gy, gz, bx, by, bz);
         return CUDA_ERROR_INVALID_VALUE;
+    }
+    if ((unsigned long long)bx * by * bz > max_block_threads(k)) {
+        report("cuLaunchKernel of %s: block (%u,%u,%u) exceeds the %u threads the kernel is sure to fit (%s)", k->name,
+               bx, by, bz, max_block_threads(k),
+               k->max_threads ? "its __launch_bounds__"
+                              : "no __launch_bounds__: it may use 255 registers a thread, 65536 per block");
+        return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
     }
     if (shared > 49152) return CUDA_ERROR_INVALID_VALUE;
     if (extra) {

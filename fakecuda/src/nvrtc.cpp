@@ -136,7 +136,7 @@ int compile(Program& p, const std::vector<std::string>& options) {
     const char* cxx_env = getenv("SLUICE_FAKE_CXX");
     const std::string cxx = cxx_env && *cxx_env ? cxx_env : "g++";
     const std::string flags = "-std=c++17 -O1 -fPIC -shared -fvisibility=hidden -w";
-    std::vector<std::string> parts = {"sluice-fake-nvrtc-v1", src, header_text, cxx, flags, p.name};
+    std::vector<std::string> parts = {"sluice-fake-nvrtc-v2", src, header_text, cxx, flags, p.name};
     for (auto& o : options) parts.push_back(o);
     const std::string key = content_key(parts);
     const char* cache_env = getenv("SLUICE_FAKE_CUDA_CACHE");
@@ -165,15 +165,17 @@ int compile(Program& p, const std::vector<std::string>& options) {
     }
     const std::string text = read_file(pre);
     unlink(pre.c_str());
-    static const std::regex kernel_re(R"(SLUICE_KERNEL_MARK\s+void\s+(\w+)\s*\()");
-    std::vector<std::string> kernels;
+    // `__global__ void __launch_bounds__(N[, M]) name(`: the bound (0 if none) goes into the table.
+    static const std::regex kernel_re(
+        R"(SLUICE_KERNEL_MARK\s+void\s+(?:SLUICE_LAUNCH_BOUNDS\s*\(\s*([^,)]+)[^)]*\)\s*)?(\w+)\s*\()");
+    std::vector<std::pair<std::string, std::string>> kernels;
     for (auto it = std::sregex_iterator(text.begin(), text.end(), kernel_re); it != std::sregex_iterator(); ++it)
-        kernels.push_back((*it)[1]);
+        kernels.emplace_back((*it)[2], (*it)[1].matched ? (*it)[1].str() : "0");
     {
         std::ofstream f(unit, std::ios::binary | std::ios::app);
         f << "\nstatic const ::sluice_emu::KernelDesc sluice_emu_table[] = {\n";
-        for (auto& k : kernels) f << "    SLUICE_EMU_REGISTER(" << k << "),\n";
-        if (kernels.empty()) f << "    {nullptr, nullptr, 0, nullptr, nullptr},\n";
+        for (auto& [k, bound] : kernels) f << "    SLUICE_EMU_REGISTER(" << k << ", " << bound << "),\n";
+        if (kernels.empty()) f << "    {nullptr, nullptr, 0, nullptr, nullptr, 0},\n";
         f << "};\nextern \"C\" __attribute__((visibility(\"default\"))) const ::sluice_emu::KernelDesc* "
              "sluice_emu_kernels(size_t* n) { *n = "
           << kernels.size() << "; return sluice_emu_table; }\n";

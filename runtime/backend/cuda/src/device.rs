@@ -516,6 +516,10 @@ impl CudaDevice {
                 let p = buf.producer();
                 if p.slot as usize != slot {
                     self.pool.lanes.order_after(slot, p.slot as usize, p.seq, buf.upload_event())?;
+                    #[cfg(test)]
+                    if crate::mutants::planted(crate::mutants::Mutant::NoCrossLaneUseNote) {
+                        continue;
+                    }
                     buf.note_use(slot);
                 }
             }

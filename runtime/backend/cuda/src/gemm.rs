@@ -45,13 +45,20 @@ impl GemmCall {
     /// if `ta`) and B stored `[k, n]` (or `[n, k]` if `tb`). The returned call's "A" is the
     /// row-major B and its "B" the row-major A: pass the pointers in that order.
     pub fn row_major(m: u64, n: u64, k: u64, ta: bool, tb: bool) -> GemmCall {
+        let lda = if tb { k } else { n };
+        #[cfg(test)]
+        let lda = if crate::mutants::planted(crate::mutants::Mutant::LdaOfTheOtherLayout) {
+            if tb { n } else { k }
+        } else {
+            lda
+        };
         GemmCall {
             trans_a: tb,
             trans_b: ta,
             m: n,
             n: m,
             k,
-            lda: if tb { k } else { n },
+            lda,
             ldb: if ta { m } else { k },
             ldc: n,
             stride_a: 0,
@@ -112,6 +119,12 @@ impl MatmulPlan {
         };
         let (oa, ob) = (operand(&a.shape), operand(&b.shape));
         let fold = batch > 1 && oa == Operand::Dense && ob == Operand::Shared && !args.transpose_a;
+        #[cfg(test)]
+        let fold = fold
+            || (crate::mutants::planted(crate::mutants::Mutant::FoldTransposedA)
+                && batch > 1
+                && oa == Operand::Dense
+                && ob == Operand::Shared);
         MatmulPlan { batch, m, n, k, a: oa, b: ob, fold }
     }
 
@@ -122,6 +135,10 @@ impl MatmulPlan {
         }
         let mut c = GemmCall::row_major(self.m, self.n, self.k, args.transpose_a, args.transpose_b);
         let stride = |o: &Operand, size: u64| if *o == Operand::Shared { 0 } else { size };
+        #[cfg(test)]
+        let stride = |o: &Operand, size: u64| {
+            if crate::mutants::planted(crate::mutants::Mutant::SharedOperandStrided) { size } else { stride(o, size) }
+        };
         // cuBLAS's A is our B and vice versa.
         c.stride_a = stride(&self.b, self.k * self.n);
         c.stride_b = stride(&self.a, self.m * self.k);
@@ -142,12 +159,23 @@ impl MatmulPlan {
         // cuBLAS's B is our A: its leading dimension is that of the whole matrix (a
         // transposed A is [k, M] in storage, its op rows being columns M apart).
         c.ldb = if args.transpose_a { self.m } else { self.k };
+        #[cfg(test)]
+        if crate::mutants::planted(crate::mutants::Mutant::RowsLdOfTheBlock) {
+            c.ldb = if args.transpose_a { r } else { self.k };
+        }
         let stride = |o: &Operand, size: u64| if *o == Operand::Shared { 0 } else { size };
         c.stride_a = stride(&self.b, self.k * self.n);
         c.stride_b = stride(&self.a, self.m * self.k);
         c.stride_c = r * self.n;
         c.batch = self.batch;
         let offset = rows.start * if args.transpose_a { 1 } else { self.k };
+        #[cfg(test)]
+        let offset = offset
+            + if crate::mutants::planted(crate::mutants::Mutant::RowsOffsetOneRowLate) {
+                if args.transpose_a { 1 } else { self.k }
+            } else {
+                0
+            };
         (c, offset)
     }
 }

@@ -322,10 +322,14 @@ pub fn elementwise_config(n: u64, sm_count: u32) -> LaunchConfig {
     LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 }
 }
 
+/// Threads a block of a row kernel may have: the `__launch_bounds__` every row kernel
+/// declares (`ROW_THREADS` in `kernels/common.cuh`), so 1024-thread blocks always fit.
+pub const ROW_THREADS: u32 = 1024;
+
 /// One block per row of `len` elements: the row length rounded up to a warp multiple,
-/// between 32 and 1024 threads; rows beyond 2^20 are walked grid-stride.
+/// between 32 and [`ROW_THREADS`] threads; rows beyond 2^20 are walked grid-stride.
 pub fn rows_config(rows: u64, len: u64) -> LaunchConfig {
-    let threads = len.div_ceil(32).clamp(1, 32) as u32 * 32;
+    let threads = len.div_ceil(32).clamp(1, (ROW_THREADS / 32) as u64) as u32 * 32;
     let blocks = rows.clamp(1, 1 << 20) as u32;
     LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }
 }
@@ -364,6 +368,22 @@ mod tests {
         assert_eq!(rows_config(10, 100_000).block_dim.0, 1024);
         assert_eq!(rows_config(0, 0).grid_dim.0, 1);
         assert_eq!(rows_config(1 << 40, 7).grid_dim.0, 1 << 20);
+    }
+
+    /// The kernels launched with `rows_config` declare the bound it relies on.
+    #[test]
+    fn row_kernels_declare_the_row_launch_bound() {
+        let common = Module::Softmax.source();
+        assert!(common.contains(&format!("#define ROW_THREADS {ROW_THREADS}\n")), "common.cuh and ROW_THREADS differ");
+        for (m, signature) in [
+            (Module::Softmax, "NAME(const T* x, const T* mask"),
+            (Module::LayerNorm, "NAME(const T* x, const T* gamma"),
+            (Module::Fused, "NAME(const T* x, const T* r,"),
+            (Module::Reduce, "ROWS(const T* x"),
+        ] {
+            let bounded = format!("__global__ void __launch_bounds__(ROW_THREADS) {signature}");
+            assert!(m.file().contains(&bounded), "{} lacks {bounded:?}", m.name());
+        }
     }
 
     #[test]

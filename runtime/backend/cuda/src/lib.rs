@@ -20,6 +20,8 @@
 //! - [`gemm`]: matmul and convolution GEMMs through cuBLAS.
 //! - [`ops`]: one file per op family, mapping an [`sluice_host_api::Op`] onto kernels.
 //! - [`timing`]: [`KernelTimer`], an op's device time from a pair of CUDA events.
+//! - `mutants` (test builds only): planted bugs in the GEMM planning and lane ordering,
+//!   each shown caught on the fake CUDA device.
 
 pub mod alloc;
 pub mod device;
@@ -30,6 +32,8 @@ pub mod kernels;
 mod lanes;
 pub mod layout;
 mod module_cache;
+#[cfg(test)]
+mod mutants;
 pub mod nvrtc_cache;
 pub mod ops;
 pub mod partition;

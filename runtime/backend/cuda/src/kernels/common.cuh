@@ -29,6 +29,12 @@ struct Layout {
 
 #define F32_INF __int_as_float(0x7f800000)
 
+// Threads a block of a row kernel (one block per row, `kernels::rows_config`) may have.
+// Row kernels declare it as their `__launch_bounds__`, so the compiler keeps them within
+// 64 registers a thread and a 1024-thread block always fits; without it a kernel needing
+// more registers fails to launch for rows of more than ~1000 elements (issue 11, defect 3).
+#define ROW_THREADS 1024
+
 __device__ __forceinline__ void layout_offsets(const Layout& L, u64 i, u64& oa, u64& ob) {
     oa = 0;
     ob = 0;

@@ -55,7 +55,7 @@ __device__ __forceinline__ void add_layernorm_rows(const T* __restrict__ x, cons
         bias_act<T, F>(y, bias, n, cols, has_bias); \
     }
 #define ADD_LAYERNORM(NAME, T) \
-    extern "C" __global__ void NAME(const T* x, const T* r, const T* gamma, const T* beta, T* out, u64 rows, \
+    extern "C" __global__ void __launch_bounds__(ROW_THREADS) NAME(const T* x, const T* r, const T* gamma, const T* beta, T* out, u64 rows, \
                                     u64 len, float eps) { \
         add_layernorm_rows<T>(x, r, gamma, beta, out, rows, len, eps); \
     }

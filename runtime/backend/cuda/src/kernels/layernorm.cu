@@ -26,6 +26,6 @@ __device__ __forceinline__ void layernorm_rows(const T* __restrict__ x, const T*
 }
 
 #define LAYERNORM(NAME, T) \
-    extern "C" __global__ void NAME(const T* x, const T* gamma, const T* beta, T* out, u64 rows, u64 len, float eps) { \
+    extern "C" __global__ void __launch_bounds__(ROW_THREADS) NAME(const T* x, const T* gamma, const T* beta, T* out, u64 rows, u64 len, float eps) { \
         layernorm_rows<T>(x, gamma, beta, out, rows, len, eps); \
     }

@@ -51,4 +51,4 @@ __device__ __forceinline__ void reduce_rows(const T* __restrict__ x, T* __restri
 
 #define REDUCE(COLS, ROWS, R, T) \
     extern "C" __global__ void COLS(const T* x, T* out, u64 outer, u64 len, u64 inner) { reduce_cols<T, R>(x, out, outer, len, inner); } \
-    extern "C" __global__ void ROWS(const T* x, T* out, u64 rows, u64 len) { reduce_rows<T, R>(x, out, rows, len); }
+    extern "C" __global__ void __launch_bounds__(ROW_THREADS) ROWS(const T* x, T* out, u64 rows, u64 len) { reduce_rows<T, R>(x, out, rows, len); }

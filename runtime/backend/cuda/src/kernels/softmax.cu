@@ -38,7 +38,7 @@ __device__ __forceinline__ void softmax_rows(const T* __restrict__ x, const T* _
 }
 
 #define SOFTMAX(NAME, T) \
-    extern "C" __global__ void NAME(const T* x, const T* mask, T* out, u64 rows, u64 len, float scale, \
+    extern "C" __global__ void __launch_bounds__(ROW_THREADS) NAME(const T* x, const T* mask, T* out, u64 rows, u64 len, float scale, \
                                     Layout mask_layout, u64 mask_step, int has_mask) { \
         softmax_rows<T>(x, mask, out, rows, len, scale, mask_layout, mask_step, has_mask); \
     }

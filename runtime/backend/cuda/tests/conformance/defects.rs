@@ -1,5 +1,7 @@
 //! Regression tests for the GPU defects of issue 11 that a run on the fake CUDA device
-//! shows: f16 attention whose raw scores overflow f16 (defect 6), and data-dependent
+//! shows: row kernels launched with up to 1024 threads without `__launch_bounds__`
+//! (defect 3: the fake lets a kernel without a bound have 256 threads a block, as many as
+//! surely fit if it needs 255 registers a thread), f16 attention whose raw scores overflow f16 (defect 6), and data-dependent
 //! faults (an embedding id out of range, an integer division by zero) that the CPU
 //! backend reports as errors and the GPU must report too (defect 7). Defect 4 (cuBLAS on
 //! a green-context lane without an SM-count target) is shown by
@@ -41,6 +43,32 @@ fn on_cpu(op: &Op, inputs: &[(&[f32], &TensorMeta)]) -> Result<CpuBuffer, String
     sluice_backend_cpu::launch(op, &args, &out).map_err(|e| e.to_string())
 }
 
+/// Defect 3: every row kernel (softmax, layer norm, add-layer-norm, a row reduction)
+/// on rows of 1000 elements, one 1024-thread block a row, matches the CPU backend. Without
+/// `__launch_bounds__(ROW_THREADS)` the launch fails with "too many resources".
+#[test]
+fn row_kernels_launch_1024_thread_blocks() {
+    let Some(dev) = device() else { return };
+    let len = 1000u32;
+    let x: Vec<f32> = (0..3 * len).map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0).collect();
+    let g: Vec<f32> = (0..len).map(|i| 1.0 + (i % 7) as f32 / 8.0).collect();
+    let b: Vec<f32> = (0..len).map(|i| (i % 5) as f32 / 4.0 - 0.5).collect();
+    let (xm, vm) = (meta(DType::F32, &[3, len]), meta(DType::F32, &[len]));
+    let sum = Op::Reduce(sluice_host_api::ReduceArgs { op: sluice_host_api::ReduceOp::Sum, axis: 1, keep_dim: false });
+    type Inputs<'a> = Vec<(&'a [f32], &'a TensorMeta)>;
+    let cases: Vec<(Op, Inputs)> = vec![
+        (Op::Softmax { scale: 0.5 }, vec![(&x, &xm)]),
+        (Op::LayerNorm { eps: 1e-5 }, vec![(&x, &xm), (&g, &vm), (&b, &vm)]),
+        (Op::AddLayerNorm { eps: 1e-5 }, vec![(&x, &xm), (&x, &xm), (&g, &vm), (&b, &vm)]),
+        (sum, vec![(&x, &xm)]),
+    ];
+    for (op, inputs) in cases {
+        let got = on_gpu(dev, &op, &inputs).unwrap_or_else(|e| panic!("{}: {e}", op.name()));
+        let want = on_cpu(&op, &inputs).unwrap();
+        compare(DType::F32, len as u64, &got, &want).unwrap_or_else(|e| panic!("{}: {e}", op.name()));
+    }
+}
+
 /// Defect 6: raw `q·k` of 80000 to 96000 (beyond f16's 65504) scaled by 1/16000 to
 /// scores of 5 to 6. Stored raw, the f16 scores are inf and the softmax NaN; with the
 /// scale as the GEMM's alpha they are moderate. The reference is the CPU backend on the
@@ -65,7 +93,7 @@ fn f16_attention_with_raw_scores_beyond_f16_matches_f32() {
         let got = on_gpu(dev, &op, &[(&q, &f16[0]), (&k, &f16[1]), (&v, &f16[2])]).unwrap();
         let want = on_cpu(&op, &[(&q, &f32m[0]), (&k, &f32m[1]), (&v, &f32m[2])]).unwrap();
         let want = CpuBuffer::from_f32_as(DType::F16, &want.to_f32_vec());
-        compare(DType::F16, &got, &want).unwrap_or_else(|err| panic!("batch {b}: {err}"));
+        compare(DType::F16, d.max(sk) as u64, &got, &want).unwrap_or_else(|err| panic!("batch {b}: {err}"));
     }
 }
 
@@ -90,7 +118,7 @@ fn embedding_id_out_of_range_is_an_error_on_both_backends() {
         let ids = [4.0, 0.0, 2.0, 2.0];
         let got = on_gpu(dev, &Op::Embedding, &[(&table, &tm), (&ids, &im)]).expect("in-range ids work after a fault");
         let want = on_cpu(&Op::Embedding, &[(&table, &tm), (&ids, &im)]).unwrap();
-        compare(DType::F32, &got, &want).unwrap();
+        compare(DType::F32, 1, &got, &want).unwrap();
     }
 }
 
@@ -111,6 +139,6 @@ fn integer_division_by_zero_is_an_error_on_both_backends() {
             on_gpu(dev, &op, &[(&a, &m), (&zero, &m)]).map(|g| g.to_f32_vec()).expect_err("the GPU must refuse too");
         assert!(cpu_err.contains("division by zero") && gpu_err.contains("division by zero"), "{cpu_err} / {gpu_err}");
         let got = on_gpu(dev, &op, &[(&a, &m), (&ok, &m)]).expect("a division without zero works after a fault");
-        compare(dt, &got, &on_cpu(&op, &[(&a, &m), (&ok, &m)]).unwrap()).unwrap();
+        compare(dt, 1, &got, &on_cpu(&op, &[(&a, &m), (&ok, &m)]).unwrap()).unwrap();
     }
 }
