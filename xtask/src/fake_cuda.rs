@@ -93,6 +93,7 @@ fn test(schedule: &str, extra: &[String]) -> Result<Counts> {
     let mut c = cmd::cargo();
     c.current_dir(cmd::repo_root())
         .args(["test", "-p", "sluice-backend-cuda", "--lib", "--test", "conformance", "--test", "fake_mutations"])
+        .args(["--test", "device_loss"])
         .args(extra)
         .args(["--", "--nocapture"]);
     env(&mut c, schedule)?;

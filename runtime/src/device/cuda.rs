@@ -4,8 +4,15 @@
 //! fails with a reason ("no CUDA driver found ...") and the CPU serves instead.
 //! Supported drivers: the bindings target the CUDA 13.0 driver API (cudarc's
 //! `cuda-13000`), so the driver must support CUDA 13.0 (R580 or newer).
+//!
+//! A sticky CUDA error (an illegal address) loses the device: its errors come back as
+//! [`DeviceError::Lost`], and [`Device::recover`] resets the GPU and opens it again in
+//! place (the backend's `recovery` module); buffers of the lost device are refused.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::RwLock;
 
 use sluice_backend_cuda::{CudaBuffer, CudaError, CudaOptions};
 use sluice_host_api::{Op, TensorMeta};
@@ -19,13 +26,28 @@ pub use sluice_backend_cuda::CudaUnavailable;
 
 /// One NVIDIA GPU.
 pub struct CudaDevice {
-    inner: sluice_backend_cuda::CudaDevice,
+    /// Replaced by a fresh device when the GPU is reset after a loss.
+    inner: RwLock<sluice_backend_cuda::CudaDevice>,
+    resets: AtomicU64,
 }
 
 impl CudaDevice {
     /// Opens GPU `options.ordinal`, or says why it cannot.
     pub fn open(options: CudaOptions) -> Result<CudaDevice, CudaUnavailable> {
-        Ok(CudaDevice { inner: sluice_backend_cuda::CudaDevice::open(options)? })
+        Ok(CudaDevice {
+            inner: RwLock::new(sluice_backend_cuda::CudaDevice::open(options)?),
+            resets: AtomicU64::new(0),
+        })
+    }
+
+    /// How many times the GPU was reset after a loss ([`Device::recover`]).
+    pub fn resets(&self) -> u64 {
+        self.resets.load(Ordering::Relaxed)
+    }
+
+    /// `e` as a device error; a failure on a lost device is [`DeviceError::Lost`].
+    fn error(&self, e: CudaError) -> DeviceError {
+        error(self.inner.read().classify(e))
     }
 }
 
@@ -61,35 +83,52 @@ fn error(e: CudaError) -> DeviceError {
     match e {
         CudaError::OutOfMemory(m) => DeviceError::OutOfMemory(m),
         CudaError::Failure(m) => DeviceError::Failure(m),
+        CudaError::Lost(m) => DeviceError::Lost(m),
     }
 }
 
 impl Device for CudaDevice {
     fn info(&self) -> DeviceInfo {
-        let (major, minor) = self.inner.compute_capability();
+        let inner = self.inner.read();
+        let (major, minor) = inner.compute_capability();
         DeviceInfo {
             kind: DeviceKind::Cuda,
-            name: format!("{} (sm_{major}{minor}, driver {})", self.inner.name(), self.inner.driver_version()),
-            memory_bytes: self.inner.total_memory(),
-            compute_units: self.inner.sm_count(),
+            name: format!("{} (sm_{major}{minor}, driver {})", inner.name(), inner.driver_version()),
+            memory_bytes: inner.total_memory(),
+            compute_units: inner.sm_count(),
         }
     }
 
     fn upload(&self, meta: &TensorMeta, bytes: &[u8]) -> Result<Buffer, DeviceError> {
-        self.inner.upload(meta, bytes).map(Buffer::Cuda).map_err(error)
+        let r = self.inner.read().upload(meta, bytes);
+        r.map(Buffer::Cuda).map_err(|e| self.error(e))
     }
 
     fn launch(&self, op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> Result<Buffer, DeviceError> {
         let args = gpu_inputs(inputs)?;
-        self.inner.launch(op, &args, out).map(Buffer::Cuda).map_err(error)
+        let r = self.inner.read().launch(op, &args, out);
+        r.map(Buffer::Cuda).map_err(|e| self.error(e))
     }
 
     fn download(&self, buffer: &Buffer, meta: &TensorMeta) -> Result<Vec<u8>, DeviceError> {
-        self.inner.download(gpu(buffer)?, meta).map_err(error)
+        let r = self.inner.read().download(gpu(buffer)?, meta);
+        r.map_err(|e| self.error(e))
     }
 
     fn synchronize(&self) -> Result<(), DeviceError> {
-        self.inner.synchronize().map_err(error)
+        let r = self.inner.read().synchronize();
+        r.map_err(|e| self.error(e))
+    }
+
+    fn recover(&self) -> Result<(), DeviceError> {
+        let mut inner = self.inner.write();
+        let fresh = inner.recover().map_err(error)?;
+        let lost = std::mem::replace(&mut *inner, fresh);
+        drop(inner);
+        drop(lost);
+        let resets = self.resets.fetch_add(1, Ordering::Relaxed) + 1;
+        tracing::warn!(resets, "cuda device recovered after a loss: buffers it held are gone");
+        Ok(())
     }
 
     fn is_async(&self) -> bool {
@@ -98,7 +137,7 @@ impl Device for CudaDevice {
 
     fn partition(&self) -> PartitionState {
         use sluice_backend_cuda::PartitionState as Cuda;
-        match self.inner.partition() {
+        match self.inner.read().partition() {
             Cuda::NotRequested => PartitionState::None { reason: "not requested (reserved SMs = 0)".into() },
             Cuda::Unavailable(reason) => PartitionState::Unavailable { reason: reason.clone() },
             &Cuda::Active { reserved_sms, remainder_sms, total_sms } => {
@@ -116,7 +155,7 @@ impl Device for CudaDevice {
     }
 
     fn lanes(&self) -> Option<&dyn Lanes> {
-        self.inner.partition().is_active().then_some(self as &dyn Lanes)
+        self.inner.read().partition().is_active().then_some(self as &dyn Lanes)
     }
 }
 
@@ -129,7 +168,8 @@ impl RowSlicing for CudaDevice {
         rows: Range<usize>,
     ) -> Result<Buffer, DeviceError> {
         let args = gpu_inputs(inputs)?;
-        self.inner.launch_rows(op, &args, out, rows).map(Buffer::Cuda).map_err(error)
+        let r = self.inner.read().launch_rows(op, &args, out, rows);
+        r.map(Buffer::Cuda).map_err(|e| self.error(e))
     }
 }
 
@@ -141,21 +181,24 @@ impl KernelTiming for CudaDevice {
         out: &TensorMeta,
     ) -> Result<TimedLaunch, DeviceError> {
         let args = gpu_inputs(inputs)?;
-        let (buffer, timer) = self.inner.launch_timed(op, &args, out).map_err(error)?;
+        let r = self.inner.read().launch_timed(op, &args, out);
+        let (buffer, timer) = r.map_err(|e| self.error(e))?;
         Ok((Buffer::Cuda(buffer), Box::new(timer) as Box<dyn KernelClock>))
     }
 }
 
 impl Lanes for CudaDevice {
     fn set_lane(&self, l: Lane) {
-        self.inner.set_lane(lane(l));
+        self.inner.read().set_lane(lane(l));
     }
 
     fn synchronize_lane(&self, l: Lane) -> Result<(), DeviceError> {
-        self.inner.synchronize_lane(lane(l)).map_err(error)
+        let r = self.inner.read().synchronize_lane(lane(l));
+        r.map_err(|e| self.error(e))
     }
 
     fn lane_idle(&self, l: Lane) -> Result<bool, DeviceError> {
-        self.inner.lane_idle(lane(l)).map_err(error)
+        let r = self.inner.read().lane_idle(lane(l));
+        r.map_err(|e| self.error(e))
     }
 }

@@ -105,6 +105,10 @@ pub enum DeviceError {
     OutOfMemory(String),
     #[error("device failure: {0}")]
     Failure(String),
+    /// The device is lost (a sticky GPU error): everything on it is gone and every call
+    /// fails until [`Device::recover`] resets it.
+    #[error("device lost: {0}")]
+    Lost(String),
 }
 
 impl From<DeviceError> for ApiError {
@@ -112,6 +116,7 @@ impl From<DeviceError> for ApiError {
         match e {
             DeviceError::OutOfMemory(m) => ApiError::new(ErrorCode::OutOfMemory, m),
             DeviceError::Failure(m) => ApiError::new(ErrorCode::DeviceFailure, m),
+            DeviceError::Lost(m) => ApiError::new(ErrorCode::DeviceFailure, format!("device lost: {m}")),
         }
     }
 }
@@ -138,6 +143,13 @@ pub trait Device: Send + Sync + 'static {
 
     /// Waits until every enqueued kernel has finished.
     fn synchronize(&self) -> Result<(), DeviceError>;
+
+    /// Resets a device that returned [`DeviceError::Lost`] and makes it usable again;
+    /// every buffer it held is gone (later use of one is an error), so what was
+    /// resident must be uploaded again. Devices that cannot be lost say so.
+    fn recover(&self) -> Result<(), DeviceError> {
+        Err(DeviceError::Failure(format!("{} cannot be reset", self.info().name)))
+    }
 
     /// Whether `launch` returns before the kernel ran (work queues on the device, as
     /// on a GPU stream), so the scheduler must bound what it hands over.

@@ -14,9 +14,15 @@
 //! only returns to its free list once those events completed (`PendingFrees`). The pool
 //! also owns the device's streams (`Lanes`), so the green contexts live as long as any
 //! buffer does.
+//!
+//! When the device is lost (a sticky error; [`crate::CudaDevice::recover`]) the pool is
+//! marked lost before the context is reset: its blocks, events and streams died with the
+//! context, and their handles may be reused by the driver for the new one, so from then
+//! on the pool hands nothing back to the driver (no free, no event, no stream destroy).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use cudarc::driver::sys::CUdeviceptr;
@@ -143,12 +149,28 @@ struct PoolState {
 pub(crate) struct Pool {
     ctx: Arc<CudaContext>,
     state: Mutex<PoolState>,
-    pub(crate) lanes: Lanes,
+    /// Dropped with the pool unless the device was lost (then its handles are dead).
+    pub(crate) lanes: ManuallyDrop<Lanes>,
+    lost: AtomicBool,
 }
 
 impl Pool {
     pub(crate) fn new(ctx: Arc<CudaContext>, lanes: Lanes) -> Arc<Pool> {
-        Arc::new(Pool { ctx, state: Mutex::new(PoolState::default()), lanes })
+        Arc::new(Pool {
+            ctx,
+            state: Mutex::new(PoolState::default()),
+            lanes: ManuallyDrop::new(lanes),
+            lost: AtomicBool::new(false),
+        })
+    }
+
+    /// Marks the device lost: from now on nothing of the pool goes back to the driver.
+    pub(crate) fn mark_lost(&self) {
+        self.lost.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
     }
 
     fn lock(&self) -> MutexGuard<'_, PoolState> {
@@ -162,6 +184,9 @@ impl Pool {
     /// A buffer of at least `bytes` bytes for work on `producer.slot`'s stream, contents
     /// undefined, produced by unit `producer.seq` of that stream.
     pub(crate) fn alloc(self: &Arc<Self>, producer: Producer, bytes: usize) -> Result<CudaBuffer, CudaError> {
+        if self.is_lost() {
+            return Err(CudaError::Lost("allocating on a device that was lost and reset".into()));
+        }
         let size = bucket_size(bytes);
         let ptr = if size == 0 { 0 } else { self.block(producer.slot, size)? };
         Ok(CudaBuffer(Arc::new(Inner {
@@ -243,6 +268,9 @@ impl Pool {
     /// Frees every cached block, waiting for parked ones (`cuMemFree` waits for the
     /// device); returns the bytes freed.
     pub(crate) fn release_cached(&self) -> Result<u64, CudaError> {
+        if self.is_lost() {
+            return Ok(0);
+        }
         let (mut blocks, parked): (Vec<(CUdeviceptr, u64)>, Vec<Parked<Event>>) = {
             let mut st = self.lock();
             st.stats.cached = 0;
@@ -325,9 +353,16 @@ fn add_in_use(stats: &mut MemoryStats, size: usize) {
 
 impl Drop for Pool {
     fn drop(&mut self) {
+        if self.is_lost() {
+            // The streams, events and green contexts died with the context: leak the
+            // handles rather than destroy whatever the driver gave their values to since.
+            return;
+        }
         if let Err(e) = self.release_cached() {
             tracing::warn!(error = %e, "cuda allocator: freeing the cache failed");
         }
+        // SAFETY: dropped once, here, and never used again.
+        unsafe { ManuallyDrop::drop(&mut self.lanes) };
     }
 }
 
@@ -355,7 +390,7 @@ impl Drop for Inner {
         if let Some(&e) = self.event.get() {
             self.pool.lanes.recycle(home as usize, e);
         }
-        if self.size == 0 {
+        if self.size == 0 || self.pool.is_lost() {
             return;
         }
         let used = *self.used.get_mut();

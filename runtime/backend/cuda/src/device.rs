@@ -67,6 +67,8 @@ pub struct CudaDevice {
     lane: AtomicU8,
     partition: PartitionState,
     pub(crate) allow_tf32: bool,
+    /// What the device was opened with (to open it again after a loss).
+    pub(crate) opts: CudaOptions,
     info: Info,
     /// Owns the contexts' streams (and green contexts); buffers keep it alive.
     pub(crate) pool: Arc<Pool>,
@@ -209,6 +211,7 @@ impl CudaDevice {
             lane: AtomicU8::new(Lane::Whole.index()),
             partition,
             allow_tf32: opts.allow_tf32,
+            opts: opts.clone(),
             info,
             pool,
         })
@@ -556,6 +559,11 @@ impl CudaDevice {
 
 impl Drop for CudaDevice {
     fn drop(&mut self) {
+        if self.pool.is_lost() {
+            // Modules and cuBLAS handles died with the context (see `crate::recovery`).
+            std::mem::forget(std::mem::take(&mut self.kits));
+            return;
+        }
         // Nothing may run while the modules and cuBLAS handles go.
         if let Err(e) = self.synchronize() {
             tracing::warn!(error = %e, "cuda device: synchronize before closing failed");

@@ -35,6 +35,29 @@ pub enum CudaError {
     /// Any other failure (driver, NVRTC, cuBLAS, a bad argument).
     #[error("CUDA failure: {0}")]
     Failure(String),
+    /// The device hit a sticky error (an illegal address, a failed launch): its context
+    /// is poisoned, every later call on it fails and every buffer on it is lost, until
+    /// [`crate::CudaDevice::recover`] resets it and opens it again.
+    #[error("CUDA device lost: {0}")]
+    Lost(String),
+}
+
+/// Whether a driver error poisons the context (a "sticky" error, in CUDA's terms): once
+/// one is returned, every later call in the process on that device fails with it until
+/// the primary context is reset.
+pub(crate) fn is_sticky(r: CUresult) -> bool {
+    matches!(
+        r,
+        CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
+            | CUresult::CUDA_ERROR_LAUNCH_FAILED
+            | CUresult::CUDA_ERROR_LAUNCH_TIMEOUT
+            | CUresult::CUDA_ERROR_HARDWARE_STACK_ERROR
+            | CUresult::CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | CUresult::CUDA_ERROR_MISALIGNED_ADDRESS
+            | CUresult::CUDA_ERROR_INVALID_ADDRESS_SPACE
+            | CUresult::CUDA_ERROR_INVALID_PC
+            | CUresult::CUDA_ERROR_ECC_UNCORRECTABLE
+    )
 }
 
 impl CudaError {
@@ -42,10 +65,20 @@ impl CudaError {
         CudaError::Failure(msg.into())
     }
 
-    /// A driver error with what was being done; out-of-memory keeps its own variant.
+    /// A driver error with what was being done; out-of-memory and sticky errors
+    /// ([`CudaError::Lost`]) keep their own variants.
     pub(crate) fn driver(what: &str, e: DriverError) -> Self {
         let text = format!("{what}: {}", describe_driver(&e));
-        if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY { CudaError::OutOfMemory(text) } else { CudaError::Failure(text) }
+        match e.0 {
+            CUresult::CUDA_ERROR_OUT_OF_MEMORY => CudaError::OutOfMemory(text),
+            r if is_sticky(r) => CudaError::Lost(text),
+            _ => CudaError::Failure(text),
+        }
+    }
+
+    /// Whether the device that returned this error is lost ([`CudaError::Lost`]).
+    pub fn is_lost(&self) -> bool {
+        matches!(self, CudaError::Lost(_))
     }
 
     pub(crate) fn cublas(what: &str, e: CublasError) -> Self {

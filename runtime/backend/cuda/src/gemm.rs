@@ -266,11 +266,12 @@ pub(crate) fn matmul_rows(
     Ok(c)
 }
 
-/// `e` with `what` was being done put first; out-of-memory keeps its variant.
+/// `e` with `what` was being done put first; the variant is kept.
 pub(crate) fn annotate(e: CudaError, what: &str) -> CudaError {
     match e {
         CudaError::OutOfMemory(m) => CudaError::OutOfMemory(format!("{what}: {m}")),
         CudaError::Failure(m) => CudaError::Failure(format!("{what}: {m}")),
+        CudaError::Lost(m) => CudaError::Lost(format!("{what}: {m}")),
     }
 }
 

@@ -20,6 +20,8 @@
 //! - [`gemm`]: matmul and convolution GEMMs through cuBLAS.
 //! - [`ops`]: one file per op family, mapping an [`sluice_host_api::Op`] onto kernels.
 //! - [`timing`]: [`KernelTimer`], an op's device time from a pair of CUDA events.
+//! - `recovery` (private): a device lost to a sticky error ([`CudaError::Lost`]), and
+//!   [`CudaDevice::recover`], which resets it and opens it again.
 //! - `mutants` (test builds only): planted bugs in the GEMM planning and lane ordering,
 //!   each shown caught on the fake CUDA device.
 
@@ -38,6 +40,7 @@ pub mod nvrtc_cache;
 pub mod ops;
 pub mod partition;
 pub mod probe;
+mod recovery;
 pub mod timing;
 
 use std::path::PathBuf;
