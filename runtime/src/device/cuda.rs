@@ -120,6 +120,10 @@ impl Device for CudaDevice {
         r.map_err(|e| self.error(e))
     }
 
+    fn scratch_bytes(&self, op: &Op, inputs: &[&TensorMeta], out: &TensorMeta) -> u64 {
+        sluice_backend_cuda::scratch_bytes(op, inputs, out)
+    }
+
     fn recover(&self) -> Result<(), DeviceError> {
         let mut inner = self.inner.write();
         let fresh = inner.recover().map_err(error)?;

@@ -144,6 +144,14 @@ pub trait Device: Send + Sync + 'static {
     /// Waits until every enqueued kernel has finished.
     fn synchronize(&self) -> Result<(), DeviceError>;
 
+    /// Device memory `launch` of `op` takes besides its output (attention scores, a
+    /// broadcast copy, an im2col buffer), for the host to charge to the invocation's
+    /// quota with the output; 0 for a device whose ops take none from device memory.
+    fn scratch_bytes(&self, op: &Op, inputs: &[&TensorMeta], out: &TensorMeta) -> u64 {
+        let _ = (op, inputs, out);
+        0
+    }
+
     /// Resets a device that returned [`DeviceError::Lost`] and makes it usable again;
     /// every buffer it held is gone (later use of one is an error), so what was
     /// resident must be uploaded again. Devices that cannot be lost say so.

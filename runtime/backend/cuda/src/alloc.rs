@@ -181,6 +181,14 @@ impl Pool {
         self.lock().stats
     }
 
+    /// Restarts the peak from what is in use now; returns the stats before.
+    pub(crate) fn reset_peak(&self) -> MemoryStats {
+        let mut st = self.lock();
+        let before = st.stats;
+        st.stats.peak_in_use = st.stats.in_use;
+        before
+    }
+
     /// A buffer of at least `bytes` bytes for work on `producer.slot`'s stream, contents
     /// undefined, produced by unit `producer.seq` of that stream.
     pub(crate) fn alloc(self: &Arc<Self>, producer: Producer, bytes: usize) -> Result<CudaBuffer, CudaError> {

@@ -20,6 +20,8 @@
 //! - [`gemm`]: matmul and convolution GEMMs through cuBLAS.
 //! - [`ops`]: one file per op family, mapping an [`sluice_host_api::Op`] onto kernels.
 //! - [`timing`]: [`KernelTimer`], an op's device time from a pair of CUDA events.
+//! - [`scratch`]: [`scratch_bytes`], the device memory an op takes besides its output,
+//!   for quotas.
 //! - `recovery` (private): a device lost to a sticky error ([`CudaError::Lost`]), and
 //!   [`CudaDevice::recover`], which resets it and opens it again.
 //! - `mutants` (test builds only): planted bugs in the GEMM planning and lane ordering,
@@ -41,6 +43,7 @@ pub mod ops;
 pub mod partition;
 pub mod probe;
 mod recovery;
+pub mod scratch;
 pub mod timing;
 
 use std::path::PathBuf;
@@ -49,6 +52,7 @@ pub use alloc::{CudaBuffer, MemoryStats};
 pub use device::CudaDevice;
 pub use error::{CudaError, CudaUnavailable};
 pub use partition::{Lane, PartitionState};
+pub use scratch::scratch_bytes;
 pub use timing::KernelTimer;
 
 /// How to open a device.

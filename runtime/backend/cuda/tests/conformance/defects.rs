@@ -8,10 +8,15 @@
 //! `rows_and_lanes::partitioned_lanes_match_the_cpu_backend`: the fake cuBLAS refuses a
 //! GEMM on a green-context stream whose handle's target is unset or larger than the
 //! green context.
+//!
+//! Defect 5 (scratch memory not charged to the quota): the backend predicts each op's
+//! scratch ([`sluice_backend_cuda::scratch_bytes`]) for the host to charge, checked here
+//! against what the op takes from the pool.
 
 use sluice_backend_cpu::CpuBuffer;
-use sluice_backend_cuda::{CudaBuffer, CudaDevice};
-use sluice_host_api::{BinaryOp, DType, Op, TensorMeta, infer};
+use sluice_backend_cuda::alloc::bucket_size;
+use sluice_backend_cuda::{CudaBuffer, CudaDevice, CudaOptions, scratch_bytes};
+use sluice_host_api::{BinaryOp, Conv2dArgs, DType, MatmulArgs, Op, TensorMeta, infer};
 
 use super::{compare, device};
 
@@ -140,5 +145,49 @@ fn integer_division_by_zero_is_an_error_on_both_backends() {
         assert!(cpu_err.contains("division by zero") && gpu_err.contains("division by zero"), "{cpu_err} / {gpu_err}");
         let got = on_gpu(dev, &op, &[(&a, &m), (&ok, &m)]).expect("a division without zero works after a fault");
         compare(dt, 1, &got, &on_cpu(&op, &[(&a, &m), (&ok, &m)]).unwrap()).unwrap();
+    }
+}
+
+/// Defect 5: for every op that takes scratch (attention with one and several batch
+/// elements, a matmul with partially broadcast operands, a grouped convolution, an
+/// integer division, an embedding) and some that take none, [`scratch_bytes`] is exactly
+/// what the op takes from the pool besides its output, measured on a device of its own
+/// (so no other test's buffers count).
+#[test]
+fn scratch_bytes_are_what_an_op_takes_besides_its_output() {
+    let Some(_) = device() else { return };
+    let dev = CudaDevice::open(CudaOptions::default()).expect("a second handle on the device");
+    let conv = Conv2dArgs { stride: (2, 1), padding: (1, 0), dilation: (1, 2), groups: 2 };
+    let att = |heads| Op::Attention { heads, scale: 0.5 };
+    let f = DType::F32;
+    let cases: Vec<(Op, Vec<TensorMeta>, bool)> = vec![
+        (att(2), vec![meta(f, &[1, 5, 8]), meta(f, &[1, 7, 8]), meta(f, &[1, 7, 8])], true),
+        (att(3), vec![meta(f, &[2, 3, 12]), meta(f, &[2, 5, 12]), meta(f, &[2, 5, 12]), meta(f, &[2, 1, 1, 5])], true),
+        (att(2), vec![meta(DType::F16, &[2, 4, 8]); 3], true),
+        (Op::Matmul(MatmulArgs::default()), vec![meta(f, &[2, 1, 3, 17]), meta(f, &[3, 17, 5])], true),
+        (Op::Matmul(MatmulArgs::default()), vec![meta(f, &[2, 3, 17]), meta(f, &[17, 5])], false),
+        (Op::Conv2d(conv), vec![meta(f, &[2, 4, 7, 6]), meta(f, &[6, 2, 3, 3]), meta(f, &[6])], true),
+        (Op::Binary(BinaryOp::Div), vec![meta(DType::I32, &[4]), meta(DType::I32, &[4])], true),
+        (Op::Binary(BinaryOp::Div), vec![meta(f, &[4]), meta(f, &[4])], false),
+        (Op::Embedding, vec![meta(f, &[11, 7]), meta(DType::I64, &[2, 3])], true),
+        (Op::Softmax { scale: 1.0 }, vec![meta(f, &[2, 3, 37])], false),
+    ];
+    for (op, metas, takes_scratch) in cases {
+        let refs: Vec<&TensorMeta> = metas.iter().collect();
+        let out = infer(&op, &refs).unwrap();
+        // Ones: valid ids, non-zero divisors.
+        let bufs: Vec<CudaBuffer> = metas
+            .iter()
+            .map(|m| dev.upload(m, &CpuBuffer::from_f32_as(m.dtype, &vec![1.0; m.numel()]).to_le_bytes()).unwrap())
+            .collect();
+        let args: Vec<(&CudaBuffer, &TensorMeta)> = bufs.iter().zip(&metas).collect();
+        let before = dev.reset_memory_peak();
+        let y = dev.launch(&op, &args, &out).unwrap();
+        let taken = dev.memory_stats().peak_in_use - before.in_use - bucket_size(out.byte_len()) as u64;
+        let predicted = scratch_bytes(&op, &refs, &out);
+        let what = format!("{op:?} {:?}", metas.iter().map(|m| &m.shape).collect::<Vec<_>>());
+        assert_eq!(predicted, taken, "{what}: predicted scratch vs what the op took from the pool");
+        assert_eq!(taken > 0, takes_scratch, "{what}: takes {taken} bytes of scratch");
+        dev.download(&y, &out).unwrap();
     }
 }
