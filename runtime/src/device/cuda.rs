@@ -104,6 +104,11 @@ impl Device for CudaDevice {
         r.map(Buffer::Cuda).map_err(|e| self.error(e))
     }
 
+    fn upload_owned(&self, meta: &TensorMeta, bytes: Vec<u8>) -> Result<Buffer, DeviceError> {
+        let r = self.inner.read().upload_owned(meta, bytes);
+        r.map(Buffer::Cuda).map_err(|e| self.error(e))
+    }
+
     fn launch(&self, op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> Result<Buffer, DeviceError> {
         let args = gpu_inputs(inputs)?;
         let r = self.inner.read().launch(op, &args, out);

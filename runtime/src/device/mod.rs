@@ -133,6 +133,13 @@ pub trait Device: Send + Sync + 'static {
     /// Copies little-endian element bytes (exactly `meta.byte_len()`) to the device.
     fn upload(&self, meta: &TensorMeta, bytes: &[u8]) -> Result<Buffer, DeviceError>;
 
+    /// [`Device::upload`] of bytes the device may keep: a device that copies large
+    /// uploads off the calling thread (the CUDA device, through pinned staging) returns
+    /// before the copy is made, and work reading the buffer waits for it.
+    fn upload_owned(&self, meta: &TensorMeta, bytes: Vec<u8>) -> Result<Buffer, DeviceError> {
+        self.upload(meta, &bytes)
+    }
+
     /// Runs (or enqueues) `op` on `inputs` and returns the output buffer, whose
     /// metadata is `out` as inferred by [`sluice_host_api::infer`].
     fn launch(&self, op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> Result<Buffer, DeviceError>;

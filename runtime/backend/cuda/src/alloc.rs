@@ -31,6 +31,7 @@ use cudarc::driver::{CudaContext, result};
 use crate::CudaError;
 use crate::fault::Fault;
 use crate::lanes::{Event, Lanes};
+use crate::staging::Staged;
 
 /// Smallest block and rounding granularity of small requests.
 pub const MIN_BLOCK: usize = 512;
@@ -205,6 +206,7 @@ impl Pool {
             event: OnceLock::new(),
             used: AtomicU8::new(1 << producer.slot),
             faults: Mutex::default(),
+            staged: OnceLock::new(),
             pool: self.clone(),
         })))
     }
@@ -389,6 +391,8 @@ struct Inner {
     /// The fault records of the launches this buffer was computed from (`crate::fault`),
     /// read when it is downloaded.
     faults: Mutex<Vec<Fault>>,
+    /// For an upload made by the stager (`crate::staging`): its copy.
+    staged: OnceLock<Arc<Staged>>,
     pool: Arc<Pool>,
 }
 
@@ -400,6 +404,9 @@ impl Drop for Inner {
         }
         if self.size == 0 || self.pool.is_lost() {
             return;
+        }
+        if let Some(staged) = self.staged.get() {
+            crate::staging::release(&self.pool.lanes, staged);
         }
         let used = *self.used.get_mut();
         if used & !(1u8 << home) == 0 {
@@ -470,6 +477,16 @@ impl CudaBuffer {
             // Never happens (set once, right after the upload); do not leak the event.
             self.0.pool.lanes.recycle(self.0.producer.slot as usize, e);
         }
+    }
+
+    /// Marks the buffer as filled by the stager's copy `staged`.
+    pub(crate) fn set_staged(&self, staged: Arc<Staged>) {
+        let _ = self.0.staged.set(staged);
+    }
+
+    /// The stager's copy that fills this buffer, if any.
+    pub(crate) fn staged(&self) -> Option<&Arc<Staged>> {
+        self.0.staged.get()
     }
 
     /// Notes that work on stream slot `slot` reads this buffer.

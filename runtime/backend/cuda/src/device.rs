@@ -69,6 +69,8 @@ pub struct CudaDevice {
     pub(crate) allow_tf32: bool,
     /// What the device was opened with (to open it again after a loss).
     pub(crate) opts: CudaOptions,
+    /// Copies large uploads through pinned memory (`crate::staging`); started on first use.
+    pub(crate) stager: std::sync::OnceLock<crate::staging::Stager>,
     info: Info,
     /// Owns the contexts' streams (and green contexts); buffers keep it alive.
     pub(crate) pool: Arc<Pool>,
@@ -212,6 +214,7 @@ impl CudaDevice {
             partition,
             allow_tf32: opts.allow_tf32,
             opts: opts.clone(),
+            stager: std::sync::OnceLock::new(),
             info,
             pool,
         })
@@ -415,6 +418,7 @@ impl CudaDevice {
         // The copy finishes before this returns, so the buffer's use mask stays as is.
         let p = buf.producer();
         self.pool.lanes.order_after(slot, p.slot as usize, p.seq, buf.upload_event())?;
+        self.after_staged([buf], slot)?;
         let mut out = vec![0u8; n];
         if n > 0 {
             let lane = self.active_slot(slot);
@@ -527,6 +531,7 @@ impl CudaDevice {
                 }
             }
         }
+        self.after_staged(inputs.iter().map(|(b, _)| *b), slot)?;
         self.pool.lanes.begin(slot);
         Ok(())
     }

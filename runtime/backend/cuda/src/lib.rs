@@ -22,6 +22,8 @@
 //! - [`timing`]: [`KernelTimer`], an op's device time from a pair of CUDA events.
 //! - [`scratch`]: [`scratch_bytes`], the device memory an op takes besides its output,
 //!   for quotas.
+//! - [`staging`]: large uploads copied through pinned memory by a stager thread, off
+//!   the caller's thread ([`CudaDevice::upload_owned`]).
 //! - `recovery` (private): a device lost to a sticky error ([`CudaError::Lost`]), and
 //!   [`CudaDevice::recover`], which resets it and opens it again.
 //! - `mutants` (test builds only): planted bugs in the GEMM planning and lane ordering,
@@ -44,6 +46,7 @@ pub mod partition;
 pub mod probe;
 mod recovery;
 pub mod scratch;
+pub mod staging;
 pub mod timing;
 
 use std::path::PathBuf;
@@ -53,6 +56,7 @@ pub use device::CudaDevice;
 pub use error::{CudaError, CudaUnavailable};
 pub use partition::{Lane, PartitionState};
 pub use scratch::scratch_bytes;
+pub use staging::{StagingHold, StagingStats};
 pub use timing::KernelTimer;
 
 /// How to open a device.

@@ -14,7 +14,8 @@
 //! run sets it). `SLUICE_KERNEL_CACHE_DIR` sets the kernel cache directory.
 //!
 //! `conformance/rows_and_lanes.rs` covers row blocks (matmul and linear) and a device
-//! partitioned with green contexts.
+//! partitioned with green contexts; `conformance/uploads.rs` large uploads through the
+//! stager; `conformance/defects.rs` the GPU defects of issue 11.
 
 use std::sync::OnceLock;
 
@@ -31,6 +32,8 @@ mod defects;
 mod rows_and_lanes;
 #[path = "../../../../tests/src/skip.rs"]
 mod skip;
+#[path = "conformance/uploads.rs"]
+mod uploads;
 
 /// The shared device, or `None` (after printing why) when the test should skip.
 fn device() -> Option<&'static CudaDevice> {

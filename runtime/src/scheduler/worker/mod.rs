@@ -231,11 +231,13 @@ impl Actor {
 
     /// Executes `q` (or one slice of it); returns the device time and whether it is done.
     fn execute(&mut self, q: &mut Queued, slice_now: bool, tenant: Option<usize>) -> (Duration, bool) {
+        // An upload's bytes go to the device, which may copy them off this thread.
+        let owned = if let Work::Upload { bytes, .. } = &mut q.work { std::mem::take(bytes) } else { Vec::new() };
         match &q.work {
-            Work::Upload { id, meta, bytes } => {
+            Work::Upload { id, meta, .. } => {
                 let started = self.now();
                 let result =
-                    self.device.upload(meta, bytes).map(|b| (b, meta.byte_len() as u64)).map_err(ApiError::from);
+                    self.device.upload_owned(meta, owned).map(|b| (b, meta.byte_len() as u64)).map_err(ApiError::from);
                 let elapsed = self.now().saturating_sub(started);
                 self.stats.uploads += 1;
                 self.complete(*id, result, self.lane);

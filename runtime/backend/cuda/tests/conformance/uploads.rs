@@ -1,0 +1,70 @@
+//! Large uploads through the stager (issue 11, defect 2): [`CudaDevice::upload_owned`]
+//! returns before its copy is made (the stager is held, and the caller's thread goes on
+//! running other work meanwhile), and every reader, on the same lane, on another lane
+//! and by download, waits for the copy; a staged buffer dropped unread does not give its
+//! memory to a later upload before its copy ran. On the fake the copy stream is lazy, so
+//! a reader that did not wait would read the allocator's fill (NaN), never a lucky copy.
+
+use sluice_backend_cpu::CpuBuffer;
+use sluice_backend_cuda::staging::{CHUNK, STAGED_MIN};
+use sluice_backend_cuda::{CudaDevice, CudaOptions, Lane};
+use sluice_host_api::{DType, Op, TensorMeta, UnaryOp};
+
+use super::device;
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    CpuBuffer::from_f32_as(DType::F32, v).to_le_bytes()
+}
+
+/// Panics naming the first differing element (the vectors are long).
+fn same(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != want[i].to_bits()) {
+        panic!("{what}: element {i} is {}, want {}", got[i], want[i]);
+    }
+}
+
+fn read(dev: &CudaDevice, b: &sluice_backend_cuda::CudaBuffer, m: &TensorMeta) -> Vec<f32> {
+    CpuBuffer::from_le_bytes(DType::F32, &dev.download(b, m).unwrap()).to_f32_vec()
+}
+
+#[test]
+fn large_uploads_return_before_their_copy_and_every_reader_waits_for_it() {
+    let Some(_) = device() else { return };
+    // A device of its own: holding its stager must not stall other tests.
+    let dev = CudaDevice::open(CudaOptions { reserved_sms: 16, ..Default::default() }).expect("a second handle");
+    let n = (2 * CHUNK + STAGED_MIN) / 4 + 5; // two full pinned chunks and a part of a third
+    let m = TensorMeta::new(DType::F32, vec![n as u32]).unwrap();
+    let h: Vec<f32> = (0..n).map(|i| (i % 1001) as f32 - 500.0).collect();
+
+    let hold = dev.hold_staging().unwrap();
+    let big = dev.upload_owned(&m, f32_bytes(&h)).unwrap();
+    assert_eq!(dev.staging_stats().uploads, 0, "the upload returned with its copy not made");
+    // Meanwhile the caller's thread runs other work: a small upload and a kernel.
+    let sm = TensorMeta::new(DType::F32, vec![4]).unwrap();
+    let small = dev.upload_owned(&sm, f32_bytes(&[-1.0, 2.0, -3.0, 4.0])).unwrap();
+    let y = dev.launch(&Op::Unary(UnaryOp::Relu), &[(&small, &sm)], &sm).unwrap();
+    assert_eq!(read(&dev, &y, &sm), [0.0, 2.0, 0.0, 4.0]);
+    assert_eq!(dev.staging_stats().uploads, 0, "small uploads are copied at once");
+    drop(hold);
+
+    // A reader on another lane, one on the uploading lane, and a download.
+    let relu: Vec<f32> = h.iter().map(|v| v.max(0.0)).collect();
+    dev.set_lane(Lane::Reserved);
+    let y = dev.launch(&Op::Unary(UnaryOp::Relu), &[(&big, &m)], &m).unwrap();
+    same(&read(&dev, &y, &m), &relu, "a kernel on another lane");
+    dev.set_lane(Lane::Whole);
+    let y = dev.launch(&Op::Unary(UnaryOp::Relu), &[(&big, &m)], &m).unwrap();
+    same(&read(&dev, &y, &m), &relu, "a kernel on the uploading lane");
+    same(&read(&dev, &big, &m), &h, "the download");
+    let stats = dev.staging_stats();
+    assert_eq!((stats.uploads, stats.bytes), (1, m.byte_len() as u64));
+
+    // Dropped unread, then the same size again with other values.
+    let first = dev.upload_owned(&m, f32_bytes(&h)).unwrap();
+    drop(first);
+    let other: Vec<f32> = h.iter().map(|v| -v).collect();
+    let second = dev.upload_owned(&m, f32_bytes(&other)).unwrap();
+    same(&read(&dev, &second, &m), &other, "an upload into a block freed while its copy was pending");
+    assert_eq!(dev.staging_stats().uploads, 3);
+}
