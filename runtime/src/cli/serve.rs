@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use crate::device::{DeviceChoice, DeviceSettings, OpenedDevice, open_device};
+use crate::device::{DeviceChoice, DeviceSettings, OpenedDevices, open_devices};
 use crate::platform::{Platform, PlatformConfig};
 use crate::scheduler::{Policy, SchedulerConfig};
 use crate::server::{self, BodyLimits};
@@ -25,9 +25,10 @@ pub struct ServeArgs {
     /// Cores the CPU device's kernels may use (default: all).
     #[arg(long)]
     cpu_threads: Option<usize>,
-    /// CUDA device ordinal.
-    #[arg(long, default_value_t = 0)]
-    cuda_device: usize,
+    /// CUDA devices to serve on, as ordinals (`0,1`); default: every visible GPU. Each
+    /// has its own scheduler, and function versions are placed on the least-loaded.
+    #[arg(long = "cuda-devices", alias = "cuda-device", value_delimiter = ',')]
+    cuda_devices: Option<Vec<usize>>,
     /// Let f32 GEMMs on the GPU use TF32 tensor cores (faster, ~1e-3 relative error).
     #[arg(long)]
     allow_tf32: bool,
@@ -85,13 +86,18 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let settings = DeviceSettings {
         cpu_threads: args.cpu_threads,
-        cuda_ordinal: args.cuda_device,
+        cuda_ordinal: args.cuda_devices.as_deref().and_then(|d| d.first().copied()).unwrap_or(0),
         kernel_cache_dir: Some(args.data_dir.join("kernels")),
         allow_tf32: args.allow_tf32,
         reserved_sms: args.reserved_sms,
     };
-    let OpenedDevice { device, reason } = open_device(args.device, &settings)?;
-    println!("device: {reason}");
+    let OpenedDevices(opened) = open_devices(args.device, &settings, args.cuda_devices.as_deref())?;
+    let mut devices = Vec::new();
+    let count = opened.len();
+    for d in opened {
+        println!("device: {}", d.reason);
+        devices.push(d.device);
+    }
     let config = PlatformConfig {
         data_dir: args.data_dir.clone(),
         max_concurrency: args.max_concurrency,
@@ -119,7 +125,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .build()?;
     let result = runtime.block_on(async move {
         let started = Instant::now();
-        let platform = Platform::open(config, vec![device])
+        let platform = Platform::open(config, devices)
             .with_context(|| format!("opening the data directory {}", args.data_dir.display()))?;
         let admin_key = std::env::var("SLUICE_ADMIN_KEY").ok().filter(|k| !k.is_empty());
         let generated = platform.registry().ensure_admin_key(admin_key).context("setting up the admin key")?;
@@ -133,7 +139,8 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let device = platform.device();
         println!("sluice {} listening on http://{addr}", env!("CARGO_PKG_VERSION"));
         println!("data dir: {}", platform.registry().data_dir().display());
-        println!("device: {} ({:?})", device.name, device.kind);
+        let more = if count > 1 { format!(" and {} more", count - 1) } else { String::new() };
+        println!("device: {} ({:?}){more}", device.name, device.kind);
         println!(
             "functions: {} loaded from compiled cache, {} compiled, {} failed",
             warm.from_cache, warm.compiled, warm.failed

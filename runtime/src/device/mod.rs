@@ -22,7 +22,7 @@ use sluice_host_api::{ApiError, ErrorCode, Op, TensorMeta};
 
 pub use capabilities::{KernelClock, KernelTiming, Lanes, PartitionState, RowSlicing, TimedLaunch};
 pub use cpu::CpuDevice;
-pub use select::{CudaRequired, DeviceChoice, DeviceSettings, OpenedDevice, open_device};
+pub use select::{CudaRequired, DeviceChoice, DeviceSettings, OpenedDevice, OpenedDevices, open_device, open_devices};
 pub use sluice_backend_cpu::CpuBuffer;
 
 /// Device memory holding one tensor's elements. Immutable once produced: ops always

@@ -1,4 +1,5 @@
-//! Choosing the device at start: the best available, or the one the operator forced.
+//! Choosing the devices at start: the best available, or the one the operator forced;
+//! every visible GPU (or a list of them) for a server with several.
 
 use std::path::PathBuf;
 
@@ -23,7 +24,7 @@ pub enum DeviceChoice {
 pub struct DeviceSettings {
     /// Cores the CPU device's kernels may use (`None`: all).
     pub cpu_threads: Option<usize>,
-    /// CUDA device ordinal.
+    /// CUDA device ordinal (of [`open_device`]; [`open_devices`] takes a list).
     pub cuda_ordinal: usize,
     /// Where compiled kernels are cached across restarts.
     pub kernel_cache_dir: Option<PathBuf>,
@@ -39,6 +40,9 @@ pub struct OpenedDevice {
     pub device: Box<dyn Device>,
     pub reason: String,
 }
+
+/// The devices [`open_devices`] opened (at least one), each with why it was chosen.
+pub struct OpenedDevices(pub Vec<OpenedDevice>);
 
 /// `--device cuda` where no GPU can be used.
 #[derive(Debug, thiserror::Error)]
@@ -84,6 +88,58 @@ pub fn open_device(choice: DeviceChoice, settings: &DeviceSettings) -> Result<Op
     }
 }
 
+/// Opens every GPU in `ordinals` (`None`: every GPU the driver shows), each with its
+/// own [`Device`]; the CPU when `choice` asks for it, or under `auto` when no GPU opens.
+/// With `--device cuda` a GPU of the list that cannot be opened is an error, as is an
+/// empty list.
+pub fn open_devices(
+    choice: DeviceChoice,
+    settings: &DeviceSettings,
+    ordinals: Option<&[usize]>,
+) -> Result<OpenedDevices, CudaRequired> {
+    if choice == DeviceChoice::Cpu {
+        return open_device(choice, settings).map(|d| OpenedDevices(vec![d]));
+    }
+    let listed: Vec<usize> = match ordinals {
+        Some(list) => list.to_vec(),
+        None => match sluice_backend_cuda::probe::device_count() {
+            Ok(n) => (0..n).collect(),
+            Err(why) if choice == DeviceChoice::Auto => {
+                let mut cpu = open_device(DeviceChoice::Cpu, settings)?;
+                cpu.reason = format!("{why}: using the CPU backend");
+                return Ok(OpenedDevices(vec![cpu]));
+            }
+            Err(why) => return Err(CudaRequired(why.to_string())),
+        },
+    };
+    let mut opened = Vec::new();
+    let mut failures = Vec::new();
+    for &ordinal in &listed {
+        let one = DeviceSettings { cuda_ordinal: ordinal, ..settings.clone() };
+        match open_device(DeviceChoice::Cuda, &one) {
+            Ok(d) => opened.push(OpenedDevice { device: d.device, reason: format!("GPU {ordinal}: {}", d.reason) }),
+            Err(CudaRequired(why)) => failures.push(format!("GPU {ordinal}: {why}")),
+        }
+    }
+    if choice == DeviceChoice::Cuda && (!failures.is_empty() || opened.is_empty()) {
+        let why = if listed.is_empty() { "no GPU is visible".to_owned() } else { failures.join("; ") };
+        return Err(CudaRequired(why));
+    }
+    for f in &failures {
+        tracing::warn!(reason = %f, "a GPU could not be opened; serving without it");
+    }
+    if opened.is_empty() {
+        let mut cpu = open_device(DeviceChoice::Cpu, settings)?;
+        cpu.reason = if failures.is_empty() {
+            "no CUDA device is visible: using the CPU backend".into()
+        } else {
+            format!("{}: using the CPU backend", failures.join("; "))
+        };
+        opened.push(cpu);
+    }
+    Ok(OpenedDevices(opened))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,5 +159,25 @@ mod tests {
                 assert!(auto.reason.ends_with("using the CPU backend"), "{}", auto.reason);
             }
         }
+    }
+
+    #[test]
+    fn opening_several_devices() {
+        let cpu = open_devices(DeviceChoice::Cpu, &DeviceSettings::default(), None).unwrap();
+        assert_eq!(cpu.0.len(), 1);
+        assert_eq!(cpu.0[0].device.info().kind, crate::device::DeviceKind::Cpu);
+        let Err(_) = sluice_backend_cuda::probe::device_count() else {
+            eprintln!("a CUDA driver is present; the several-GPU path is tested by `cargo xtask test-cuda-fake`");
+            return;
+        };
+        // Without a driver: forcing CUDA fails, naming a listed GPU; auto serves on the CPU.
+        let forced = open_devices(DeviceChoice::Cuda, &DeviceSettings::default(), Some(&[0, 1]));
+        let err = forced.err().expect("no GPU to force").to_string();
+        assert!(err.contains("GPU 0") && err.contains("--device cuda"), "{err}");
+        let none = open_devices(DeviceChoice::Cuda, &DeviceSettings::default(), Some(&[]));
+        assert!(none.err().expect("an empty list").to_string().contains("no GPU"));
+        let auto = open_devices(DeviceChoice::Auto, &DeviceSettings::default(), None).unwrap();
+        assert_eq!(auto.0.len(), 1);
+        assert_eq!(auto.0[0].device.info().kind, crate::device::DeviceKind::Cpu);
     }
 }

@@ -1,11 +1,14 @@
 //! The `sluice serve --device cuda` smoke test on the fake device: MiniLM end to end
 //! (HTTP, the engine, the guest, the CUDA backend's kernels and cuBLAS calls), in f32 and
-//! f16, against the reference embeddings of `tests/data/minilm_ref_visible.json`.
+//! f16, against the reference embeddings of `tests/data/minilm_ref_visible.json`, on a
+//! server with two GPUs (`SLUICE_FAKE_CUDA_DEVICES=2`).
 //!
 //! Starts the debug `sluice` on a free local port with a throw-away data directory,
-//! creates a tenant, deploys `minilm-embed` with the model, embeds the shortest reference
-//! sentences (the emulator runs ~1 µs per CUDA thread, so long batches would take
-//! minutes) and checks every embedding's cosine similarity to the reference.
+//! creates a tenant, deploys MiniLM as two functions (each version is placed on the
+//! least-loaded GPU, so one lands on each), embeds the shortest reference sentences (the
+//! emulator runs ~1 µs per CUDA thread, so long batches would take minutes) in f32
+//! through one and in f16 through the other, checks every embedding's cosine similarity
+//! to the reference, and checks in `/v1/status` that both GPUs ran kernels.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -21,8 +24,10 @@ use crate::{build_functions, cmd, fetch_model};
 const SENTENCES: usize = 5;
 /// Hidden size of MiniLM.
 const HIDDEN: usize = 384;
-/// (precision, least cosine similarity to the reference accepted).
-const PRECISIONS: [(&str, f64); 2] = [("f32", 0.99999), ("f16", 0.999)];
+/// (function, precision, least cosine similarity to the reference accepted).
+const RUNS: [(&str, &str, f64); 2] = [("minilm-embed", "f32", 0.99999), ("minilm-embed-2", "f16", 0.999)];
+/// GPUs the fake driver shows the server.
+const GPUS: usize = 2;
 
 /// Kills the server when dropped.
 struct Server(Child);
@@ -126,6 +131,7 @@ pub fn run(schedule: &str) -> Result<()> {
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     super::env(&mut c, schedule)?;
+    c.env("SLUICE_FAKE_CUDA_DEVICES", GPUS.to_string());
     let mut server = Server(c.spawn().context("starting sluice serve")?);
     let deadline = Instant::now() + Duration::from_secs(120);
     while request(&addr, "GET", "/v2/health/ready", "", "").is_err() {
@@ -145,31 +151,33 @@ pub fn run(schedule: &str) -> Result<()> {
     let key = string_after(&created, "key").context("no key in the answer to `tenants create`")?.to_owned();
     let wasm = root.join("functions/target/wasm32-wasip2/release/minilm_embed.wasm");
     let artifact = |name: &str, file: &str| format!("{name}={}", model.join(file).display());
-    client(
-        &sluice,
-        &url,
-        &key,
-        &[
-            "deploy",
-            "minilm-embed",
-            &wasm.display().to_string(),
-            "--artifact",
-            &artifact("model", "model.safetensors"),
-            "--artifact",
-            &artifact("vocab", "vocab.txt"),
-            "--artifact",
-            &artifact("config", "config.json"),
-        ],
-    )?;
+    for (function, _, _) in RUNS {
+        client(
+            &sluice,
+            &url,
+            &key,
+            &[
+                "deploy",
+                function,
+                &wasm.display().to_string(),
+                "--artifact",
+                &artifact("model", "model.safetensors"),
+                "--artifact",
+                &artifact("vocab", "vocab.txt"),
+                "--artifact",
+                &artifact("config", "config.json"),
+            ],
+        )?;
+    }
     let records = reference(SENTENCES)?;
     let texts = records.iter().map(|(t, _)| format!("\"{t}\"")).collect::<Vec<_>>().join(",");
-    for (precision, least) in PRECISIONS {
+    for (function, precision, least) in RUNS {
         let body = format!(
             "{{\"inputs\":[{{\"name\":\"text\",\"shape\":[{SENTENCES}],\"datatype\":\"BYTES\",\"data\":[{texts}]}},\
              {{\"name\":\"precision\",\"shape\":[1],\"datatype\":\"BYTES\",\"data\":[\"{precision}\"]}}]}}"
         );
         let t0 = Instant::now();
-        let reply = request(&addr, "POST", "/v2/models/minilm-embed/infer", &key, &body)?;
+        let reply = request(&addr, "POST", &format!("/v2/models/{function}/infer"), &key, &body)?;
         let mut at = 0;
         let embeddings = loop {
             let data = at + reply[at..].find("\"data\"").context("no output of the expected size")?;
@@ -193,7 +201,26 @@ pub fn run(schedule: &str) -> Result<()> {
             bail!("MiniLM {precision} on the fake CUDA device: cosine {worst} < {least}");
         }
     }
+    let kernels = kernels_per_device(&request(&addr, "GET", "/v1/status", &admin, "")?);
+    eprintln!("xtask: kernels run per fake GPU: {kernels:?}");
+    if kernels.len() != GPUS || kernels.contains(&0) {
+        bail!("sluice serve should run on {GPUS} fake GPUs, each running kernels; kernels per device: {kernels:?}");
+    }
     drop(server);
     let _ = std::fs::remove_dir_all(&data);
     Ok(())
+}
+
+/// The `kernels` count of each device in a `/v1/status` body, in order.
+fn kernels_per_device(status: &str) -> Vec<u64> {
+    let devices = &status[status.find("\"devices\"").unwrap_or(0)..];
+    devices
+        .split("\"partition\"")
+        .skip(1)
+        .filter_map(|d| {
+            let at = d.find("\"kernels\":")? + "\"kernels\":".len();
+            let digits: String = d[at..].chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        })
+        .collect()
 }

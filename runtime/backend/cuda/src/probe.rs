@@ -48,3 +48,19 @@ pub fn libraries() -> Libraries {
 pub fn driver_present() -> bool {
     libraries().driver
 }
+
+/// How many CUDA devices the driver shows this process (`cuDeviceGetCount`), or why
+/// none can be used. Never panics.
+pub fn device_count() -> Result<usize, CudaUnavailable> {
+    libraries().check()?;
+    let count = std::panic::catch_unwind(|| {
+        cudarc::driver::result::init()?;
+        cudarc::driver::result::device::get_count()
+    });
+    match count {
+        Ok(Ok(n)) => Ok(n.max(0) as usize),
+        Ok(Err(e)) if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_NO_DEVICE => Ok(0),
+        Ok(Err(e)) => Err(CudaUnavailable::Init(format!("counting devices: {}", crate::error::describe_driver(&e)))),
+        Err(panic) => Err(CudaUnavailable::Init(crate::error::panic_message(panic.as_ref()))),
+    }
+}

@@ -1,5 +1,6 @@
 //! Planted kernel bugs the fake CUDA device must catch (issue 11's mutation check, the
-//! kernel half: the GEMM and cross-lane cases need backend hooks and are not here).
+//! kernel half; the bugs planted in the backend's own GEMM planning and lane ordering are
+//! the unit test `mutants::tests` of the crate).
 //!
 //! Runs only on the fake device (`SLUICE_FAKE_CUDA=1` with `target/fakecuda/lib` first on
 //! `LD_LIBRARY_PATH`, as `cargo xtask test-cuda-fake` sets up); anywhere else it prints
