@@ -17,7 +17,8 @@
 //! - a consumer stream that does not wait for its producer stream reads stale data (the
 //!   fake runs a stream's work only when something waits on it), and reads the right
 //!   data with the event wait;
-//! - a GEMM with a leading dimension smaller than its rows is refused by the fake cuBLAS.
+//! - a GEMM with a leading dimension smaller than its rows is refused by the fake cuBLAS;
+//! - a row kernel without its `__launch_bounds__` is refused a 1024-thread block.
 //!
 //! A launch failure is sticky (it poisons the device, as on a GPU), so those cases run
 //! in a child process (this test binary again, with `SLUICE_MUTATION_CHILD` set).
@@ -83,9 +84,9 @@ fn layernorm_input() -> Vec<f32> {
     (0..ROWS * LEN).map(|i| ((i * 37) % 11) as f32 + (i / LEN) as f32 * 5.0).collect()
 }
 
-/// Largest error of `layernorm_f32` (gamma 1, beta 0) against an f64 reference, or the
-/// driver's error.
-fn layernorm_error(gpu: &Gpu, source: &str) -> Result<f64, String> {
+/// Largest error of `layernorm_f32` (gamma 1, beta 0, blocks of `threads`) against an
+/// f64 reference, or the driver's error.
+fn layernorm_error_with(gpu: &Gpu, source: &str, threads: u32) -> Result<f64, String> {
     let module = compile(gpu, "layernorm", source);
     let f = module.load_function("layernorm_f32").map_err(|e| format!("{e:?}"))?;
     let s = &gpu.stream;
@@ -95,7 +96,7 @@ fn layernorm_error(gpu: &Gpu, source: &str) -> Result<f64, String> {
     let db = s.clone_htod(&vec![0.0f32; LEN]).map_err(|e| format!("{e:?}"))?;
     let mut out = s.alloc_zeros::<f32>(ROWS * LEN).map_err(|e| format!("{e:?}"))?;
     let (rows, len, eps) = (ROWS as u64, LEN as u64, 1e-5f32);
-    let cfg = LaunchConfig { grid_dim: (ROWS as u32, 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+    let cfg = LaunchConfig { grid_dim: (ROWS as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
     let mut b = s.launch_builder(&f);
     b.arg(&dx).arg(&dg).arg(&db).arg(&mut out).arg(&rows).arg(&len).arg(&eps);
     // SAFETY: the arguments match layernorm_f32's signature and sizes.
@@ -112,6 +113,11 @@ fn layernorm_error(gpu: &Gpu, source: &str) -> Result<f64, String> {
         }
     }
     Ok(worst)
+}
+
+/// [`layernorm_error_with`] blocks of 128 threads.
+fn layernorm_error(gpu: &Gpu, source: &str) -> Result<f64, String> {
+    layernorm_error_with(gpu, source, 128)
 }
 
 const FIRST_BARRIER: &str = "    __syncthreads();\n    if (lane == 0) shared[warp] = v;";
@@ -148,7 +154,18 @@ fn kernel_mutations_are_caught() {
     }
     set_schedule(0);
 
-    for case in ["off_by_one", "divergent_shuffle"] {
+    // A row kernel without its `__launch_bounds__` cannot be sure to fit 1024 threads.
+    let err = layernorm_error_with(&gpu, &clean, 1024).unwrap();
+    assert!(err < 1e-4, "the unmodified layer norm in 1024-thread blocks is off by {err}");
+    let unbounded = plant(&clean, "__launch_bounds__(ROW_THREADS) ", "");
+    let refused = layernorm_error_with(&gpu, &unbounded, 1024).expect_err("an unbounded 1024-thread launch");
+    eprintln!("removed __launch_bounds__: {refused}");
+    assert!(refused.contains("LAUNCH_OUT_OF_RESOURCES"), "{refused}");
+
+    // Each caught by the failure it must cause, not by any failure.
+    for (case, expected) in
+        [("off_by_one", "CUDA_ERROR_ILLEGAL_ADDRESS"), ("divergent_shuffle", "CUDA_ERROR_LAUNCH_FAILED")]
+    {
         let exe = std::env::current_exe().unwrap();
         let out = std::process::Command::new(exe)
             .args(["sticky_case", "--exact", "--nocapture", "--test-threads=1"])
@@ -159,7 +176,7 @@ fn kernel_mutations_are_caught() {
         assert!(out.status.success(), "child for {case} failed:\n{stderr}");
         let verdict = stderr.lines().find(|l| l.starts_with("mutation ")).unwrap_or("no verdict");
         eprintln!("{verdict}");
-        assert!(verdict.ends_with("caught"), "{case}: {stderr}");
+        assert!(verdict.ends_with("caught") && verdict.contains(expected), "{case}: {stderr}");
     }
 }
 
@@ -185,9 +202,9 @@ fn sticky_case() {
             let mut b = gpu.stream.launch_builder(&f);
             b.arg(&x).arg(&mut y).arg(&n);
             // SAFETY: matches relu_f32's signature (the planted bug is the point).
-            unsafe { b.launch(LaunchConfig::for_num_elems(64)) }
-                .and_then(|_| gpu.stream.synchronize())
-                .map_err(|e| format!("{e:?}"))
+            // One block of 64 threads (an unbounded kernel may have at most 256).
+            let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (64, 1, 1), shared_mem_bytes: 0 };
+            unsafe { b.launch(cfg) }.and_then(|_| gpu.stream.synchronize()).map_err(|e| format!("{e:?}"))
         }
         "divergent_shuffle" => {
             let source =
