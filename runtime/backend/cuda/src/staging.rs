@@ -6,8 +6,9 @@
 //! 256 MiB upload (or 90 MB of weights) holds the scheduler's one thread for tens of
 //! milliseconds and every tenant waits. [`CudaDevice::upload_owned`] takes the bytes
 //! instead: an upload of at least [`STAGED_MIN`] bytes only allocates the device buffer
-//! on the caller's thread and hands the bytes to the device's stager thread, which
-//! copies them, [`CHUNK`] at a time, into two pinned buffers used in turn and queues each
+//! on the caller's thread (and records an event on its lane's stream, which the copy
+//! waits for: the block may be a reused one that queued work still reads) and hands the
+//! bytes to the device's stager thread, which copies them, [`CHUNK`] at a time, into two pinned buffers used in turn and queues each
 //! piece on its own copy stream, then records an event after the last piece. Work that
 //! reads the buffer (on any lane, and its download) waits for that event on its stream;
 //! only if the stager has not queued the copy yet does the reader's thread wait for it,
@@ -67,6 +68,9 @@ struct Job {
     dst: u64,
     bytes: Vec<u8>,
     staged: Arc<Staged>,
+    /// Recorded on the uploading slot's stream after the buffer was allocated: the block
+    /// may be a reused one that work queued there still reads, so the copy waits for it.
+    after: (usize, Event),
 }
 
 /// What the stager did so far.
@@ -176,6 +180,12 @@ fn copy(
         return Err(CudaError::Lost("the device was lost before the upload was copied".into()));
     }
     pool.lanes.slot(0).bind()?;
+    let (slot, after) = job.after;
+    // SAFETY: live stream and event; events of another context are allowed.
+    let waited =
+        unsafe { result::stream::wait_event(stream.cu_stream(), after.0, CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) };
+    pool.lanes.recycle(slot, after);
+    waited.map_err(|e| CudaError::driver("ordering a staged copy after the block's last readers", e))?;
     for (i, piece) in job.bytes.chunks(CHUNK).enumerate() {
         if pinned.bufs.len() < 2 {
             // SAFETY: a plain pinned allocation in the bound context.
@@ -250,7 +260,9 @@ impl CudaDevice {
         let buf = self.alloc(bytes.len())?;
         let staged = Arc::new(Staged { queued: Mutex::new(None), ready: Condvar::new(), waited: AtomicU8::new(0) });
         buf.set_staged(staged.clone());
-        let job = Job { dst: buf.device_ptr(), bytes, staged };
+        // The block may have been freed by work still queued on this lane that reads it.
+        let after = (slot, self.pool.lanes.record(slot)?);
+        let job = Job { dst: buf.device_ptr(), bytes, staged, after };
         let sent = lock(&stager.tx).as_ref().map(|tx| tx.send(job).is_ok()).unwrap_or(false);
         if !sent {
             return Err(CudaError::failure("the stager thread has stopped"));

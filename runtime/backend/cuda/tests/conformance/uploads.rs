@@ -68,3 +68,32 @@ fn large_uploads_return_before_their_copy_and_every_reader_waits_for_it() {
     same(&read(&dev, &second, &m), &other, "an upload into a block freed while its copy was pending");
     assert_eq!(dev.staging_stats().uploads, 3);
 }
+
+/// Weights loaded as another dtype (the server's `load_tensor(.., as_dtype)`): each a
+/// staged upload cast on the device and dropped at once, all queued before any result is
+/// read. Every upload after the first reuses the block of the one before, whose cast
+/// has not run yet: its copy must wait for that cast (on the fake the stream runs only
+/// when waited on, so a copy that did not wait overwrites the cast's input).
+#[test]
+fn staged_uploads_into_reused_blocks_wait_for_earlier_readers() {
+    let Some(_) = device() else { return };
+    let dev = CudaDevice::open(CudaOptions::default()).expect("a second handle");
+    let n = STAGED_MIN / 4 * 3 + 7;
+    let m = TensorMeta::new(DType::F32, vec![n as u32]).unwrap();
+    let layers: Vec<Vec<f32>> =
+        (0..4).map(|l| (0..n).map(|i| ((i + 13 * l) % 97) as f32 * 0.25 - 12.0).collect()).collect();
+    for to in [DType::F16, DType::BF16, DType::F32] {
+        let out = TensorMeta::new(to, vec![n as u32]).unwrap();
+        let cast: Vec<_> = layers
+            .iter()
+            .map(|h| {
+                let x = dev.upload_owned(&m, f32_bytes(h)).unwrap();
+                dev.launch(&Op::Cast(to), &[(&x, &m)], &out).unwrap()
+            })
+            .collect();
+        for (l, (y, h)) in cast.iter().zip(&layers).enumerate() {
+            let got = CpuBuffer::from_le_bytes(to, &dev.download(y, &out).unwrap()).to_f32_vec();
+            same(&got, h, &format!("layer {l} cast to {to}"));
+        }
+    }
+}
