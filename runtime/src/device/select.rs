@@ -49,14 +49,26 @@ pub struct OpenedDevices(pub Vec<OpenedDevice>);
 #[error("the CUDA backend was requested (--device cuda) but is unavailable: {0}")]
 pub struct CudaRequired(pub String);
 
-/// Opens the device `choice` asks for.
-pub fn open_device(choice: DeviceChoice, settings: &DeviceSettings) -> Result<OpenedDevice, CudaRequired> {
-    let cpu = || match settings.cpu_threads {
+fn cpu(settings: &DeviceSettings) -> CpuDevice {
+    match settings.cpu_threads {
         Some(n) => CpuDevice::with_threads(n),
         None => CpuDevice::new(),
-    };
+    }
+}
+
+/// The CPU under `auto` because no GPU can be used, for `why`.
+fn cpu_instead(settings: &DeviceSettings, why: &str) -> OpenedDevice {
+    let mut reason = format!("{why}: using the CPU backend");
+    if settings.reserved_sms > 0 {
+        reason.push_str(" (no SM partition: the CPU backend has none)");
+    }
+    OpenedDevice { device: Box::new(cpu(settings)), reason }
+}
+
+/// Opens the device `choice` asks for.
+pub fn open_device(choice: DeviceChoice, settings: &DeviceSettings) -> Result<OpenedDevice, CudaRequired> {
     if choice == DeviceChoice::Cpu {
-        return Ok(OpenedDevice { device: Box::new(cpu()), reason: "the CPU backend was requested".into() });
+        return Ok(OpenedDevice { device: Box::new(cpu(settings)), reason: "the CPU backend was requested".into() });
     }
     let cuda = settings;
     let options = sluice_backend_cuda::CudaOptions {
@@ -77,13 +89,7 @@ pub fn open_device(choice: DeviceChoice, settings: &DeviceSettings) -> Result<Op
             );
             Ok(OpenedDevice { device: Box::new(gpu), reason })
         }
-        Err(why) if choice == DeviceChoice::Auto => {
-            let mut reason = format!("{why}: using the CPU backend");
-            if settings.reserved_sms > 0 {
-                reason.push_str(" (no SM partition: the CPU backend has none)");
-            }
-            Ok(OpenedDevice { device: Box::new(cpu()), reason })
-        }
+        Err(why) if choice == DeviceChoice::Auto => Ok(cpu_instead(settings, &why.to_string())),
         Err(why) => Err(CudaRequired(why.to_string())),
     }
 }
@@ -105,9 +111,7 @@ pub fn open_devices(
         None => match sluice_backend_cuda::probe::device_count() {
             Ok(n) => (0..n).collect(),
             Err(why) if choice == DeviceChoice::Auto => {
-                let mut cpu = open_device(DeviceChoice::Cpu, settings)?;
-                cpu.reason = format!("{why}: using the CPU backend");
-                return Ok(OpenedDevices(vec![cpu]));
+                return Ok(OpenedDevices(vec![cpu_instead(settings, &why.to_string())]));
             }
             Err(why) => return Err(CudaRequired(why.to_string())),
         },
@@ -129,13 +133,8 @@ pub fn open_devices(
         tracing::warn!(reason = %f, "a GPU could not be opened; serving without it");
     }
     if opened.is_empty() {
-        let mut cpu = open_device(DeviceChoice::Cpu, settings)?;
-        cpu.reason = if failures.is_empty() {
-            "no CUDA device is visible: using the CPU backend".into()
-        } else {
-            format!("{}: using the CPU backend", failures.join("; "))
-        };
-        opened.push(cpu);
+        let why = if failures.is_empty() { "no CUDA device is visible".to_owned() } else { failures.join("; ") };
+        opened.push(cpu_instead(settings, &why));
     }
     Ok(OpenedDevices(opened))
 }
