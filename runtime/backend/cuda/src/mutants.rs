@@ -32,10 +32,16 @@ pub(crate) enum Mutant {
     /// `CudaDevice::prepare` does not note a cross-lane use: a buffer goes back to the
     /// pool while another lane's reader has not run.
     NoCrossLaneUseNote,
+    /// `CudaDevice::after_staged` queues no wait: a kernel reads a staged upload before
+    /// its copy ran.
+    StagedReadWithoutWait,
+    /// The stager copies into a reused block without waiting for the uploading lane's
+    /// earlier work, which may still read it.
+    StagedCopyNotOrdered,
 }
 
 impl Mutant {
-    pub(crate) const ALL: [Mutant; 7] = [
+    pub(crate) const ALL: [Mutant; 9] = [
         Mutant::LdaOfTheOtherLayout,
         Mutant::RowsOffsetOneRowLate,
         Mutant::RowsLdOfTheBlock,
@@ -43,6 +49,8 @@ impl Mutant {
         Mutant::FoldTransposedA,
         Mutant::NoCrossLaneWait,
         Mutant::NoCrossLaneUseNote,
+        Mutant::StagedReadWithoutWait,
+        Mutant::StagedCopyNotOrdered,
     ];
 }
 

@@ -71,6 +71,9 @@ struct Job {
     /// Recorded on the uploading slot's stream after the buffer was allocated: the block
     /// may be a reused one that work queued there still reads, so the copy waits for it.
     after: (usize, Event),
+    /// The mutant `StagedCopyNotOrdered` was planted by the uploading thread.
+    #[cfg(test)]
+    skip_order: bool,
 }
 
 /// What the stager did so far.
@@ -181,11 +184,22 @@ fn copy(
     }
     pool.lanes.slot(0).bind()?;
     let (slot, after) = job.after;
+    #[cfg(test)]
+    if job.skip_order {
+        pool.lanes.recycle(slot, after);
+        return copy_pieces(stream, pinned, turn, job);
+    }
     // SAFETY: live stream and event; events of another context are allowed.
     let waited =
         unsafe { result::stream::wait_event(stream.cu_stream(), after.0, CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) };
     pool.lanes.recycle(slot, after);
     waited.map_err(|e| CudaError::driver("ordering a staged copy after the block's last readers", e))?;
+    copy_pieces(stream, pinned, turn, job)
+}
+
+/// The copy itself: `job`'s bytes through the pinned buffers on `stream`, then the event
+/// after it.
+fn copy_pieces(stream: &CudaStream, pinned: &mut Pinned, turn: &mut usize, job: &Job) -> Result<Event, CudaError> {
     for (i, piece) in job.bytes.chunks(CHUNK).enumerate() {
         if pinned.bufs.len() < 2 {
             // SAFETY: a plain pinned allocation in the bound context.
@@ -262,7 +276,14 @@ impl CudaDevice {
         buf.set_staged(staged.clone());
         // The block may have been freed by work still queued on this lane that reads it.
         let after = (slot, self.pool.lanes.record(slot)?);
-        let job = Job { dst: buf.device_ptr(), bytes, staged, after };
+        let job = Job {
+            dst: buf.device_ptr(),
+            bytes,
+            staged,
+            after,
+            #[cfg(test)]
+            skip_order: crate::mutants::planted(crate::mutants::Mutant::StagedCopyNotOrdered),
+        };
         let sent = lock(&stager.tx).as_ref().map(|tx| tx.send(job).is_ok()).unwrap_or(false);
         if !sent {
             return Err(CudaError::failure("the stager thread has stopped"));
@@ -291,6 +312,10 @@ impl CudaDevice {
         inputs: impl IntoIterator<Item = &'a CudaBuffer>,
         slot: usize,
     ) -> Result<(), CudaError> {
+        #[cfg(test)]
+        if crate::mutants::planted(crate::mutants::Mutant::StagedReadWithoutWait) {
+            return Ok(());
+        }
         for buf in inputs {
             let Some(staged) = buf.staged() else { continue };
             let bit = 1u8 << slot;

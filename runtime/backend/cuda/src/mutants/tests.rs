@@ -127,9 +127,38 @@ fn lane_checks(dev: &CudaDevice) -> Result<(), String> {
     Ok(())
 }
 
+/// Staged uploads (`crate::staging`) read by kernels: each upload dropped once its
+/// reader is queued and its block reused by the next, all queued before any result is
+/// read; then one kept alive while read.
+fn staging_checks(dev: &CudaDevice) -> Result<(), String> {
+    dev.set_lane(Lane::Whole);
+    let n = crate::staging::STAGED_MIN / 4 + 3;
+    let m = meta(&[n as u32]);
+    let double = Op::Affine { scale: 2.0, bias: 0.0 };
+    let mut outputs = Vec::new();
+    for layer in 0..3 {
+        let h = values(n, 40 + layer);
+        let x =
+            dev.upload_owned(&m, CpuBuffer::from_f32_as(DType::F32, &h).to_le_bytes()).map_err(|e| e.to_string())?;
+        outputs.push((dev.launch(&double, &[(&x, &m)], &m).map_err(|e| e.to_string())?, h));
+    }
+    for (layer, (y, h)) in outputs.iter().enumerate() {
+        let want: Vec<f32> = h.iter().map(|v| v * 2.0).collect();
+        check(&format!("staged upload {layer} doubled"), &download(dev, y, &m)?, &want)?;
+    }
+    // A kernel reading a staged upload kept alive: nothing but the kernel's own wait
+    // makes the copy run before it.
+    let h = values(n, 50);
+    let x = dev.upload_owned(&m, CpuBuffer::from_f32_as(DType::F32, &h).to_le_bytes()).map_err(|e| e.to_string())?;
+    let y = dev.launch(&double, &[(&x, &m)], &m).map_err(|e| e.to_string())?;
+    let want: Vec<f32> = h.iter().map(|v| v * 2.0).collect();
+    check("a staged upload doubled while kept", &download(dev, &y, &m)?, &want)
+}
+
 fn all_checks(dev: &CudaDevice) -> Result<(), String> {
     gemm_checks(dev)?;
-    lane_checks(dev)
+    lane_checks(dev)?;
+    staging_checks(dev)
 }
 
 #[test]
