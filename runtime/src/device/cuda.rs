@@ -132,6 +132,8 @@ impl Device for CudaDevice {
     fn recover(&self) -> Result<(), DeviceError> {
         let mut inner = self.inner.write();
         let fresh = inner.recover().map_err(error)?;
+        // The scheduler sets lanes only when they change: keep the one it set.
+        fresh.set_lane(inner.lane());
         let lost = std::mem::replace(&mut *inner, fresh);
         drop(inner);
         drop(lost);

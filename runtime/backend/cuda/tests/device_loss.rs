@@ -51,6 +51,10 @@ fn a_sticky_error_is_reported_as_a_lost_device_which_recovers() {
     let want: Vec<f32> = h.iter().map(|v| v.max(0.0)).collect();
     let resident = upload(&dev, &m, &h);
     assert_eq!(relu(&dev, &resident, &m).unwrap(), want, "before the fault");
+    // A large upload through the stager thread, held across the loss.
+    let big_meta =
+        TensorMeta::new(DType::F32, vec![(sluice_backend_cuda::staging::STAGED_MIN / 4 + 1) as u32]).unwrap();
+    let staged = dev.upload_owned(&big_meta, vec![0u8; big_meta.byte_len()]).expect("a staged upload");
     assert!(dev.lost().is_none());
 
     // The fault: reported as a lost device, with the driver's reason.
@@ -82,7 +86,7 @@ fn a_sticky_error_is_reported_as_a_lost_device_which_recovers() {
     // Dropping the lost device and its buffers hands no dead handle to the driver: the
     // new device's memory and streams are untouched.
     let kept = upload(&new, &m, &h);
-    drop((resident, dev));
+    drop((resident, staged, dev));
     assert_eq!(relu(&new, &kept, &m).unwrap(), want, "after the lost device was dropped");
     new.synchronize().unwrap();
 }
