@@ -107,8 +107,25 @@ fn test(schedule: &str, extra: &[String]) -> Result<Counts> {
         print!("{stdout}");
         bail!("the CUDA tests failed on the fake device (schedule {schedule})");
     }
+    // The runtime's CUDA device recovering from a lost GPU, alone in its process: the
+    // second kernel launch of the process fails (a sticky error, process-wide).
+    let mut r = cmd::cargo();
+    r.current_dir(cmd::repo_root()).args(["test", "-p", "sluice-runtime", "--lib", "device::cuda::tests::"]).args([
+        "--",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    env(&mut r, schedule)?;
+    r.env("SLUICE_SKIP_LOG", &skip_log).env("SLUICE_FAKE_CUDA_FAIL_LAUNCH", "2");
+    let lost = r.output().context("could not start cargo test")?;
+    let lost_stdout = String::from_utf8_lossy(&lost.stdout);
+    if !lost.status.success() {
+        eprint!("{}", String::from_utf8_lossy(&lost.stderr));
+        print!("{lost_stdout}");
+        bail!("the runtime's CUDA device-loss test failed on the fake device (schedule {schedule})");
+    }
     let skipped = std::fs::read_to_string(&skip_log).unwrap_or_default().lines().count();
-    let counts = count(&stdout, skipped);
+    let counts = count(&format!("{stdout}\n{lost_stdout}"), skipped);
     eprintln!("xtask: schedule {schedule}: {counts}");
     Ok(counts)
 }

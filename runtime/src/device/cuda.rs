@@ -213,3 +213,67 @@ impl Lanes for CudaDevice {
         r.map_err(|e| self.error(e))
     }
 }
+
+/// Recording a skipped test (shared with the test crates).
+#[cfg(test)]
+#[path = "../../../tests/src/skip.rs"]
+mod skip;
+
+#[cfg(test)]
+mod tests {
+    //! On the fake CUDA device only: `cargo xtask test-cuda-fake` runs this module alone in
+    //! its process with `SLUICE_FAKE_CUDA_FAIL_LAUNCH=2` (the process's second kernel
+    //! launch fails with an illegal address, which poisons the device process-wide).
+
+    use sluice_host_api::{ApiError, DType, ErrorCode, Op, TensorMeta, UnaryOp};
+
+    use super::*;
+
+    fn f32_bytes(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn a_lost_gpu_is_a_device_failure_and_recovers_in_place() {
+        if std::env::var("SLUICE_FAKE_CUDA").as_deref() != Ok("1")
+            || std::env::var("SLUICE_FAKE_CUDA_FAIL_LAUNCH").as_deref() != Ok("2")
+        {
+            super::skip::skip("CUDA device loss", "runs on the fake CUDA device, alone (cargo xtask test-cuda-fake)");
+            return;
+        }
+        let dev = CudaDevice::open(CudaOptions::default()).expect("the fake device opens");
+        let m = TensorMeta::new(DType::F32, vec![4, 8]).unwrap();
+        let h: Vec<f32> = (0..32).map(|i| i as f32 - 15.5).collect();
+        let want = f32_bytes(&h.iter().map(|v| v.max(0.0)).collect::<Vec<_>>());
+        let relu = Op::Unary(UnaryOp::Relu);
+        let x = dev.upload(&m, &f32_bytes(&h)).unwrap();
+        let y = dev.launch(&relu, &[(&x, &m)], &m).unwrap();
+        assert_eq!(dev.download(&y, &m).unwrap(), want, "the first launch");
+
+        // The second launch fails: a lost device, a device-failure to the caller.
+        let err = dev.launch(&relu, &[(&x, &m)], &m).and_then(|y| dev.download(&y, &m)).unwrap_err();
+        assert!(matches!(err, DeviceError::Lost(_)), "{err:?}");
+        let api = ApiError::from(err);
+        assert_eq!(api.code, ErrorCode::DeviceFailure);
+        assert!(api.message.contains("device lost") && api.message.contains("ILLEGAL_ADDRESS"), "{}", api.message);
+
+        // Recovered in place: buffers of before are refused, new work runs, large owned
+        // uploads included.
+        dev.recover().expect("the device recovers");
+        assert_eq!(dev.resets(), 1);
+        let stale = dev.launch(&relu, &[(&x, &m)], &m).expect_err("a buffer of the lost device");
+        assert!(stale.to_string().contains("another device"), "{stale}");
+        let n = sluice_backend_cuda::staging::STAGED_MIN / 4 + 9;
+        let big_meta = TensorMeta::new(DType::F32, vec![n as u32]).unwrap();
+        let big: Vec<f32> = (0..n).map(|i| (i % 31) as f32 - 15.0).collect();
+        let b = dev.upload_owned(&big_meta, f32_bytes(&big)).unwrap();
+        let y = dev.launch(&relu, &[(&b, &big_meta)], &big_meta).unwrap();
+        let want = f32_bytes(&big.iter().map(|v| v.max(0.0)).collect::<Vec<_>>());
+        assert!(dev.download(&y, &big_meta).unwrap() == want, "relu of a staged upload after the reset");
+        // The scratch an attention takes is reported for the quota.
+        let q = TensorMeta::new(DType::F32, vec![1, 4, 8]).unwrap();
+        let att = Op::Attention { heads: 2, scale: 0.5 };
+        let out = sluice_host_api::infer(&att, &[&q, &q, &q]).unwrap();
+        assert!(dev.scratch_bytes(&att, &[&q, &q, &q], &out) > 0);
+    }
+}
