@@ -1,4 +1,5 @@
-//! Planted bugs in the backend's own GEMM planning and lane ordering: issue 11's mutation
+//! Planted bugs in the backend's own GEMM planning (matmul, row blocks, the fused
+//! attention and linear), lane ordering and staged uploads: issue 11's mutation
 //! check, the backend half (`tests/fake_mutations.rs` plants the kernel, cuBLAS-call and
 //! stream bugs in copies of the sources). Test builds only: each hook is a
 //! `#[cfg(test)]` statement at the place the bug would be, and [`plant`] switches one
@@ -38,10 +39,14 @@ pub(crate) enum Mutant {
     /// The stager copies into a reused block without waiting for the uploading lane's
     /// earlier work, which may still read it.
     StagedCopyNotOrdered,
+    /// `AttentionDims::pointer_table` points every head's query at the first head's.
+    AttentionQueryOfTheFirstHead,
+    /// `linear_rows` starts x's rows one row late.
+    LinearRowsOneRowLate,
 }
 
 impl Mutant {
-    pub(crate) const ALL: [Mutant; 9] = [
+    pub(crate) const ALL: [Mutant; 11] = [
         Mutant::LdaOfTheOtherLayout,
         Mutant::RowsOffsetOneRowLate,
         Mutant::RowsLdOfTheBlock,
@@ -51,6 +56,8 @@ impl Mutant {
         Mutant::NoCrossLaneUseNote,
         Mutant::StagedReadWithoutWait,
         Mutant::StagedCopyNotOrdered,
+        Mutant::AttentionQueryOfTheFirstHead,
+        Mutant::LinearRowsOneRowLate,
     ];
 }
 

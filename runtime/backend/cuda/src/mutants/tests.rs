@@ -155,8 +155,50 @@ fn staging_checks(dev: &CudaDevice) -> Result<(), String> {
     check("a staged upload doubled while kept", &download(dev, &y, &m)?, &want)
 }
 
+/// The fused ops' own GEMMs: an attention over two batch elements (pointer-array GEMMs)
+/// and a block of a linear's rows, against the CPU backend.
+fn fused_checks(dev: &CudaDevice) -> Result<(), String> {
+    dev.set_lane(Lane::Whole);
+    let cpu_in = |metas: &[TensorMeta], seed: usize| -> Vec<CpuBuffer> {
+        metas
+            .iter()
+            .enumerate()
+            .map(|(i, m)| CpuBuffer::from_f32_as(DType::F32, &values(m.numel(), seed + i)))
+            .collect()
+    };
+    let run = |op: &Op, metas: &[TensorMeta], rows: Option<std::ops::Range<usize>>, seed: usize| {
+        let host = cpu_in(metas, seed);
+        let refs: Vec<&TensorMeta> = metas.iter().collect();
+        let out = infer(op, &refs).unwrap();
+        let bufs: Vec<CudaBuffer> = host
+            .iter()
+            .zip(metas)
+            .map(|(h, m)| dev.upload(m, &h.to_le_bytes()).map_err(|e| e.to_string()))
+            .collect::<Result<_, _>>()?;
+        let gpu_args: Vec<(&CudaBuffer, &TensorMeta)> = bufs.iter().zip(metas).collect();
+        let cpu_args: Vec<(&CpuBuffer, &TensorMeta)> = host.iter().zip(metas).collect();
+        let (y, ym, want) = match rows {
+            None => {
+                let y = dev.launch(op, &gpu_args, &out).map_err(|e| e.to_string())?;
+                (y, out.clone(), sluice_backend_cpu::launch(op, &cpu_args, &out).unwrap())
+            }
+            Some(rows) => {
+                let y = dev.launch_rows(op, &gpu_args, &out, rows.clone()).map_err(|e| e.to_string())?;
+                let ym = meta(&[rows.len() as u32, out.shape[out.rank() - 1]]);
+                (y, ym, sluice_backend_cpu::launch_rows(op, &cpu_args, &out, rows).unwrap())
+            }
+        };
+        check(&format!("{op:?}"), &download(dev, &y, &ym)?, &want.to_f32_vec())
+    };
+    let att = Op::Attention { heads: 3, scale: 0.4 };
+    run(&att, &[meta(&[2, 4, 12]), meta(&[2, 5, 12]), meta(&[2, 5, 12])], None, 60)?;
+    let lin = Op::Linear { transpose_w: true, activation: None };
+    run(&lin, &[meta(&[12, 16]), meta(&[8, 16])], Some(3..9), 70)
+}
+
 fn all_checks(dev: &CudaDevice) -> Result<(), String> {
     gemm_checks(dev)?;
+    fused_checks(dev)?;
     lane_checks(dev)?;
     staging_checks(dev)
 }

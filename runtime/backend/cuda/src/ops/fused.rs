@@ -81,6 +81,13 @@ pub(crate) fn linear_rows(
         dev.memset_zero(&y)?;
     } else {
         let x_rows = x.device_ptr() + rows.start as u64 * k * xm.dtype.size_of() as u64;
+        #[cfg(test)]
+        let x_rows = x_rows
+            + if crate::mutants::planted(crate::mutants::Mutant::LinearRowsOneRowLate) {
+                k * xm.dtype.size_of() as u64
+            } else {
+                0
+            };
         gemm(dev, out.dtype, &linear_call(block, n, k, transpose_w), w.device_ptr(), x_rows, y.device_ptr(), 0.0)
             .map_err(|e| annotate(e, &format!("linear {:?} rows {rows:?} (k = {k}, n = {n})", xm.shape)))?;
     }
@@ -197,6 +204,12 @@ impl AttentionDims {
             for hi in 0..self.heads {
                 let i = (bi * self.heads + hi) as usize;
                 let (q_off, kv_off) = (bi * self.sq * self.e() + hi * self.d, bi * self.sk * self.e() + hi * self.d);
+                #[cfg(test)]
+                let q_off = if crate::mutants::planted(crate::mutants::Mutant::AttentionQueryOfTheFirstHead) {
+                    bi * self.sq * self.e()
+                } else {
+                    q_off
+                };
                 let s_off = i as u64 * self.sq * self.sk;
                 for (slot, addr) in [
                     at.k + kv_off * es,
