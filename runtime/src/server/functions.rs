@@ -24,7 +24,7 @@ use super::BodyLimits;
 use super::auth::TenantCaller;
 use super::error::{HttpError, blocking};
 use crate::oip;
-use crate::platform::{Invocation, Platform};
+use crate::platform::Platform;
 
 /// Deploy options, as query parameters. The body is the component (`application/wasm`;
 /// the content type is not enforced, the bytes are checked).
@@ -204,23 +204,30 @@ pub async fn invoke(
     Path(name): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, HttpError> {
-    run(&platform, &tenant, &name, &body?).await
+    run(&platform, &tenant, &name, None, &body?).await
 }
 
-/// Parses an Open Inference Protocol request, runs it, and renders the response with
-/// timing headers. Shared by `/v1/functions/{name}/invoke` and `/v2/models/{name}/infer`.
-pub async fn run(platform: &Arc<Platform>, tenant: &str, name: &str, body: &[u8]) -> Result<Response, HttpError> {
-    let request = oip::parse_request(body).map_err(|e| HttpError::bad_request(e.0))?;
-    let Invocation { function, output, queue } = platform.invoke(tenant, name, request.inputs).await?;
-    let version = function.version.version.to_string();
-    let json = oip::response_json(name, Some(&version), request.id.as_deref(), &output.outputs);
-    let mut response = Json(json).into_response();
+/// Parses an Open Inference Protocol request, runs it on `version` (the serving one if
+/// `None`), and renders the response with timing headers. Shared by
+/// `/v1/functions/{name}/invoke` and `/v2/models/{name}[/versions/{v}]/infer`.
+pub async fn run(
+    platform: &Arc<Platform>,
+    tenant: &str,
+    name: &str,
+    version: Option<u32>,
+    body: &[u8],
+) -> Result<Response, HttpError> {
+    let request = oip::json::parse_request(body).map_err(|e| HttpError::bad_request(e.0))?;
+    let result = oip::infer(platform, tenant, name, version, request).await?;
+    let mut response = Json(oip::json::response_json(&result)).into_response();
     let h = response.headers_mut();
     let us = |d: std::time::Duration| HeaderValue::from(d.as_micros() as u64);
-    h.insert("x-sluice-queue-us", us(queue));
-    h.insert("x-sluice-instantiate-us", us(output.instantiate));
-    h.insert("x-sluice-instance", HeaderValue::from_static(if output.warm { "warm" } else { "fresh" }));
-    h.insert("x-sluice-execute-us", us(output.execute));
-    h.insert("x-sluice-function-version", HeaderValue::from(function.version.version));
+    h.insert("x-sluice-queue-us", us(result.timing.queue));
+    h.insert("x-sluice-instantiate-us", us(result.timing.instantiate));
+    h.insert("x-sluice-instance", HeaderValue::from_static(if result.timing.warm { "warm" } else { "fresh" }));
+    h.insert("x-sluice-execute-us", us(result.timing.execute));
+    if let Some(v) = result.model_version.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
+        h.insert("x-sluice-function-version", v);
+    }
     Ok(response)
 }

@@ -1,33 +1,18 @@
-//! The Open Inference Protocol (KServe v2) JSON tensor format.
+//! The Open Inference Protocol's JSON tensor format.
 //!
-//! Requests carry `{"id"?, "inputs": [{"name", "shape", "datatype", "data"}]}`; data
-//! may be flat (row-major) or nested, numbers for numeric types and strings for
-//! `BYTES`. Responses carry `{"model_name", "model_version", "id"?, "outputs": [...]}`.
-//! Every malformed request becomes an [`OipError`] that says what is wrong and where.
+//! Requests carry `{"id"?, "parameters"?, "inputs": [{"name", "shape", "datatype",
+//! "parameters"?, "data"}], "outputs"?: [{"name", "parameters"?}]}`; data may be flat
+//! (row-major) or nested, numbers for numeric types and strings for `BYTES`. Responses
+//! carry `{"model_name", "model_version", "id"?, "outputs": [...]}`.
 
 use half::{bf16, f16};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
+use super::{InferRequest, InferResponse, OipError, ParamValue, Parameters, RequestedOutput, datatype_name, err};
 use crate::engine::{IoData, IoTensor};
 
-/// A request that does not follow the protocol; the message names the culprit.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct OipError(pub String);
-
-fn err<T>(msg: impl Into<String>) -> Result<T, OipError> {
-    Err(OipError(msg.into()))
-}
-
-/// A parsed inference request.
-#[derive(Debug)]
-pub struct InferRequest {
-    pub id: Option<String>,
-    pub inputs: Vec<IoTensor>,
-}
-
-/// Parses a request body.
+/// Parses a JSON request body.
 pub fn parse_request(body: &[u8]) -> Result<InferRequest, OipError> {
     let v: Value =
         serde_json::from_slice(body).map_err(|e| OipError(format!("request body is not valid JSON: {e}")))?;
@@ -41,7 +26,67 @@ pub fn parse_request(body: &[u8]) -> Result<InferRequest, OipError> {
         return err("request must have an \"inputs\" array");
     };
     let inputs = inputs.iter().enumerate().map(|(i, t)| parse_tensor(i, t)).collect::<Result<_, _>>()?;
-    Ok(InferRequest { id, inputs })
+    let parameters = parse_parameters(obj.get("parameters"), "request")?;
+    let outputs = match obj.get("outputs") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(outputs)) => {
+            outputs.iter().enumerate().map(|(i, o)| parse_output(i, o)).collect::<Result<_, _>>()?
+        }
+        Some(_) => return err("\"outputs\" must be an array"),
+    };
+    Ok(InferRequest { id, inputs, outputs, parameters })
+}
+
+fn parse_output(index: usize, v: &Value) -> Result<RequestedOutput, OipError> {
+    let Some(obj) = v.as_object() else { return err(format!("outputs[{index}] must be an object")) };
+    let Some(name) = obj.get("name").and_then(Value::as_str) else {
+        return err(format!("outputs[{index}] needs a string \"name\""));
+    };
+    let parameters = parse_parameters(obj.get("parameters"), &format!("output {name:?}"))?;
+    Ok(RequestedOutput { name: name.to_owned(), parameters })
+}
+
+/// Parses a `parameters` object: each value a bool, a number or a string.
+pub fn parse_parameters(v: Option<&Value>, of: &str) -> Result<Parameters, OipError> {
+    let obj = match v {
+        None | Some(Value::Null) => return Ok(Parameters::new()),
+        Some(Value::Object(obj)) => obj,
+        Some(_) => return err(format!("{of}: \"parameters\" must be an object")),
+    };
+    obj.iter()
+        .map(|(k, v)| {
+            let value = match v {
+                Value::Bool(b) => ParamValue::Bool(*b),
+                Value::String(s) => ParamValue::String(s.clone()),
+                Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+                    (Some(i), _, _) => ParamValue::Int(i),
+                    (None, Some(u), _) => ParamValue::Uint(u),
+                    (None, None, Some(f)) => ParamValue::Double(f),
+                    _ => return err(format!("{of}: parameter {k:?} is not a representable number")),
+                },
+                _ => return err(format!("{of}: parameter {k:?} must be a bool, a number or a string")),
+            };
+            Ok((k.clone(), value))
+        })
+        .collect()
+}
+
+/// The JSON of a parameter map.
+pub fn parameters_json(parameters: &Parameters) -> Value {
+    let map: Map<String, Value> = parameters
+        .iter()
+        .map(|(k, v)| {
+            let v = match v {
+                ParamValue::Bool(b) => json!(b),
+                ParamValue::Int(i) => json!(i),
+                ParamValue::Uint(u) => json!(u),
+                ParamValue::Double(f) => json!(f),
+                ParamValue::String(s) => json!(s),
+            };
+            (k.clone(), v)
+        })
+        .collect();
+    Value::Object(map)
 }
 
 fn parse_tensor(index: usize, v: &Value) -> Result<IoTensor, OipError> {
@@ -100,19 +145,6 @@ fn parse_data(datatype: &str, flat: &[&Value]) -> Result<IoData, String> {
     })
 }
 
-/// The protocol's name of an [`IoData`]'s datatype.
-pub fn datatype_name(data: &IoData) -> &'static str {
-    match data {
-        IoData::F32(_) => "FP32",
-        IoData::F16(_) => "FP16",
-        IoData::Bf16(_) => "BF16",
-        IoData::I32(_) => "INT32",
-        IoData::I64(_) => "INT64",
-        IoData::U8(_) => "UINT8",
-        IoData::Bytes(_) => "BYTES",
-    }
-}
-
 /// JSON of one tensor's elements.
 pub fn data_json(data: &IoData) -> Value {
     match data {
@@ -134,22 +166,23 @@ struct OutputJson<'a> {
     data: Value,
 }
 
-/// Serialises a response.
-pub fn response_json(model_name: &str, model_version: Option<&str>, id: Option<&str>, outputs: &[IoTensor]) -> Value {
-    let outputs: Vec<_> = outputs
+/// Serialises a response with every output's data in the JSON.
+pub fn response_json(response: &InferResponse) -> Value {
+    let outputs: Vec<_> = response
+        .outputs
         .iter()
-        .map(|t| OutputJson {
+        .map(|(t, _)| OutputJson {
             name: &t.name,
             shape: &t.shape,
             datatype: datatype_name(&t.data),
             data: data_json(&t.data),
         })
         .collect();
-    let mut v = json!({ "model_name": model_name, "outputs": outputs });
-    if let Some(ver) = model_version {
-        v["model_version"] = json!(ver);
+    let mut v = json!({ "model_name": response.model_name, "outputs": outputs });
+    if let Some(version) = &response.model_version {
+        v["model_version"] = json!(version);
     }
-    if let Some(id) = id {
+    if let Some(id) = &response.id {
         v["id"] = json!(id);
     }
     v
@@ -168,6 +201,26 @@ mod tests {
         assert_eq!(r.id.as_deref(), Some("r1"));
         assert_eq!(r.inputs[0].data, IoData::F32(vec![1.0, 2.0, 3.0, 4.5]));
         assert_eq!(r.inputs[1].data, IoData::Bytes(vec![b"hi".to_vec()]));
+        assert!(r.outputs.is_empty() && r.parameters.is_empty());
+    }
+
+    #[test]
+    fn parses_outputs_and_parameters() {
+        let body = br#"{"parameters":{"priority":"batch","timeout":5,"x":true,"y":1.5},
+            "inputs":[{"name":"x","shape":[1],"datatype":"INT64","data":[1],"parameters":{"a":"b"}}],
+            "outputs":[{"name":"y","parameters":{"binary_data":false}},{"name":"z"}]}"#;
+        let r = parse_request(body).unwrap();
+        assert_eq!(r.parameters["priority"], ParamValue::String("batch".into()));
+        assert_eq!(r.parameters["timeout"], ParamValue::Int(5));
+        assert_eq!(r.parameters["x"], ParamValue::Bool(true));
+        assert_eq!(r.parameters["y"], ParamValue::Double(1.5));
+        assert_eq!(r.outputs.len(), 2);
+        assert_eq!(r.outputs[0].parameters["binary_data"], ParamValue::Bool(false));
+        assert_eq!(r.outputs[1].name, "z");
+        let e = parse_request(br#"{"inputs":[],"outputs":[{"nam":"y"}]}"#).unwrap_err();
+        assert!(e.0.contains("outputs[0]"), "{e}");
+        let e = parse_request(br#"{"inputs":[],"parameters":{"p":[1]}}"#).unwrap_err();
+        assert!(e.0.contains("\"p\""), "{e}");
     }
 
     #[test]
@@ -189,8 +242,15 @@ mod tests {
 
     #[test]
     fn response_round_trips() {
-        let out = vec![IoTensor { name: "y".into(), shape: vec![2], data: IoData::I64(vec![7, -1]) }];
-        let v = response_json("m", Some("3"), None, &out);
+        let out = IoTensor { name: "y".into(), shape: vec![2], data: IoData::I64(vec![7, -1]) };
+        let response = InferResponse {
+            model_name: "m".into(),
+            model_version: Some("3".into()),
+            id: None,
+            outputs: vec![(out, Parameters::new())],
+            timing: Default::default(),
+        };
+        let v = response_json(&response);
         assert_eq!(v["outputs"][0]["datatype"], "INT64");
         assert_eq!(v["outputs"][0]["data"], json!([7, -1]));
         assert_eq!(v["model_version"], "3");
