@@ -4,7 +4,9 @@
 //! request into the protocol-neutral [`InferRequest`], call [`infer`] (the one entry
 //! point into the platform) and encode the [`InferResponse`] it returns:
 //!
-//! - [`json`]: the JSON tensor format (requests, responses, parameters);
+//! - [`json`]: the JSON tensor format (requests, responses, parameters), with the
+//!   binary tensor data extension's framing;
+//! - [`binary`]: the extension's binary form of a tensor's elements;
 //! - [`infer`]: version resolution, request parameters (priority), the function's
 //!   signature check and output selection, around [`crate::platform::Platform::invoke_with`];
 //!   and [`model`], what the metadata, readiness and config endpoints report;
@@ -12,6 +14,7 @@
 //!
 //! Every malformed request becomes an [`OipError`] (a 400) that says what is wrong and where.
 
+pub mod binary;
 pub mod infer;
 pub mod json;
 pub mod signature;

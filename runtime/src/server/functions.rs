@@ -202,25 +202,65 @@ pub async fn invoke(
     State(platform): State<Arc<Platform>>,
     TenantCaller(tenant): TenantCaller,
     Path(name): Path<String>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, HttpError> {
-    run(&platform, &tenant, &name, None, &body?).await
+    run(&platform, &tenant, &name, None, &headers, &body?).await
 }
 
-/// Parses an Open Inference Protocol request, runs it on `version` (the serving one if
-/// `None`), and renders the response with timing headers. Shared by
+/// The binary tensor data extension's header: the length of the JSON that starts the body.
+pub const JSON_LENGTH_HEADER: &str = "inference-header-content-length";
+
+/// Where the JSON ends in a body of `body_len` bytes, if binary data follows it.
+fn json_length(headers: &HeaderMap, body_len: usize) -> Result<Option<usize>, HttpError> {
+    let Some(value) = headers.get(JSON_LENGTH_HEADER) else { return Ok(None) };
+    let n: usize = value.to_str().ok().and_then(|s| s.trim().parse().ok()).ok_or_else(|| {
+        HttpError::bad_request("the Inference-Header-Content-Length header must be a non-negative integer")
+    })?;
+    if n == 0 {
+        return Err(HttpError::bad_request(
+            "raw binary requests (Inference-Header-Content-Length: 0) are not supported: send the JSON header first",
+        ));
+    }
+    if n > body_len {
+        return Err(HttpError::bad_request(format!(
+            "Inference-Header-Content-Length is {n}, more than the body's {body_len} bytes"
+        )));
+    }
+    Ok(Some(n))
+}
+
+/// Parses an Open Inference Protocol request (JSON, or JSON followed by binary tensor
+/// data), runs it on `version` (the serving one if `None`), and renders the response
+/// (binary outputs where asked) with timing headers. Shared by
 /// `/v1/functions/{name}/invoke` and `/v2/models/{name}[/versions/{v}]/infer`.
 pub async fn run(
     platform: &Arc<Platform>,
     tenant: &str,
     name: &str,
     version: Option<u32>,
+    headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Response, HttpError> {
-    let request = oip::json::parse_request(body).map_err(|e| HttpError::bad_request(e.0))?;
+    let request = match json_length(headers, body.len())? {
+        Some(n) => oip::json::parse_request_parts(&body[..n], Some(&body[n..])),
+        None => oip::json::parse_request(body),
+    }
+    .map_err(|e| HttpError::bad_request(e.0))?;
+    let parameters = request.parameters.clone();
     let result = oip::infer(platform, tenant, name, version, request).await?;
-    let mut response = Json(oip::json::response_json(&result)).into_response();
+    let encoded = oip::json::encode_http_response(&result, &parameters);
+    let mut response = Response::new(Body::from(encoded.body));
     let h = response.headers_mut();
+    match encoded.json_len {
+        Some(n) => {
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+            h.insert(JSON_LENGTH_HEADER, HeaderValue::from(n));
+        }
+        None => {
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+    }
     let us = |d: std::time::Duration| HeaderValue::from(d.as_micros() as u64);
     h.insert("x-sluice-queue-us", us(result.timing.queue));
     h.insert("x-sluice-instantiate-us", us(result.timing.instantiate));

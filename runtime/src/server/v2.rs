@@ -11,7 +11,7 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use sluice_host_api::Code;
@@ -24,7 +24,7 @@ use crate::oip;
 use crate::platform::Platform;
 
 /// The protocol extensions sluice implements, as server metadata lists them.
-pub const EXTENSIONS: [&str; 0] = [];
+pub const EXTENSIONS: [&str; 1] = [oip::binary::EXTENSION];
 
 pub async fn live() -> Json<Value> {
     Json(json!({ "live": true }))
@@ -124,17 +124,19 @@ pub async fn infer(
     State(platform): State<Arc<Platform>>,
     TenantCaller(tenant): TenantCaller,
     Path(name): Path<String>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, HttpError> {
-    run(&platform, &tenant, &name, None, &body?).await
+    run(&platform, &tenant, &name, None, &headers, &body?).await
 }
 
 pub async fn version_infer(
     State(platform): State<Arc<Platform>>,
     TenantCaller(tenant): TenantCaller,
     Path((name, v)): Path<(String, String)>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, HttpError> {
     let v = version(&name, &v)?;
-    run(&platform, &tenant, &name, Some(v), &body?).await
+    run(&platform, &tenant, &name, Some(v), &headers, &body?).await
 }
