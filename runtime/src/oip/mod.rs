@@ -151,6 +151,15 @@ pub fn datatype_name(data: &IoData) -> &'static str {
     }
 }
 
+/// Triton's model-configuration name of a protocol datatype (`FP32` → `TYPE_FP32`,
+/// `BYTES` → `TYPE_STRING`), for the model-config endpoints of both transports.
+pub fn triton_data_type(datatype: &str) -> String {
+    match datatype {
+        "BYTES" => "TYPE_STRING".to_owned(),
+        other => format!("TYPE_{other}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -88,6 +88,57 @@ pub async fn version_metadata(
     metadata(platform, tenant, name, Some(v)).await
 }
 
+/// Triton's model configuration, as far as sluice can answer it truthfully: no batching
+/// by the server (`max_batch_size` 0: a function batches inside its own tensors), and
+/// the inputs and outputs of the function's signature (none when it declares none).
+async fn config(
+    platform: Arc<Platform>,
+    tenant: String,
+    name: String,
+    v: Option<u32>,
+) -> Result<Json<Value>, HttpError> {
+    let info = oip::model(&platform, &tenant, &name, v).await?;
+    let signature = info.signature.unwrap_or_default();
+    let tensors = |specs: &[TensorSpec], inputs: bool| -> Vec<Value> {
+        specs
+            .iter()
+            .map(|s| {
+                let mut t = json!({ "name": s.name, "data_type": oip::triton_data_type(&s.datatype), "dims": s.shape });
+                if inputs {
+                    t["optional"] = json!(s.optional);
+                }
+                t
+            })
+            .collect()
+    };
+    Ok(Json(json!({
+        "name": name,
+        "platform": "sluice_wasm_component",
+        "backend": "sluice",
+        "version_policy": { "specific": { "versions": [info.version.version] } },
+        "max_batch_size": 0,
+        "input": tensors(&signature.inputs, true),
+        "output": tensors(&signature.outputs, false),
+    })))
+}
+
+pub async fn model_config(
+    State(platform): State<Arc<Platform>>,
+    TenantCaller(tenant): TenantCaller,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, HttpError> {
+    config(platform, tenant, name, None).await
+}
+
+pub async fn version_config(
+    State(platform): State<Arc<Platform>>,
+    TenantCaller(tenant): TenantCaller,
+    Path((name, v)): Path<(String, String)>,
+) -> Result<Json<Value>, HttpError> {
+    let v = version(&name, &v)?;
+    config(platform, tenant, name, Some(v)).await
+}
+
 async fn readiness(
     platform: Arc<Platform>,
     tenant: String,
