@@ -1,13 +1,13 @@
 //! The Open Inference Protocol (KServe v2), independent of its transport.
 //!
 //! Both transports (HTTP/JSON with the binary tensor extension, and gRPC) decode a
-//! request into the protocol-neutral [`InferRequest`], call [`infer`] (the one entry
+//! request into the protocol-neutral [`InferRequest`], call [`infer()`] (the one entry
 //! point into the platform) and encode the [`InferResponse`] it returns:
 //!
 //! - [`json`]: the JSON tensor format (requests, responses, parameters), with the
 //!   binary tensor data extension's framing;
 //! - [`binary`]: the extension's binary form of a tensor's elements;
-//! - [`infer`]: version resolution, request parameters (priority), the function's
+//! - [`mod@infer`]: version resolution, request parameters (priority), the function's
 //!   signature check and output selection, around [`crate::platform::Platform::invoke_with`];
 //!   and [`model`], what the metadata, readiness and config endpoints report;
 //! - [`signature`]: a request checked against the function's declared signature.
