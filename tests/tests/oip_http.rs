@@ -246,3 +246,40 @@ fn signatures_are_reported_checked_before_the_guest_and_validated_at_deploy() {
     }
     server.get("/v1/functions/bad", &key).expect_error(404, "not_found");
 }
+
+#[test]
+fn statistics_count_what_ran() {
+    let server = Server::start();
+    let key = server.create_tenant("acme");
+    server.deploy(&key, "echo", "echo", "");
+    server.deploy(&key, "idle", "echo", "");
+    for x in [1.0, 2.0] {
+        server.post_json("/v2/models/echo/infer", &key, &sluice_tests::fp32_request(&[x])).expect(200);
+    }
+    let bad = json!({ "inputs": [{ "name": "x", "shape": [1], "datatype": "FP32", "data": [1] },
+                                 { "name": "y", "shape": [0, 1], "datatype": "INT32", "data": [] }],
+                      "parameters": { "priority": "urgent" } });
+    server.post_json("/v2/models/echo/infer", &key, &bad).expect_error(400, "invalid_request");
+    let missing_version = "/v2/models/echo/versions/9/infer";
+    server.post_json(missing_version, &key, &sluice_tests::fp32_request(&[1.0])).expect_error(404, "not_found");
+    let v = server.get("/v2/models/echo/stats", &key).expect(200);
+    let s = &v["model_stats"][0];
+    assert_eq!((&s["name"], &s["inference_count"], &s["execution_count"]), (&json!("echo"), &json!(2), &json!(2)));
+    let stats = &s["inference_stats"];
+    assert_eq!(stats["success"]["count"], 2);
+    assert_eq!(stats["queue"]["count"], 2);
+    assert_eq!(stats["compute_infer"]["count"], 2);
+    let ns = |k: &str| stats[k]["ns"].as_u64().unwrap();
+    assert!(ns("success") >= ns("compute_infer") && ns("compute_infer") > 0, "{stats}");
+    assert_eq!(stats["fail"]["count"], 1, "the unknown version; the malformed request never reached the platform");
+    // A deployed function that never ran has zeros; the tenant-wide list has what ran.
+    let idle = server.get("/v2/models/idle/stats", &key).expect(200);
+    assert_eq!(idle["model_stats"][0]["inference_stats"]["success"]["count"], 0);
+    let all = server.get("/v2/models/stats", &key).expect(200);
+    assert_eq!(all["model_stats"].as_array().unwrap().len(), 1);
+    server.get("/v2/models/missing/stats", &key).expect_error(404, "not_found");
+    // Another tenant sees none of it.
+    let other = server.create_tenant("other");
+    assert_eq!(server.get("/v2/models/stats", &other).expect(200)["model_stats"], json!([]));
+    server.get("/v2/models/echo/stats", &other).expect_error(404, "not_found");
+}

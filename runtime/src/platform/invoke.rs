@@ -82,7 +82,7 @@ impl Platform {
                 }
                 // Only deployed names become label values (a caller picks the name).
                 let function = if self.cached(tenant, name).is_some() { name } else { UNKNOWN_FUNCTION };
-                self.metrics.record_error(tenant, function, e.code());
+                self.metrics.record_error(tenant, function, e.code(), admitted.elapsed());
             }
         }
         result

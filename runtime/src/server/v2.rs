@@ -17,11 +17,11 @@ use serde_json::{Value, json};
 use sluice_host_api::Code;
 
 use super::auth::{Caller, TenantCaller};
-use super::error::HttpError;
+use super::error::{HttpError, blocking};
 use super::functions::run;
 use crate::engine::TensorSpec;
 use crate::oip;
-use crate::platform::Platform;
+use crate::platform::{FunctionStats, Platform};
 
 /// The protocol extensions sluice implements, as server metadata lists them.
 pub const EXTENSIONS: [&str; 1] = [oip::binary::EXTENSION];
@@ -137,6 +137,48 @@ pub async fn version_config(
 ) -> Result<Json<Value>, HttpError> {
     let v = version(&name, &v)?;
     config(platform, tenant, name, Some(v)).await
+}
+
+/// Triton's statistics of `stats` entries (each function over all its versions: `version` is "").
+fn stats_json(stats: Vec<(String, FunctionStats)>) -> Json<Value> {
+    let model_stats: Vec<Value> = stats
+        .into_iter()
+        .map(|(name, s)| {
+            json!({
+                "name": name,
+                "version": "",
+                "last_inference": s.last_inference_ms,
+                "inference_count": s.success.count,
+                "execution_count": s.success.count,
+                "inference_stats": {
+                    "success": s.success,
+                    "fail": s.fail,
+                    "queue": s.queue,
+                    "compute_infer": s.compute,
+                },
+                "batch_stats": [],
+            })
+        })
+        .collect();
+    Json(json!({ "model_stats": model_stats }))
+}
+
+pub async fn model_stats(
+    State(platform): State<Arc<Platform>>,
+    TenantCaller(tenant): TenantCaller,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, HttpError> {
+    let (p, t, n) = (platform.clone(), tenant.clone(), name.clone());
+    blocking(move || p.function_info(&t, &n)).await?;
+    let mut stats = platform.function_stats(&tenant, Some(&name));
+    if stats.is_empty() {
+        stats.push((name, FunctionStats::default()));
+    }
+    Ok(stats_json(stats))
+}
+
+pub async fn all_stats(State(platform): State<Arc<Platform>>, TenantCaller(tenant): TenantCaller) -> Json<Value> {
+    stats_json(platform.function_stats(&tenant, None))
 }
 
 async fn readiness(
