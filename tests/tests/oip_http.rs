@@ -162,22 +162,57 @@ fn outputs_and_parameters() {
         .post_json("/v2/models/echo/infer", &key, &two(json!({ "outputs": [{ "name": "a" }, { "name": "zz" }] })))
         .expect_error(400, "invalid_request");
     assert!(e.contains("no output named \"zz\""), "{e}");
-    // Honoured (a lower class), and ignored (unknown names) without error.
-    for parameters in [json!({ "priority": "batch" }), json!({ "priority": 2, "sequence_id": 5, "whatever": [] })] {
-        let p = json!({ "parameters": parameters });
-        if parameters.get("whatever").is_some() {
-            // Arrays are not parameter values in the protocol: refused, like any malformed field.
-            server.post_json("/v2/models/echo/infer", &key, &two(p)).expect_error(400, "invalid_request");
-        } else {
-            server.post_json("/v2/models/echo/infer", &key, &two(p)).expect(200);
-        }
+    // Honoured where it means something (a lower class), ignored otherwise; values that
+    // are not parameter values (an array) or a class that does not exist are refused.
+    for parameters in [
+        json!({ "priority": 2 }),
+        json!({ "priority": 0, "sequence_id": 5, "timeout": 100000, "x-custom": "y", "flag": true }),
+    ] {
+        server.post_json("/v2/models/echo/infer", &key, &two(json!({ "parameters": parameters }))).expect(200);
     }
-    let ignored = json!({ "parameters": { "priority": 0, "sequence_id": 5, "timeout": 100000, "x-custom": "y" } });
-    server.post_json("/v2/models/echo/infer", &key, &two(ignored)).expect(200);
-    let e = server
-        .post_json("/v2/models/echo/infer", &key, &two(json!({ "parameters": { "priority": "urgent" } })))
-        .expect_error(400, "invalid_request");
-    assert!(e.contains("priority"), "{e}");
+    for (parameters, needle) in [(json!({ "priority": "urgent" }), "priority"), (json!({ "p": [1] }), "\"p\"")] {
+        let e = server
+            .post_json("/v2/models/echo/infer", &key, &two(json!({ "parameters": parameters })))
+            .expect_error(400, "invalid_request");
+        assert!(e.contains(needle), "{e}");
+    }
+}
+
+/// The priority classes the tenant's work ran at, from `/v1/status`.
+fn classes_seen(server: &Server, key: &str, tenant: &str) -> Vec<String> {
+    let status = server.status(key);
+    let mut classes: Vec<String> = status["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|d| d["tenants"].as_array().unwrap().iter())
+        .filter(|t| t["tenant"] == tenant)
+        .map(|t| t["class"].as_str().unwrap().to_owned())
+        .collect();
+    classes.sort();
+    classes.dedup();
+    classes
+}
+
+#[test]
+fn a_request_may_lower_its_class_but_never_raise_it() {
+    let server = Server::start();
+    let a = server.create_tenant("lowered");
+    server.deploy(&a, "echo", "echo", "priority=latency");
+    let lower = json!({ "parameters": { "priority": "batch" },
+        "inputs": [{ "name": "x", "shape": [2], "datatype": "FP32", "data": [1, 2] }] });
+    server.post_json("/v2/models/echo/infer", &a, &lower).expect(200);
+    assert_eq!(classes_seen(&server, &a, "lowered"), ["batch"]);
+
+    let b = server.create_tenant("capped");
+    server.deploy(&b, "echo", "echo", "priority=batch");
+    let higher = json!({ "parameters": { "priority": "latency" },
+        "inputs": [{ "name": "x", "shape": [2], "datatype": "FP32", "data": [1, 2] }] });
+    server.post_json("/v2/models/echo/infer", &b, &higher).expect(200);
+    server
+        .post_json("/v2/models/echo/infer", &b, &json!({ "parameters": { "priority": 1 }, "inputs": higher["inputs"] }))
+        .expect(200);
+    assert_eq!(classes_seen(&server, &b, "capped"), ["batch"]);
 }
 
 /// `wasm` with one more custom section (a component may carry them anywhere at top level).
