@@ -76,7 +76,7 @@ impl Registry {
     /// Stores a component and appends it as the function's next version (creating the
     /// function at version 1). The new version inherits the previous version's artifacts.
     /// The caller validates that the bytes are a component of the right world first.
-    #[tracing::instrument(name = "sluice_registry.deploy", skip(self, component, options), fields(bytes = component.len()), err)]
+    #[tracing::instrument(name = "sluice_registry.deploy", skip(self, component, options), fields(bytes = component.len()), err(level = "debug"))]
     pub fn deploy(
         &self,
         tenant: &str,
@@ -144,7 +144,7 @@ impl Registry {
     }
 
     /// Stores several artifacts and appends one version that sees all of them.
-    #[tracing::instrument(name = "sluice_registry.put_artifacts", skip_all, fields(tenant, function = name), err)]
+    #[tracing::instrument(name = "sluice_registry.put_artifacts", skip_all, fields(tenant, function = name), err(level = "debug"))]
     pub fn put_artifacts(&self, tenant: &str, name: &str, artifacts: &[(&str, &[u8])]) -> Result<FunctionVersion> {
         validate_ids(tenant, name)?;
         if artifacts.is_empty() {
@@ -190,7 +190,7 @@ impl Registry {
     }
 
     /// Appends a version without `artifact`.
-    #[tracing::instrument(name = "sluice_registry.remove_artifact", skip(self), err)]
+    #[tracing::instrument(name = "sluice_registry.remove_artifact", skip(self), err(level = "debug"))]
     pub fn remove_artifact(&self, tenant: &str, name: &str, artifact: &str) -> Result<FunctionVersion> {
         validate_ids(tenant, name)?;
         validate_artifact_name(artifact)?;
@@ -220,7 +220,7 @@ impl Registry {
     /// Makes staged `version` (the newest) the serving version. Publishing a version
     /// that is already published is a no-op (so a retried publish succeeds); an older
     /// draft is refused ([`RegistryError::InvalidInput`]).
-    #[tracing::instrument(name = "sluice_registry.publish", skip(self), err)]
+    #[tracing::instrument(name = "sluice_registry.publish", skip(self), err(level = "debug"))]
     pub fn publish(&self, tenant: &str, name: &str, version: u32) -> Result<FunctionVersion> {
         validate_ids(tenant, name)?;
         let _w = self.write_lock();
@@ -325,7 +325,7 @@ impl Registry {
     }
 
     /// Deletes a function and all its versions and compiled entries (blobs stay until gc).
-    #[tracing::instrument(name = "sluice_registry.delete_function", skip(self), err)]
+    #[tracing::instrument(name = "sluice_registry.delete_function", skip(self), err(level = "debug"))]
     pub fn delete_function(&self, tenant: &str, name: &str) -> Result<()> {
         validate_ids(tenant, name)?;
         let _w = self.write_lock();

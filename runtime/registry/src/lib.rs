@@ -163,7 +163,7 @@ impl Registry {
     }
 
     /// Deletes blob files no version or compiled entry references, and stale temporary files.
-    #[tracing::instrument(name = "sluice_registry.gc", skip(self), err)]
+    #[tracing::instrument(name = "sluice_registry.gc", skip(self), err(level = "debug"))]
     pub fn gc(&self) -> Result<GcReport> {
         let _gc = self.gc.write().unwrap_or_else(|e| e.into_inner());
         let mut live = HashSet::new();

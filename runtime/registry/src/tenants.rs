@@ -5,7 +5,7 @@ use crate::{KeyInfo, Registry, RegistryError, Result, abort, get_json, scan_json
 
 impl Registry {
     /// Creates a tenant. [`RegistryError::AlreadyExists`] if the id is taken.
-    #[tracing::instrument(name = "sluice_registry.create_tenant", skip(self), err)]
+    #[tracing::instrument(name = "sluice_registry.create_tenant", skip(self), err(level = "debug"))]
     pub fn create_tenant(&self, id: &str, settings: TenantSettings) -> Result<Tenant> {
         validate_tenant_id(id)?;
         settings.validate()?;
@@ -39,7 +39,7 @@ impl Registry {
     /// Changes a tenant's settings with `change` (given the stored ones) in one
     /// transaction, so two concurrent changes cannot lose one another. The result is
     /// validated; on any error nothing changes.
-    #[tracing::instrument(name = "sluice_registry.change_tenant", skip(self, change), err)]
+    #[tracing::instrument(name = "sluice_registry.change_tenant", skip(self, change), err(level = "debug"))]
     pub fn change_tenant(
         &self,
         id: &str,
@@ -63,7 +63,7 @@ impl Registry {
 
     /// Deletes a tenant with its API keys, functions, versions and compiled entries, in one
     /// transaction. Blob files stay until [`Registry::gc`].
-    #[tracing::instrument(name = "sluice_registry.delete_tenant", skip(self), err)]
+    #[tracing::instrument(name = "sluice_registry.delete_tenant", skip(self), err(level = "debug"))]
     pub fn delete_tenant(&self, id: &str) -> Result<()> {
         validate_tenant_id(id)?;
         let _w = self.write_lock();

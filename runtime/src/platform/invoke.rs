@@ -12,9 +12,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::admission::admit;
+use super::policy::{RequestPolicy, clamp_class, clamp_weight, scheduling_class};
 use super::{LoadedFunction, Platform, PlatformError, Result};
 use crate::engine::{InvocationContext, InvocationOutput, IoTensor};
-use crate::scheduler::{MemoryAccount, PriorityClass, SchedulingInfo};
+use crate::scheduler::{MemoryAccount, SchedulingInfo};
 
 /// The `function` label of an invocation whose name did not resolve to a deployed function.
 pub const UNKNOWN_FUNCTION: &str = "(unknown)";
@@ -41,8 +42,20 @@ impl Drop for InFlight<'_> {
 impl Platform {
     /// Runs the serving version of `tenant/name` once on `inputs`.
     pub async fn invoke(self: &Arc<Self>, tenant: &str, name: &str, inputs: Vec<IoTensor>) -> Result<Invocation> {
+        self.invoke_with(tenant, name, inputs, RequestPolicy::default()).await
+    }
+
+    /// [`Platform::invoke`] with what the request asks for (e.g. a lower priority class),
+    /// clamped to the function's options and the tenant's policy.
+    pub async fn invoke_with(
+        self: &Arc<Self>,
+        tenant: &str,
+        name: &str,
+        inputs: Vec<IoTensor>,
+        request: RequestPolicy,
+    ) -> Result<Invocation> {
         let admitted = Instant::now();
-        let result = self.invoke_inner(tenant, name, inputs).await;
+        let result = self.invoke_inner(tenant, name, inputs, request).await;
         match &result {
             Ok(invocation) => {
                 self.count(|c| &c.invocations);
@@ -61,7 +74,13 @@ impl Platform {
         result
     }
 
-    async fn invoke_inner(self: &Arc<Self>, tenant: &str, name: &str, inputs: Vec<IoTensor>) -> Result<Invocation> {
+    async fn invoke_inner(
+        self: &Arc<Self>,
+        tenant: &str,
+        name: &str,
+        inputs: Vec<IoTensor>,
+        request: RequestPolicy,
+    ) -> Result<Invocation> {
         let received = Instant::now();
         if self.shutting_down.load(Ordering::Acquire) {
             return Err(PlatformError::ShuttingDown);
@@ -85,8 +104,12 @@ impl Platform {
             account: MemoryAccount::new("invocation", None, Some(tenant_rt.account.clone())),
             scheduling: SchedulingInfo {
                 tenant: tenant.into(),
-                class: scheduling_class(function.version.options.priority),
-                weight: function.version.options.weight.unwrap_or(tenant_rt.weight),
+                class: scheduling_class(clamp_class(
+                    tenant_rt.policy.max_priority,
+                    function.version.options.priority,
+                    request.priority,
+                )),
+                weight: clamp_weight(tenant_rt.policy.weight, function.version.options.weight),
             },
         };
         let (platform, f, handle) = (self.clone(), function.clone(), tokio::runtime::Handle::current());
@@ -98,13 +121,5 @@ impl Platform {
         .map_err(|e| PlatformError::internal("running an invocation", e))?;
         let output = result?;
         Ok(Invocation { function, output, queue: started - received })
-    }
-}
-
-/// The registry's priority class as the scheduler's.
-fn scheduling_class(class: sluice_registry::PriorityClass) -> PriorityClass {
-    match class {
-        sluice_registry::PriorityClass::Latency => PriorityClass::Latency,
-        sluice_registry::PriorityClass::Batch => PriorityClass::Batch,
     }
 }
