@@ -4,6 +4,12 @@
 //! may be flat (row-major) or nested, numbers for numeric types and strings for
 //! `BYTES`. Responses carry `{"model_name", "model_version", "id"?, "outputs": [...]}`.
 //! Every malformed request becomes an [`OipError`] that says what is wrong and where.
+//!
+//! JSON has no NaN or infinities, so floating outputs carry them as the strings `"NaN"`,
+//! `"Infinity"` and `"-Infinity"` (protobuf's JSON mapping, which the KServe v2 gRPC
+//! clients' JSON transcoding also uses), and inputs accept the same strings. A number
+//! outside the datatype's finite range (FP32 `1e39`) is refused, not rounded to
+//! infinity. Shapes have at most [`sluice_host_api::MAX_RANK`] dimensions.
 
 use half::{bf16, f16};
 use serde::Serialize;
@@ -58,6 +64,9 @@ fn parse_tensor(index: usize, v: &Value) -> Result<IoTensor, OipError> {
         .iter()
         .map(|d| d.as_u64().ok_or_else(|| at("shape entries must be non-negative integers")))
         .collect::<Result<_, _>>()?;
+    if shape.len() > sluice_host_api::MAX_RANK {
+        return Err(at(&format!("rank {} is above the maximum of {}", shape.len(), sluice_host_api::MAX_RANK)));
+    }
     let datatype = obj.get("datatype").and_then(Value::as_str).ok_or_else(|| at("needs a string \"datatype\""))?;
     let mut flat = Vec::new();
     flatten(obj.get("data").ok_or_else(|| at("needs \"data\""))?, &mut flat);
@@ -83,11 +92,23 @@ fn parse_data(datatype: &str, flat: &[&Value]) -> Result<IoData, String> {
             .map(|(i, v)| f(v).ok_or_else(|| format!("element {i} ({v}) is not a valid {kind}")))
             .collect()
     }
-    let float = |v: &Value| v.as_f64();
     Ok(match datatype {
-        "FP32" => IoData::F32(nums(flat, "FP32", |v| float(v).map(|x| x as f32))?),
-        "FP16" => IoData::F16(nums(flat, "FP16", |v| float(v).map(|x| f16::from_f64(x).to_bits()))?),
-        "BF16" => IoData::Bf16(nums(flat, "BF16", |v| float(v).map(|x| bf16::from_f64(x).to_bits()))?),
+        // A finite number that rounds to infinity is out of the datatype's range.
+        "FP32" => IoData::F32(nums(flat, "FP32", |v| {
+            let x = float(v)?;
+            let y = x as f32;
+            (y.is_finite() || !x.is_finite()).then_some(y)
+        })?),
+        "FP16" => IoData::F16(nums(flat, "FP16", |v| {
+            let x = float(v)?;
+            let y = f16::from_f64(x);
+            (y.is_finite() || !x.is_finite()).then_some(y.to_bits())
+        })?),
+        "BF16" => IoData::Bf16(nums(flat, "BF16", |v| {
+            let x = float(v)?;
+            let y = bf16::from_f64(x);
+            (y.is_finite() || !x.is_finite()).then_some(y.to_bits())
+        })?),
         "INT32" => IoData::I32(nums(flat, "INT32", |v| v.as_i64().and_then(|x| i32::try_from(x).ok()))?),
         "INT64" => IoData::I64(nums(flat, "INT64", Value::as_i64)?),
         "UINT8" => IoData::U8(nums(flat, "UINT8", |v| v.as_u64().and_then(|x| u8::try_from(x).ok()))?),
@@ -98,6 +119,30 @@ fn parse_data(datatype: &str, flat: &[&Value]) -> Result<IoData, String> {
             ));
         }
     })
+}
+
+/// A floating element: a number, or one of the strings `"NaN"`, `"Infinity"`, `"-Infinity"`.
+fn float(v: &Value) -> Option<f64> {
+    match v {
+        Value::String(s) => match s.as_str() {
+            "NaN" => Some(f64::NAN),
+            "Infinity" => Some(f64::INFINITY),
+            "-Infinity" => Some(f64::NEG_INFINITY),
+            _ => None,
+        },
+        _ => v.as_f64(),
+    }
+}
+
+/// A floating element as JSON: a number, or a string for NaN and the infinities.
+fn float_json(x: f32) -> Value {
+    if x.is_nan() {
+        json!("NaN")
+    } else if x.is_infinite() {
+        json!(if x > 0.0 { "Infinity" } else { "-Infinity" })
+    } else {
+        json!(x)
+    }
 }
 
 /// The protocol's name of an [`IoData`]'s datatype.
@@ -116,9 +161,9 @@ pub fn datatype_name(data: &IoData) -> &'static str {
 /// JSON of one tensor's elements.
 pub fn data_json(data: &IoData) -> Value {
     match data {
-        IoData::F32(v) => json!(v),
-        IoData::F16(v) => json!(v.iter().map(|&b| f16::from_bits(b).to_f32()).collect::<Vec<_>>()),
-        IoData::Bf16(v) => json!(v.iter().map(|&b| bf16::from_bits(b).to_f32()).collect::<Vec<_>>()),
+        IoData::F32(v) => Value::Array(v.iter().map(|&x| float_json(x)).collect()),
+        IoData::F16(v) => Value::Array(v.iter().map(|&b| float_json(f16::from_bits(b).to_f32())).collect()),
+        IoData::Bf16(v) => Value::Array(v.iter().map(|&b| float_json(bf16::from_bits(b).to_f32())).collect()),
         IoData::I32(v) => json!(v),
         IoData::I64(v) => json!(v),
         IoData::U8(v) => json!(v),
@@ -194,5 +239,36 @@ mod tests {
         assert_eq!(v["outputs"][0]["datatype"], "INT64");
         assert_eq!(v["outputs"][0]["data"], json!([7, -1]));
         assert_eq!(v["model_version"], "3");
+    }
+
+    #[test]
+    fn nan_and_infinities_travel_as_strings_and_out_of_range_numbers_are_refused() {
+        let out = vec![IoTensor {
+            name: "y".into(),
+            shape: vec![4],
+            data: IoData::F32(vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1.5]),
+        }];
+        let data = response_json("m", None, None, &out)["outputs"][0]["data"].clone();
+        assert_eq!(data, json!(["NaN", "Infinity", "-Infinity", 1.5]));
+        // What went out comes back in.
+        let body = json!({ "inputs": [{ "name": "x", "shape": [4], "datatype": "FP32", "data": data }] });
+        let back = parse_request(&serde_json::to_vec(&body).unwrap()).unwrap();
+        let IoData::F32(v) = &back.inputs[0].data else { panic!("FP32") };
+        assert!(v[0].is_nan() && v[1] == f32::INFINITY && v[2] == f32::NEG_INFINITY && v[3] == 1.5, "{v:?}");
+        // 1e39 is no FP32; f32::MAX as printed is; 70000 is no FP16.
+        for (datatype, x, ok) in [("FP32", "1e39", false), ("FP32", "3.4028235e38", true), ("FP16", "70000", false)] {
+            let body = format!(r#"{{"inputs":[{{"name":"x","shape":[1],"datatype":"{datatype}","data":[{x}]}}]}}"#);
+            assert_eq!(parse_request(body.as_bytes()).is_ok(), ok, "{datatype} {x}");
+        }
+        let body = br#"{"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":["nan"]}]}"#;
+        assert!(parse_request(body).is_err(), "only the exact spellings");
+    }
+
+    #[test]
+    fn a_rank_above_the_maximum_is_a_request_error() {
+        let shape = vec![1u64; 1000];
+        let body = json!({ "inputs": [{ "name": "x", "shape": shape, "datatype": "FP32", "data": [1.0] }] });
+        let e = parse_request(&serde_json::to_vec(&body).unwrap()).unwrap_err();
+        assert!(e.0.contains("rank 1000"), "{e}");
     }
 }
