@@ -11,7 +11,7 @@
 
 use serde::Serialize;
 use serde_json::{Map, Value};
-use sluice_registry::{PriorityClass, Tenant, TenantSettings};
+use sluice_registry::{MAX_WEIGHT, PriorityClass, Tenant, TenantSettings};
 
 use super::{PlatformConfig, PlatformError, Result};
 use crate::scheduler;
@@ -30,11 +30,12 @@ pub struct TenantPolicy {
 }
 
 impl TenantPolicy {
-    /// `settings` with `config`'s defaults where they leave a value unset.
+    /// `settings` with `config`'s defaults where they leave a value unset. A weight
+    /// stored before the bound existed counts as at most [`MAX_WEIGHT`].
     pub fn resolve(settings: &TenantSettings, config: &PlatformConfig) -> TenantPolicy {
         TenantPolicy {
             max_priority: settings.max_priority.unwrap_or(config.default_priority),
-            weight: settings.weight,
+            weight: settings.weight.clamp(1, MAX_WEIGHT),
             memory_quota_bytes: settings.memory_quota_bytes.or(config.default_memory_quota_bytes),
             max_concurrency: settings.max_concurrency.unwrap_or(config.tenant_max_concurrency),
         }
@@ -135,6 +136,9 @@ mod tests {
         };
         let p = TenantPolicy::resolve(&set, &config);
         assert_eq!((p.max_priority, p.weight, p.memory_quota_bytes, p.max_concurrency), (Latency, 3, Some(5), 2));
+        // A record stored before the bound (validation only runs on writes).
+        let old = TenantSettings { weight: u32::MAX, ..TenantSettings::default() };
+        assert_eq!(TenantPolicy::resolve(&old, &config).weight, MAX_WEIGHT);
     }
 
     #[test]
