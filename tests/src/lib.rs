@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+pub mod hostile;
 pub mod skip;
 
 /// The admin key every test server starts with.
@@ -262,6 +263,11 @@ impl Server {
     /// `GET /v1/status` with `key`.
     pub fn status(&self, key: &str) -> Value {
         self.get("/v1/status", key).expect(200)
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Kills the process with SIGKILL (no shutdown, no flush) and waits for it.

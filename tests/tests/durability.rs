@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use sluice_tests::{Server, ServerOptions, fp32_request, misbehave_request};
+use sluice_tests::{ADMIN_KEY, Server, ServerOptions, fp32_request, misbehave_request};
 
 fn on(data_dir: &std::path::Path, args: &[&str]) -> ServerOptions {
     ServerOptions {
@@ -29,7 +29,7 @@ fn acknowledged_deploy_survives_kill_9_without_recompiling() {
     first.kill9();
 
     let second = Server::start_with(on(&data, &[]));
-    let status = second.status(&key);
+    let status = second.status(ADMIN_KEY);
     assert_eq!(status["compilations"], 0, "a restart must not recompile: {status}");
     assert_eq!(status["compiled_cache_loads"], 1, "{status}");
     assert_eq!(status["functions_loaded"], 1, "{status}");
@@ -42,7 +42,7 @@ fn acknowledged_deploy_survives_kill_9_without_recompiling() {
     let info = second.get("/v1/functions/echo", &key).expect(200);
     assert_eq!(info["options"]["timeout_ms"], 5000);
     assert_eq!(info["versions"].as_array().unwrap().len(), 2);
-    assert_eq!(second.status(&key)["compilations"], 0);
+    assert_eq!(second.status(ADMIN_KEY)["compilations"], 0);
 }
 
 #[test]
@@ -92,6 +92,17 @@ fn sigterm_lets_in_flight_invocations_finish() {
             std::thread::sleep(Duration::from_millis(10));
         }
         server.terminate();
+        // While it drains, the listener still answers: new requests get 503 shutting_down.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let refused = loop {
+            let r = server.try_call("GET", "/v1/functions", Some(&key), None).expect("the listener keeps answering");
+            if r.status == 503 {
+                break r;
+            }
+            assert!(std::time::Instant::now() < deadline, "never started draining");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        refused.expect_error(503, "shutting_down");
         call.join().unwrap()
     });
     // The in-flight request got its real answer (the guest's timeout), not a reset.

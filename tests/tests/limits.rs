@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_tests::{Server, ServerOptions, misbehave_request};
+use sluice_tests::{ADMIN_KEY, Server, ServerOptions, misbehave_request};
 
 #[test]
 fn concurrency_limits_answer_429_with_retry_after() {
@@ -18,7 +18,7 @@ fn concurrency_limits_answer_429_with_retry_after() {
     let body = |mode: &str| Some(("application/json", serde_json::to_vec(&misbehave_request(mode)).unwrap()));
     let wait_in_flight = |n: u64| {
         let deadline = Instant::now() + Duration::from_secs(20);
-        while server.status(&keys[0])["in_flight"] != n {
+        while server.status(ADMIN_KEY)["in_flight"] != n {
             assert!(Instant::now() < deadline, "in_flight never reached {n}");
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -45,5 +45,5 @@ fn concurrency_limits_answer_429_with_retry_after() {
     for key in &keys {
         server.call("POST", "/v1/functions/slow/invoke", Some(key), body("ok")).expect(200);
     }
-    assert_eq!(server.status(&keys[0])["rejected"], 2);
+    assert_eq!(server.status(ADMIN_KEY)["rejected"], 2);
 }

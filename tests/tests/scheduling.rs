@@ -10,6 +10,9 @@ fn status_reports_classes_device_time_memory_and_partition() {
     let server = Server::start();
     let key_a = server.create_tenant("latency-co");
     let key_b = server.create_tenant("batch-co");
+    // New tenants run as batch (the server's default class); the admin grants latency.
+    let grant = serde_json::to_vec(&json!({ "max_priority": "latency" })).unwrap();
+    server.call("PATCH", "/v1/tenants/latency-co", Some(ADMIN_KEY), Some(("application/json", grant))).expect(200);
     server.deploy(&key_a, "echo", "echo", "priority=latency");
     server.deploy(&key_b, "burn", "gemm_burn", "priority=batch");
 

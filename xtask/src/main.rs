@@ -16,6 +16,7 @@ mod lint;
 mod serve;
 mod setup;
 mod skips;
+mod soak;
 mod steps;
 mod test;
 
@@ -48,6 +49,9 @@ commands:
                     smoke test with MiniLM; prints how many ran and skipped
   bench             set up everything, then run the CPU benchmarks (op launch and
                     instantiation; MiniLM against NumPy); extra args go to cargo bench
+  soak              the hostile-load suite for minutes (victim p50/p99 against solo,
+                    errors by code, RSS, kill -9 during deploys and uploads); extra args
+                    (--seconds S --clients C --kills K) go to it; not part of `test`
   help              this text
 ";
 
@@ -75,6 +79,7 @@ fn dispatch(args: &[String]) -> Result<()> {
         "test" => test::run(rest),
         "test-cuda-fake" => fake_cuda::run(rest),
         "bench" => bench::run(rest),
+        "soak" => soak::run(rest),
         "serve" => serve::run(rest),
         "help" | "-h" | "--help" => {
             print!("{HELP}");

@@ -110,7 +110,7 @@ pub fn run(args: &[String]) -> Result<()> {
         std::thread::sleep(Duration::from_millis(100));
     }
 
-    let created = client(&sluice, &url, &admin, &["tenants", "create", "demo"])
+    let created = client(&sluice, &url, &admin, &["tenants", "create", "demo", "--max-priority", "latency"])
         .or_else(|| client(&sluice, &url, &admin, &["tenants", "key", "demo"]))
         .context("creating the tenant `demo` (or a key for it)")?;
     let key = key_from(&created).context("the server's answer holds no key")?;

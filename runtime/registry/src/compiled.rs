@@ -18,7 +18,7 @@ pub const MAX_FINGERPRINT_LEN: usize = 512;
 impl Registry {
     /// Stores the precompiled form of a version for the engine with `fingerprint`,
     /// replacing entries for other fingerprints of that version.
-    #[tracing::instrument(name = "sluice_registry.store_compiled", skip(self, bytes), fields(bytes = bytes.len()), err)]
+    #[tracing::instrument(name = "sluice_registry.store_compiled", skip(self, bytes), fields(bytes = bytes.len()), err(level = "debug"))]
     pub fn store_compiled(
         &self,
         tenant: &str,

@@ -1,8 +1,14 @@
 //! Functions, their immutable versions, artifacts and precompiled components.
 //!
 //! Every change to a function appends a version (see the crate docs for why artifacts
-//! create versions). Blobs are written (durably) before the metadata transaction that
-//! references them, so a crash leaves at worst an unreferenced blob for [`Registry::gc`].
+//! create versions), except a change of a *staged* version's artifacts: a staged
+//! version (deployed with `staged`) does not serve, and its artifacts are added or
+//! removed in place until [`Registry::publish`] makes it serve. So a component and its
+//! artifacts become one version, and nothing serves before its artifacts arrive.
+//! Only the newest version can be staged: a later deploy leaves an abandoned draft
+//! behind, never served. Blobs are written (durably) before the metadata transaction
+//! that references them, so a crash leaves at worst an unreferenced blob for
+//! [`Registry::gc`].
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -57,17 +63,38 @@ pub(crate) fn validate_ids(tenant: &str, name: &str) -> Result<()> {
 /// How a new version is derived from the previous one (if any), its number and the time.
 type Build<'a> = dyn Fn(Option<&FunctionVersion>, u32, u64) -> Result<FunctionVersion> + 'a;
 
+/// Whether a change makes a new version always, or changes a staged newest version in place.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Append {
+    /// A deploy: always the next number.
+    NewVersion,
+    /// An artifact change: in place if the newest version is staged.
+    InPlaceIfStaged,
+}
+
 impl Registry {
     /// Stores a component and appends it as the function's next version (creating the
     /// function at version 1). The new version inherits the previous version's artifacts.
     /// The caller validates that the bytes are a component of the right world first.
-    #[tracing::instrument(name = "sluice_registry.deploy", skip(self, component, options), fields(bytes = component.len()), err)]
+    #[tracing::instrument(name = "sluice_registry.deploy", skip(self, component, options), fields(bytes = component.len()), err(level = "debug"))]
     pub fn deploy(
         &self,
         tenant: &str,
         name: &str,
         component: &[u8],
         options: FunctionOptions,
+    ) -> Result<FunctionVersion> {
+        self.deploy_as(tenant, name, component, options, false)
+    }
+
+    /// Like [`Registry::deploy`]; a `staged` version does not serve until published.
+    pub fn deploy_as(
+        &self,
+        tenant: &str,
+        name: &str,
+        component: &[u8],
+        options: FunctionOptions,
+        staged: bool,
     ) -> Result<FunctionVersion> {
         validate_ids(tenant, name)?;
         options.validate()?;
@@ -76,7 +103,7 @@ impl Registry {
         let component = self.blobs.put(component)?;
         let _w = self.write_lock();
         let v = self.commit(|tx| {
-            append(tx, tenant, name, &|prev, version, now| {
+            append(tx, tenant, name, Append::NewVersion, &|prev, version, now| {
                 Ok(FunctionVersion {
                     tenant: tenant.to_owned(),
                     function: name.to_owned(),
@@ -86,10 +113,11 @@ impl Registry {
                     artifacts: prev.map(|p| p.artifacts.clone()).unwrap_or_default(),
                     origin: VersionOrigin::Deploy,
                     created_ms: now,
+                    staged,
                 })
             })
         })?;
-        tracing::info!(tenant, function = name, version = v.version, digest = %v.component.digest, "deployed");
+        tracing::info!(tenant, function = name, version = v.version, staged, digest = %v.component.digest, "deployed");
         Ok(v)
     }
 
@@ -109,14 +137,14 @@ impl Registry {
     ) -> Result<FunctionVersion> {
         validate_ids(tenant, name)?;
         validate_artifact_name(artifact)?;
-        self.latest_version(tenant, name)?;
+        self.function_meta(tenant, name)?;
         let _b = self.blob_lock();
         let blob = self.blobs.put_reader(reader)?;
         self.append_artifacts(tenant, name, vec![(artifact.to_owned(), blob)])
     }
 
     /// Stores several artifacts and appends one version that sees all of them.
-    #[tracing::instrument(name = "sluice_registry.put_artifacts", skip_all, fields(tenant, function = name), err)]
+    #[tracing::instrument(name = "sluice_registry.put_artifacts", skip_all, fields(tenant, function = name), err(level = "debug"))]
     pub fn put_artifacts(&self, tenant: &str, name: &str, artifacts: &[(&str, &[u8])]) -> Result<FunctionVersion> {
         validate_ids(tenant, name)?;
         if artifacts.is_empty() {
@@ -125,7 +153,7 @@ impl Registry {
         for (artifact, _) in artifacts {
             validate_artifact_name(artifact)?;
         }
-        self.latest_version(tenant, name)?;
+        self.function_meta(tenant, name)?;
         let _b = self.blob_lock();
         let mut blobs = Vec::with_capacity(artifacts.len());
         for (artifact, bytes) in artifacts {
@@ -139,14 +167,19 @@ impl Registry {
         let names: Vec<String> = blobs.iter().map(|(n, _)| n.clone()).collect();
         let _w = self.write_lock();
         let v = self.commit(|tx| {
-            append(tx, tenant, name, &|prev, version, now| {
+            append(tx, tenant, name, Append::InPlaceIfStaged, &|prev, version, now| {
                 let prev = prev.ok_or_else(|| function_not_found(tenant, name))?;
                 let mut artifacts = prev.artifacts.clone();
                 artifacts.extend(blobs.iter().cloned());
                 Ok(FunctionVersion {
                     version,
                     artifacts,
-                    origin: VersionOrigin::Artifacts { names: names.clone() },
+                    // A draft stays what it was (a deploy) while its artifacts arrive.
+                    origin: if prev.staged {
+                        prev.origin.clone()
+                    } else {
+                        VersionOrigin::Artifacts { names: names.clone() }
+                    },
                     created_ms: now,
                     ..prev.clone()
                 })
@@ -157,13 +190,13 @@ impl Registry {
     }
 
     /// Appends a version without `artifact`.
-    #[tracing::instrument(name = "sluice_registry.remove_artifact", skip(self), err)]
+    #[tracing::instrument(name = "sluice_registry.remove_artifact", skip(self), err(level = "debug"))]
     pub fn remove_artifact(&self, tenant: &str, name: &str, artifact: &str) -> Result<FunctionVersion> {
         validate_ids(tenant, name)?;
         validate_artifact_name(artifact)?;
         let _w = self.write_lock();
         self.commit(|tx| {
-            append(tx, tenant, name, &|prev, version, now| {
+            append(tx, tenant, name, Append::InPlaceIfStaged, &|prev, version, now| {
                 let prev = prev.ok_or_else(|| function_not_found(tenant, name))?;
                 let mut artifacts: BTreeMap<String, BlobRef> = prev.artifacts.clone();
                 if artifacts.remove(artifact).is_none() {
@@ -172,12 +205,48 @@ impl Registry {
                 Ok(FunctionVersion {
                     version,
                     artifacts,
-                    origin: VersionOrigin::ArtifactRemoved { name: artifact.to_owned() },
+                    origin: if prev.staged {
+                        prev.origin.clone()
+                    } else {
+                        VersionOrigin::ArtifactRemoved { name: artifact.to_owned() }
+                    },
                     created_ms: now,
                     ..prev.clone()
                 })
             })
         })
+    }
+
+    /// Makes staged `version` (the newest) the serving version. Publishing a version
+    /// that is already published is a no-op (so a retried publish succeeds); an older
+    /// draft is refused ([`RegistryError::InvalidInput`]).
+    #[tracing::instrument(name = "sluice_registry.publish", skip(self), err(level = "debug"))]
+    pub fn publish(&self, tenant: &str, name: &str, version: u32) -> Result<FunctionVersion> {
+        validate_ids(tenant, name)?;
+        let _w = self.write_lock();
+        self.commit(|tx| {
+            let Some(meta) = tx_get::<FunctionMeta>(tx.functions, &fn_key(tenant, name))? else {
+                return abort(function_not_found(tenant, name));
+            };
+            let key = version_key(tenant, name, version);
+            let Some(mut v) = tx_get::<FunctionVersion>(tx.versions, &key)? else {
+                return abort(RegistryError::not_found(format!("version {version} of function {name:?}")));
+            };
+            if v.staged && version != meta.latest {
+                return abort(RegistryError::InvalidInput(format!(
+                    "version {version} of function {name:?} is an abandoned draft (version {} is newer); \
+                     only the newest version can be published",
+                    meta.latest
+                )));
+            }
+            v.staged = false;
+            tx_put(tx.versions, &key, &v)?;
+            Ok(v)
+        })
+    }
+
+    fn function_meta(&self, tenant: &str, name: &str) -> Result<FunctionMeta> {
+        get_json(&self.functions, &fn_key(tenant, name))?.ok_or_else(|| function_not_found(tenant, name))
     }
 
     /// A function with all its versions.
@@ -201,12 +270,17 @@ impl Registry {
         })
     }
 
-    /// The newest version of a function (the one that serves).
+    /// The version of a function that serves: its newest published one.
+    /// [`RegistryError::NotFound`] while every version is staged.
     pub fn latest_version(&self, tenant: &str, name: &str) -> Result<FunctionVersion> {
         validate_ids(tenant, name)?;
-        let meta: FunctionMeta =
-            get_json(&self.functions, &fn_key(tenant, name))?.ok_or_else(|| function_not_found(tenant, name))?;
-        self.summary(meta).map(|s| s.latest)
+        let summary = self.summary(self.function_meta(tenant, name)?)?;
+        summary.serving.ok_or_else(|| {
+            RegistryError::not_found(format!(
+                "a published version of function {name:?} (version {} is staged: publish it)",
+                summary.latest.version
+            ))
+        })
     }
 
     /// A tenant's functions, by name, each with its newest version.
@@ -215,7 +289,8 @@ impl Registry {
         self.summaries(format!("{tenant}/").as_bytes())
     }
 
-    /// Every tenant's functions (for warm-up at start-up).
+    /// Every tenant's functions, including those with only staged versions (warm-up
+    /// loads each one's serving version).
     pub fn all_functions(&self) -> Result<Vec<FunctionSummary>> {
         self.summaries(b"")
     }
@@ -225,15 +300,32 @@ impl Registry {
     }
 
     fn summary(&self, meta: FunctionMeta) -> Result<FunctionSummary> {
-        let latest =
-            get_json(&self.versions, &version_key(&meta.tenant, &meta.name, meta.latest))?.ok_or_else(|| {
-                RegistryError::Corrupt(format!("function {}/{} lacks version {}", meta.tenant, meta.name, meta.latest))
-            })?;
-        Ok(FunctionSummary { tenant: meta.tenant, name: meta.name, created_ms: meta.created_ms, latest })
+        let get = |n: u32| {
+            get_json::<FunctionVersion>(&self.versions, &version_key(&meta.tenant, &meta.name, n))?.ok_or_else(|| {
+                RegistryError::Corrupt(format!("function {}/{} lacks version {n}", meta.tenant, meta.name))
+            })
+        };
+        let latest = get(meta.latest)?;
+        // Drafts are rare and few: walk down from the newest to the first published one.
+        let mut serving = None;
+        let mut n = meta.latest;
+        let mut v = latest.clone();
+        loop {
+            if !v.staged {
+                serving = Some(v);
+                break;
+            }
+            if n <= 1 {
+                break;
+            }
+            n -= 1;
+            v = get(n)?;
+        }
+        Ok(FunctionSummary { tenant: meta.tenant, name: meta.name, created_ms: meta.created_ms, latest, serving })
     }
 
     /// Deletes a function and all its versions and compiled entries (blobs stay until gc).
-    #[tracing::instrument(name = "sluice_registry.delete_function", skip(self), err)]
+    #[tracing::instrument(name = "sluice_registry.delete_function", skip(self), err(level = "debug"))]
     pub fn delete_function(&self, tenant: &str, name: &str) -> Result<()> {
         validate_ids(tenant, name)?;
         let _w = self.write_lock();
@@ -256,8 +348,9 @@ impl Registry {
     }
 }
 
-/// Appends the next version of `tenant/name` inside a transaction.
-fn append(tx: &Tx<'_>, tenant: &str, name: &str, build: &Build<'_>) -> TxResult<FunctionVersion> {
+/// Appends the next version of `tenant/name` inside a transaction (or, for an artifact
+/// change of a staged newest version, replaces that version in place).
+fn append(tx: &Tx<'_>, tenant: &str, name: &str, how: Append, build: &Build<'_>) -> TxResult<FunctionVersion> {
     if tx.tenants.get(tenant.as_bytes())?.is_none() {
         return abort(RegistryError::not_found(format!("tenant {tenant:?}")));
     }
@@ -272,7 +365,9 @@ fn append(tx: &Tx<'_>, tenant: &str, name: &str, build: &Build<'_>) -> TxResult<
             }
         },
     };
-    let Some(number) = meta.as_ref().map_or(Some(1), |m| m.latest.checked_add(1)) else {
+    let in_place = how == Append::InPlaceIfStaged && prev.as_ref().is_some_and(|p| p.staged);
+    let next = |m: &FunctionMeta| if in_place { Some(m.latest) } else { m.latest.checked_add(1) };
+    let Some(number) = meta.as_ref().map_or(Some(1), next) else {
         return abort(RegistryError::InvalidInput(format!("function {name:?} has too many versions")));
     };
     let now = now_ms();

@@ -33,7 +33,7 @@ fn random_hex(bytes: usize) -> Result<String> {
 impl Registry {
     /// Issues a new API key for `tenant`. Returns `(key_id, plaintext key)`; the plaintext
     /// is not stored and cannot be recovered.
-    #[tracing::instrument(name = "sluice_registry.issue_key", skip(self), err)]
+    #[tracing::instrument(name = "sluice_registry.issue_key", skip(self), err(level = "debug"))]
     pub fn issue_key(&self, tenant: &str) -> Result<(String, String)> {
         validate_tenant_id(tenant)?;
         let key = format!("sk_{tenant}_{}", random_hex(32)?);
@@ -71,13 +71,13 @@ impl Registry {
     }
 
     /// Revokes the key with `key_id` (any principal's).
-    #[tracing::instrument(name = "sluice_registry.revoke_key", skip(self), err)]
+    #[tracing::instrument(name = "sluice_registry.revoke_key", skip(self), err(level = "debug"))]
     pub fn revoke_key(&self, key_id: &str) -> Result<KeyInfo> {
         self.revoke_where(key_id, |_| true)
     }
 
     /// Revokes `tenant`'s key `key_id`; [`RegistryError::NotFound`] if it is another's.
-    #[tracing::instrument(name = "sluice_registry.revoke_tenant_key", skip(self), err)]
+    #[tracing::instrument(name = "sluice_registry.revoke_tenant_key", skip(self), err(level = "debug"))]
     pub fn revoke_tenant_key(&self, tenant: &str, key_id: &str) -> Result<KeyInfo> {
         self.revoke_where(key_id, |p| *p == Principal::Tenant(tenant.to_owned()))
     }
@@ -105,7 +105,7 @@ impl Registry {
     /// - `None` and an admin key is stored: nothing changes; returns `Ok(None)`.
     /// - `None` and no admin key: generates one, stores its hash and returns the plaintext
     ///   once, for the caller to print.
-    #[tracing::instrument(name = "sluice_registry.ensure_admin_key", skip_all, err)]
+    #[tracing::instrument(name = "sluice_registry.ensure_admin_key", skip_all, err(level = "debug"))]
     pub fn ensure_admin_key(&self, provided: Option<String>) -> Result<Option<String>> {
         if let Some(key) = &provided
             && (key.len() < MIN_ADMIN_KEY_LEN || !key.bytes().all(|b| b.is_ascii_graphic()))

@@ -17,7 +17,7 @@
 //!   compiled   <tenant>/<name>/<u32 BE version><engine fingerprint> → CompiledRef
 //!   (default)  "schema"                          → 1
 //! <data>/blobs/sha256/<hex>    immutable content-addressed blobs
-//! <data>/blobs/sha256/.tmp-*   blobs being written (stale ones are removed by gc)
+//! <data>/blobs/sha256/.tmp-*   blobs being written (stale ones are removed at open and by gc)
 //! ```
 //!
 //! ## Versions and artifacts
@@ -120,6 +120,16 @@ impl Registry {
             }
         }
         let blobs = BlobStore::open(&data_dir)?;
+        // sled's lock makes this process the only writer: every temporary file left is
+        // from an interrupted write (a crash mid-upload) and nothing will finish it.
+        let stale = blobs.list()?.temps;
+        for temp in &stale {
+            blobs.remove_path(temp)?;
+        }
+        if !stale.is_empty() {
+            blobs.sync()?;
+            tracing::info!(removed = stale.len(), "removed temporary files of interrupted writes");
+        }
         let registry = Registry {
             tenants: db.open_tree("tenants")?,
             keys: db.open_tree("keys")?,
@@ -153,7 +163,7 @@ impl Registry {
     }
 
     /// Deletes blob files no version or compiled entry references, and stale temporary files.
-    #[tracing::instrument(name = "sluice_registry.gc", skip(self), err)]
+    #[tracing::instrument(name = "sluice_registry.gc", skip(self), err(level = "debug"))]
     pub fn gc(&self) -> Result<GcReport> {
         let _gc = self.gc.write().unwrap_or_else(|e| e.into_inner());
         let mut live = HashSet::new();

@@ -82,38 +82,54 @@ pub struct BlobRef {
     pub size: u64,
 }
 
-/// Per-tenant scheduling and resource settings.
+/// The largest fair-share weight a tenant or a function may have. Weights are relative
+/// (a tenant of weight 4 gets four times the device time of a tenant of weight 1 when
+/// both are busy), so a larger range buys nothing but lets one tenant dwarf every other.
+pub const MAX_WEIGHT: u32 = 1000;
+
+/// Per-tenant scheduling and resource settings: the tenant's policy, owned by the admin.
+///
+/// A function (at deploy) or a request (OIP `parameters.priority`) may ask for less than
+/// this, never more; the clamp happens at each invocation against the settings in force
+/// then, so a change applies to functions already deployed. `None` in `max_priority` or
+/// `memory_quota_bytes` means the server's default (`--default-priority`,
+/// `--default-memory-quota`); records stored before these fields existed load that way.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TenantSettings {
-    /// Fair-share weight (≥ 1).
+    /// Fair-share weight, 1..=[`MAX_WEIGHT`].
     pub weight: u32,
-    /// GPU memory quota; `None` is unlimited.
+    /// The highest priority class the tenant's invocations may run in; `None`: the server's default.
+    pub max_priority: Option<PriorityClass>,
+    /// Device-memory quota; `None`: the server's default quota.
     pub memory_quota_bytes: Option<u64>,
-    /// Maximum concurrent invocations; `None` is unlimited.
+    /// Maximum concurrent invocations; `None`: the server's per-tenant default.
     pub max_concurrency: Option<u32>,
 }
 
 impl Default for TenantSettings {
     fn default() -> Self {
-        TenantSettings { weight: 1, memory_quota_bytes: None, max_concurrency: None }
+        TenantSettings { weight: 1, max_priority: None, memory_quota_bytes: None, max_concurrency: None }
     }
 }
 
 impl TenantSettings {
-    /// Checks the ranges (weight ≥ 1, concurrency ≥ 1, quota ≥ 1).
+    /// Checks the ranges (weight 1..=[`MAX_WEIGHT`], concurrency ≥ 1, quota ≥ 1).
     pub fn validate(&self) -> Result<()> {
-        if self.weight == 0 {
-            return Err(RegistryError::InvalidInput("tenant weight must be at least 1".into()));
+        if self.weight == 0 || self.weight > MAX_WEIGHT {
+            return Err(RegistryError::InvalidInput(format!(
+                "tenant weight must be between 1 and {MAX_WEIGHT}, got {}",
+                self.weight
+            )));
         }
         if self.max_concurrency == Some(0) {
             return Err(RegistryError::InvalidInput(
-                "max_concurrency must be at least 1 (omit it for unlimited)".into(),
+                "max_concurrency must be at least 1 (null: the server's default)".into(),
             ));
         }
         if self.memory_quota_bytes == Some(0) {
             return Err(RegistryError::InvalidInput(
-                "memory_quota_bytes must be at least 1 (omit it for unlimited)".into(),
+                "memory_quota_bytes must be at least 1 (null: the server's default)".into(),
             ));
         }
         Ok(())
@@ -152,24 +168,24 @@ pub struct KeyInfo {
     pub created_ms: u64,
 }
 
-/// Scheduling class of a function.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Scheduling class of a function. Ordered by privilege: `Batch < Latency`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PriorityClass {
+    /// Best-effort throughput work.
+    Batch,
     /// Latency-critical: strict priority, reserved partition.
     #[default]
     Latency,
-    /// Best-effort throughput work.
-    Batch,
 }
 
 /// Options a function version runs with. Immutable once the version exists.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FunctionOptions {
-    /// Scheduling class.
+    /// The class the function asks for; it runs in at most its tenant's `max_priority`.
     pub priority: PriorityClass,
-    /// Weight within the tenant; `None` uses the tenant's.
+    /// The weight it asks for; it runs with at most its tenant's weight (`None`: the tenant's).
     pub weight: Option<u32>,
     /// Per-invocation timeout.
     pub timeout_ms: u64,
@@ -192,10 +208,14 @@ impl Default for FunctionOptions {
 }
 
 impl FunctionOptions {
-    /// Checks the ranges (weight ≥ 1, timeout ≥ 1 ms, memory limit ≥ 64 KiB, one page).
+    /// Checks the ranges (weight 1..=[`MAX_WEIGHT`], timeout ≥ 1 ms, memory limit ≥ 64 KiB, one page).
     pub fn validate(&self) -> Result<()> {
-        if self.weight == Some(0) {
-            return Err(RegistryError::InvalidInput("function weight must be at least 1".into()));
+        if let Some(w) = self.weight
+            && (w == 0 || w > MAX_WEIGHT)
+        {
+            return Err(RegistryError::InvalidInput(format!(
+                "function weight must be between 1 and {MAX_WEIGHT}, got {w}"
+            )));
         }
         if self.timeout_ms == 0 {
             return Err(RegistryError::InvalidInput("timeout_ms must be at least 1".into()));
@@ -246,6 +266,11 @@ pub struct FunctionVersion {
     pub origin: VersionOrigin,
     /// Creation time, milliseconds since the Unix epoch.
     pub created_ms: u64,
+    /// A staged version does not serve; its artifacts may still be added or removed (in
+    /// place, without a new version) until it is published. Versions stored before
+    /// staging existed load as published.
+    #[serde(default)]
+    pub staged: bool,
 }
 
 /// A function with all its versions (oldest first).
@@ -262,9 +287,14 @@ pub struct FunctionRecord {
 }
 
 impl FunctionRecord {
-    /// The newest version (the one that serves).
+    /// The newest version (perhaps staged).
     pub fn latest(&self) -> &FunctionVersion {
         self.versions.last().expect("a stored function has at least one version")
+    }
+
+    /// The version that serves: the newest published one, if any.
+    pub fn serving(&self) -> Option<&FunctionVersion> {
+        self.versions.iter().rev().find(|v| !v.staged)
     }
 }
 
@@ -277,8 +307,11 @@ pub struct FunctionSummary {
     pub name: String,
     /// Creation time of version 1.
     pub created_ms: u64,
-    /// The newest version.
+    /// The newest version (perhaps staged).
     pub latest: FunctionVersion,
+    /// The version that serves (the newest published one); `None` while the only
+    /// versions are staged.
+    pub serving: Option<FunctionVersion>,
 }
 
 /// A precompiled (engine-specific) form of a version's component.

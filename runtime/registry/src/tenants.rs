@@ -5,7 +5,7 @@ use crate::{KeyInfo, Registry, RegistryError, Result, abort, get_json, scan_json
 
 impl Registry {
     /// Creates a tenant. [`RegistryError::AlreadyExists`] if the id is taken.
-    #[tracing::instrument(name = "sluice_registry.create_tenant", skip(self), err)]
+    #[tracing::instrument(name = "sluice_registry.create_tenant", skip(self), err(level = "debug"))]
     pub fn create_tenant(&self, id: &str, settings: TenantSettings) -> Result<Tenant> {
         validate_tenant_id(id)?;
         settings.validate()?;
@@ -32,16 +32,30 @@ impl Registry {
     }
 
     /// Replaces a tenant's settings.
-    #[tracing::instrument(name = "sluice_registry.update_tenant", skip(self), err)]
     pub fn update_tenant(&self, id: &str, settings: TenantSettings) -> Result<Tenant> {
+        self.change_tenant(id, |_| Ok(settings.clone()))
+    }
+
+    /// Changes a tenant's settings with `change` (given the stored ones) in one
+    /// transaction, so two concurrent changes cannot lose one another. The result is
+    /// validated; on any error nothing changes.
+    #[tracing::instrument(name = "sluice_registry.change_tenant", skip(self, change), err(level = "debug"))]
+    pub fn change_tenant(
+        &self,
+        id: &str,
+        change: impl Fn(&TenantSettings) -> Result<TenantSettings>,
+    ) -> Result<Tenant> {
         validate_tenant_id(id)?;
-        settings.validate()?;
         let _w = self.write_lock();
         self.commit(|tx| {
             let Some(mut tenant) = tx_get::<Tenant>(tx.tenants, id.as_bytes())? else {
                 return abort(RegistryError::not_found(format!("tenant {id:?}")));
             };
-            tenant.settings = settings.clone();
+            let settings = match change(&tenant.settings).and_then(|s| s.validate().map(|()| s)) {
+                Ok(s) => s,
+                Err(e) => return abort(e),
+            };
+            tenant.settings = settings;
             tx_put(tx.tenants, id.as_bytes(), &tenant)?;
             Ok(tenant)
         })
@@ -49,7 +63,7 @@ impl Registry {
 
     /// Deletes a tenant with its API keys, functions, versions and compiled entries, in one
     /// transaction. Blob files stay until [`Registry::gc`].
-    #[tracing::instrument(name = "sluice_registry.delete_tenant", skip(self), err)]
+    #[tracing::instrument(name = "sluice_registry.delete_tenant", skip(self), err(level = "debug"))]
     pub fn delete_tenant(&self, id: &str) -> Result<()> {
         validate_tenant_id(id)?;
         let _w = self.write_lock();

@@ -189,3 +189,38 @@ fn concurrent_deploys_get_distinct_versions() {
         reg.read_blob(&v.component.digest).unwrap();
     }
 }
+
+#[test]
+fn a_staged_version_takes_its_artifacts_in_place_and_serves_only_once_published() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = with_tenant(dir.path(), "acme");
+    let v1 = reg.deploy("acme", "f", b"comp1", FunctionOptions::default()).unwrap();
+    let draft = reg.deploy_as("acme", "f", b"comp2", FunctionOptions::default(), true).unwrap();
+    assert_eq!((draft.version, draft.staged), (2, true));
+    // Three artifacts land in the draft: still one version, still not serving.
+    for (i, name) in ["a", "b", "c"].iter().enumerate() {
+        let v = reg.put_artifact("acme", "f", name, format!("w{i}").as_bytes()).unwrap();
+        assert_eq!((v.version, v.staged), (2, true), "in place");
+        assert_eq!(v.origin, sluice_registry::VersionOrigin::Deploy);
+        assert_eq!(reg.latest_version("acme", "f").unwrap(), v1, "version 1 serves while 2 is staged");
+    }
+    let published = reg.publish("acme", "f", 2).unwrap();
+    assert!(!published.staged);
+    assert_eq!(published.artifacts.keys().collect::<Vec<_>>(), ["a", "b", "c"]);
+    assert_eq!(reg.latest_version("acme", "f").unwrap(), published);
+    assert_eq!(reg.get_function("acme", "f").unwrap().versions.len(), 2, "one version per deploy");
+    assert_eq!(reg.publish("acme", "f", 2).unwrap(), published, "a retried publish is a no-op");
+    // Artifacts on a published version make a new version, as before.
+    assert_eq!(reg.put_artifact("acme", "f", "d", b"w").unwrap().version, 3);
+    // A function whose only version is staged does not serve at all.
+    reg.deploy_as("acme", "g", b"comp", FunctionOptions::default(), true).unwrap();
+    assert!(matches!(reg.latest_version("acme", "g"), Err(RegistryError::NotFound { .. })));
+    let listed = reg.all_functions().unwrap();
+    let g = listed.iter().find(|f| f.name == "g").unwrap();
+    assert!(g.serving.is_none() && g.latest.staged);
+    // An abandoned draft cannot be published.
+    reg.deploy_as("acme", "g", b"comp-b", FunctionOptions::default(), true).unwrap();
+    assert!(matches!(reg.publish("acme", "g", 1), Err(RegistryError::InvalidInput(_))));
+    assert!(matches!(reg.publish("acme", "g", 9), Err(RegistryError::NotFound { .. })));
+    assert_eq!(reg.publish("acme", "g", 2).unwrap().version, 2);
+}

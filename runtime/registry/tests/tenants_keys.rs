@@ -4,13 +4,18 @@
 mod common;
 
 use common::{all_bytes, contains, open, with_tenant};
-use sluice_registry::{FunctionOptions, Principal, PriorityClass, Registry, RegistryError, TenantSettings};
+use sluice_registry::{FunctionOptions, MAX_WEIGHT, Principal, PriorityClass, Registry, RegistryError, TenantSettings};
 
 #[test]
 fn tenants_crud_and_settings() {
     let dir = tempfile::tempdir().unwrap();
     let reg = open(dir.path());
-    let settings = TenantSettings { weight: 3, memory_quota_bytes: Some(1 << 30), max_concurrency: Some(8) };
+    let settings = TenantSettings {
+        weight: 3,
+        max_priority: Some(PriorityClass::Batch),
+        memory_quota_bytes: Some(1 << 30),
+        max_concurrency: Some(8),
+    };
     let t = reg.create_tenant("acme", settings.clone()).unwrap();
     assert_eq!(t.settings, settings);
     assert!(matches!(reg.create_tenant("acme", TenantSettings::default()), Err(RegistryError::AlreadyExists { .. })));
@@ -26,6 +31,43 @@ fn tenants_crud_and_settings() {
     reg.delete_tenant("beta-2").unwrap();
     assert!(matches!(reg.get_tenant("beta-2"), Err(RegistryError::NotFound { .. })));
     assert!(matches!(reg.delete_tenant("beta-2"), Err(RegistryError::NotFound { .. })));
+}
+
+#[test]
+fn weights_are_bounded_and_a_refused_change_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = with_tenant(dir.path(), "acme");
+    let huge = TenantSettings { weight: u32::MAX, ..TenantSettings::default() };
+    assert!(matches!(reg.create_tenant("big", huge.clone()), Err(RegistryError::InvalidInput(_))));
+    assert!(matches!(reg.update_tenant("acme", huge), Err(RegistryError::InvalidInput(_))));
+    let at_bound = reg.change_tenant("acme", |s| Ok(TenantSettings { weight: MAX_WEIGHT, ..s.clone() })).unwrap();
+    assert_eq!(at_bound.settings.weight, MAX_WEIGHT);
+    let over = reg.change_tenant("acme", |s| Ok(TenantSettings { weight: MAX_WEIGHT + 1, ..s.clone() }));
+    assert!(matches!(over, Err(RegistryError::InvalidInput(_))));
+    assert_eq!(reg.get_tenant("acme").unwrap().settings.weight, MAX_WEIGHT, "the refused change changed nothing");
+    let options = FunctionOptions { weight: Some(u32::MAX), ..FunctionOptions::default() };
+    assert!(matches!(reg.deploy("acme", "f", b"x", options), Err(RegistryError::InvalidInput(_))));
+}
+
+#[test]
+fn records_stored_before_the_policy_fields_still_load() {
+    // A tenant as an older build stored it: no `max_priority`.
+    let old = r#"{"id":"acme","created_ms":1,"settings":{"weight":3,"memory_quota_bytes":null,"max_concurrency":4}}"#;
+    let t: sluice_registry::Tenant = serde_json::from_str(old).unwrap();
+    assert_eq!(t.settings.weight, 3);
+    assert_eq!(t.settings.max_priority, None, "falls back to the server's default class");
+    assert_eq!(t.settings.max_concurrency, Some(4));
+    assert!(PriorityClass::Batch < PriorityClass::Latency);
+}
+
+#[test]
+fn temporary_files_of_an_interrupted_upload_are_removed_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(open(dir.path()));
+    let stale = dir.path().join("blobs/sha256/.tmp-4242-00000000deadbeef");
+    std::fs::write(&stale, b"half an upload").unwrap();
+    let _reg = open(dir.path());
+    assert!(!stale.exists(), "a restart removes what a crash mid-upload left");
 }
 
 #[test]

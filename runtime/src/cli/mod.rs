@@ -54,8 +54,15 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// Logs go to stderr, filtered by `SLUICE_LOG` (default `info`); colours only when
+/// stderr is a terminal (a file or a pipe gets plain text).
 fn init_tracing() {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .try_init();
 }

@@ -86,12 +86,18 @@ enum TenantsAction {
     /// Create a tenant and print its first API key.
     Create {
         id: String,
-        #[arg(long)]
-        weight: Option<u32>,
-        #[arg(long)]
-        max_concurrency: Option<u32>,
-        #[arg(long)]
-        memory_quota_bytes: Option<u64>,
+        #[command(flatten)]
+        policy: PolicyArgs,
+    },
+    /// Change a tenant's policy (admin); unnamed settings stay as they are.
+    Set {
+        id: String,
+        #[command(flatten)]
+        policy: PolicyArgs,
+        /// Reset a setting to the server's default (repeatable): weight, max_priority,
+        /// memory_quota_bytes or max_concurrency.
+        #[arg(long, value_name = "SETTING")]
+        reset: Vec<String>,
     },
     /// Show a tenant.
     Get { id: String },
@@ -99,6 +105,43 @@ enum TenantsAction {
     Delete { id: String },
     /// Issue another API key for a tenant.
     Key { id: String },
+}
+
+/// A tenant's policy, as the admin sets it.
+#[derive(clap::Args, Debug)]
+struct PolicyArgs {
+    /// Fair-share weight (1 to 1000).
+    #[arg(long)]
+    weight: Option<u32>,
+    /// The highest priority class its functions may run in: batch or latency.
+    #[arg(long)]
+    max_priority: Option<String>,
+    /// Invocations in flight at once.
+    #[arg(long)]
+    max_concurrency: Option<u32>,
+    /// Device-memory quota in bytes.
+    #[arg(long)]
+    memory_quota_bytes: Option<u64>,
+}
+
+impl PolicyArgs {
+    /// The settings named, as a JSON object.
+    fn settings(&self) -> Value {
+        let mut settings = json!({});
+        if let Some(w) = self.weight {
+            settings["weight"] = json!(w);
+        }
+        if let Some(p) = &self.max_priority {
+            settings["max_priority"] = json!(p);
+        }
+        if let Some(c) = self.max_concurrency {
+            settings["max_concurrency"] = json!(c);
+        }
+        if let Some(m) = self.memory_quota_bytes {
+            settings["memory_quota_bytes"] = json!(m);
+        }
+        settings
+    }
 }
 
 fn print(v: &Value, compact: bool) -> anyhow::Result<()> {
@@ -123,15 +166,29 @@ pub fn deploy(args: DeployArgs) -> anyhow::Result<ExitCode> {
     if let Some(m) = args.memory_limit_bytes {
         query.push(format!("memory_limit_bytes={m}"));
     }
+    // With artifacts, the component is staged and the artifacts join that version in
+    // place; publishing it makes the whole one version serve. Nothing serves half-made.
+    let mut artifacts = Vec::new();
+    for a in &args.artifacts {
+        let Some((name, path)) = a.split_once('=') else { bail!("--artifact takes NAME=PATH, got {a:?}") };
+        artifacts.push((name, path));
+    }
+    if !artifacts.is_empty() {
+        query.push("staged=true".into());
+    }
     let q = if query.is_empty() { String::new() } else { format!("?{}", query.join("&")) };
     let reply =
         client.send(Method::PUT, &format!("/v1/functions/{}{q}", args.name), Some(("application/wasm", wasm)))?.ok()?;
     let mut last = reply.json()?;
-    for a in &args.artifacts {
-        let Some((name, path)) = a.split_once('=') else { bail!("--artifact takes NAME=PATH, got {a:?}") };
+    for (name, path) in artifacts.iter().copied() {
         let bytes = std::fs::read(path).with_context(|| format!("reading {path}"))?;
         let path = format!("/v1/functions/{}/artifacts/{name}", args.name);
         last = client.send(Method::PUT, &path, Some(("application/octet-stream", bytes)))?.ok()?.json()?;
+    }
+    if !artifacts.is_empty() {
+        let version = last["version"].as_u64().context("the server's reply names no version")?;
+        let path = format!("/v1/functions/{}/versions/{version}/publish", args.name);
+        last = client.send(Method::POST, &path, None)?.ok()?.json()?;
     }
     print(&last, false)?;
     Ok(ExitCode::SUCCESS)
@@ -193,19 +250,19 @@ pub fn tenants(args: TenantsArgs) -> anyhow::Result<ExitCode> {
                 println!("{:<24} {}", t["id"].as_str().unwrap_or("?"), t["settings"]);
             }
         }
-        TenantsAction::Create { id, weight, max_concurrency, memory_quota_bytes } => {
-            let mut settings = json!({});
-            if let Some(w) = weight {
-                settings["weight"] = json!(w);
-            }
-            if let Some(c) = max_concurrency {
-                settings["max_concurrency"] = json!(c);
-            }
-            if let Some(m) = memory_quota_bytes {
-                settings["memory_quota_bytes"] = json!(m);
-            }
-            let body = json!({ "id": id, "settings": settings });
+        TenantsAction::Create { id, policy } => {
+            let body = json!({ "id": id, "settings": policy.settings() });
             print(&client.json(Method::POST, "/v1/tenants", Some(&body))?, false)?;
+        }
+        TenantsAction::Set { id, policy, reset } => {
+            let mut patch = policy.settings();
+            for setting in reset {
+                patch[setting.as_str()] = Value::Null;
+            }
+            if patch.as_object().is_some_and(|m| m.is_empty()) {
+                bail!("name at least one setting to change (see `sluice tenants set --help`)");
+            }
+            print(&client.json(Method::PATCH, &format!("/v1/tenants/{id}"), Some(&patch))?, false)?;
         }
         TenantsAction::Get { id } => print(&client.json(Method::GET, &format!("/v1/tenants/{id}"), None)?, false)?,
         TenantsAction::Delete { id } => {

@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+use sluice_registry::PriorityClass;
+
 use crate::device::{DeviceChoice, DeviceSettings, OpenedDevices, open_devices};
 use crate::platform::{Platform, PlatformConfig};
 use crate::scheduler::{Policy, SchedulerConfig};
@@ -66,6 +68,15 @@ pub struct ServeArgs {
     /// Invocations in flight at once per tenant, unless the tenant's settings say otherwise.
     #[arg(long, default_value_t = 16)]
     tenant_max_concurrency: u32,
+    /// The highest priority class of a tenant whose settings name none: `batch` (the
+    /// default: strict priority over others is the admin's to grant) or `latency`.
+    #[arg(long, env = "SLUICE_DEFAULT_PRIORITY", default_value = "batch", value_parser = parse_priority)]
+    default_priority: PriorityClass,
+    /// The device-memory quota of a tenant whose settings name none: a share of the
+    /// device's memory (`25%`, the default), a number of bytes (`4294967296`, `512MiB`,
+    /// `4GiB`), or `unlimited`.
+    #[arg(long, env = "SLUICE_DEFAULT_MEMORY_QUOTA", default_value = "25%", value_parser = MemoryQuota::parse)]
+    default_memory_quota: MemoryQuota,
     /// Seconds in-flight requests may take to finish after SIGINT/SIGTERM.
     #[arg(long, default_value_t = 30.0)]
     grace_period_s: f64,
@@ -98,10 +109,15 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         println!("device: {}", d.reason);
         devices.push(d.device);
     }
+    // The default quota is a share of the smallest device's memory, so it fits on any of them.
+    let smallest = devices.iter().map(|d| d.info().memory_bytes).min().unwrap_or(0);
+    let default_memory_quota_bytes = args.default_memory_quota.bytes(smallest);
     let config = PlatformConfig {
         data_dir: args.data_dir.clone(),
         max_concurrency: args.max_concurrency,
         tenant_max_concurrency: args.tenant_max_concurrency,
+        default_priority: args.default_priority,
+        default_memory_quota_bytes,
         scheduler: SchedulerConfig {
             policy: args.policy,
             preemption_budget: Duration::from_micros(args.preemption_budget_us),
@@ -156,4 +172,71 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Abandoned invocations (after the grace period) must not keep the process alive.
     runtime.shutdown_timeout(Duration::from_millis(100));
     result.map(|()| ExitCode::SUCCESS)
+}
+
+fn parse_priority(s: &str) -> Result<PriorityClass, String> {
+    match s {
+        "batch" => Ok(PriorityClass::Batch),
+        "latency" => Ok(PriorityClass::Latency),
+        _ => Err(format!("{s:?} is no priority class (batch or latency)")),
+    }
+}
+
+/// `--default-memory-quota`: a share of the device's memory, a size, or none.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum MemoryQuota {
+    /// Percent of the device's memory, 0 < p ≤ 100.
+    Percent(f64),
+    /// Bytes, ≥ 1.
+    Bytes(u64),
+    /// No default quota.
+    Unlimited,
+}
+
+impl MemoryQuota {
+    fn parse(s: &str) -> Result<MemoryQuota, String> {
+        let s = s.trim();
+        if s == "unlimited" {
+            return Ok(MemoryQuota::Unlimited);
+        }
+        if let Some(p) = s.strip_suffix('%') {
+            return match p.trim().parse::<f64>() {
+                Ok(p) if p > 0.0 && p <= 100.0 => Ok(MemoryQuota::Percent(p)),
+                _ => Err(format!("{s:?}: a share must be above 0% and at most 100%")),
+            };
+        }
+        let units = [("KiB", 1u64 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("TiB", 1 << 40), ("", 1)];
+        let (number, unit) = units.iter().find_map(|(u, m)| Some((s.strip_suffix(u)?, *m))).unwrap_or((s, 1));
+        match number.trim().parse::<u64>().ok().and_then(|n| n.checked_mul(unit)) {
+            Some(n) if n > 0 => Ok(MemoryQuota::Bytes(n)),
+            _ => Err(format!("{s:?} is no quota: give N%, a size (bytes, KiB, MiB, GiB, TiB) above 0, or unlimited")),
+        }
+    }
+
+    /// The quota on a device of `device_bytes`, at least one byte.
+    fn bytes(self, device_bytes: u64) -> Option<u64> {
+        match self {
+            MemoryQuota::Percent(p) => Some(((device_bytes as f64 * p / 100.0) as u64).max(1)),
+            MemoryQuota::Bytes(n) => Some(n),
+            MemoryQuota::Unlimited => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_quotas_parse_and_resolve() {
+        assert_eq!(MemoryQuota::parse("25%").unwrap().bytes(1000), Some(250));
+        assert_eq!(MemoryQuota::parse("512MiB").unwrap(), MemoryQuota::Bytes(512 << 20));
+        assert_eq!(MemoryQuota::parse("4096").unwrap(), MemoryQuota::Bytes(4096));
+        assert_eq!(MemoryQuota::parse("unlimited").unwrap().bytes(1000), None);
+        for bad in ["0", "0%", "101%", "-5", "lots", "5PiB", "99999999999TiB"] {
+            assert!(MemoryQuota::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_priority("latency"), Ok(PriorityClass::Latency));
+        assert!(parse_priority("urgent").is_err());
+    }
 }

@@ -32,7 +32,10 @@ pub async fn infer(
     // Each codec checks ranks as it parses; this holds for every transport.
     if let Some(t) = inputs.iter().find(|t| t.shape.len() > sluice_host_api::MAX_RANK) {
         let (rank, max) = (t.shape.len(), sluice_host_api::MAX_RANK);
-        return Err(PlatformError::InvalidRequest(format!("input {:?}: rank {rank} is above the maximum of {max}", t.name)));
+        return Err(PlatformError::InvalidRequest(format!(
+            "input {:?}: rank {rank} is above the maximum of {max}",
+            t.name
+        )));
     }
     let priority = requested_priority(&parameters)?;
     let check = |f: &LoadedFunction, inputs: &[IoTensor]| match &f.signature {

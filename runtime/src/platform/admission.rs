@@ -29,6 +29,11 @@ impl ConcurrencyLimit {
         self.limit
     }
 
+    /// Permits held now.
+    pub(crate) fn in_use(&self) -> u32 {
+        self.limit.saturating_sub(self.permits.available_permits() as u32)
+    }
+
     /// A permit now, or [`PlatformError::Overloaded`] naming this limit.
     fn try_acquire(&self) -> Result<OwnedSemaphorePermit, PlatformError> {
         self.permits

@@ -75,7 +75,7 @@ impl Platform {
     pub fn warm_up(&self) -> Result<WarmReport> {
         let mut report = WarmReport::default();
         for summary in self.registry.all_functions()? {
-            let v = &summary.latest;
+            let Some(v) = &summary.serving else { continue }; // only staged versions: nothing serves
             match self.component_for(v).and_then(|(c, compiled)| Ok((self.load(v, c)?, compiled))) {
                 Ok((loaded, compiled)) => {
                     if compiled {
@@ -98,7 +98,6 @@ impl Platform {
 
     /// Validates, precompiles and durably stores `wasm` as the next version of
     /// `tenant/name`, and makes it the serving version.
-    #[tracing::instrument(name = "sluice_platform.deploy", skip(self, wasm, options), fields(bytes = wasm.len()), err(Display))]
     pub fn deploy(
         &self,
         tenant: &str,
@@ -106,6 +105,44 @@ impl Platform {
         wasm: &[u8],
         options: FunctionOptions,
     ) -> Result<Arc<LoadedFunction>> {
+        let (v, compiled) = self.store(tenant, name, wasm, options, false)?;
+        let loaded = self.load(&v, self.deserialize(&compiled)?)?;
+        self.install(loaded.clone());
+        Ok(loaded)
+    }
+
+    /// Like [`Platform::deploy`], but the new version is staged: it does not serve, and
+    /// artifact uploads complete it in place, until [`Platform::publish`].
+    pub fn stage(&self, tenant: &str, name: &str, wasm: &[u8], options: FunctionOptions) -> Result<FunctionVersion> {
+        Ok(self.store(tenant, name, wasm, options, true)?.0)
+    }
+
+    /// Makes the staged `version` of `tenant/name` serve.
+    #[tracing::instrument(name = "sluice_platform.publish", skip(self), err(level = "debug", Display))]
+    pub fn publish(&self, tenant: &str, name: &str, version: u32) -> Result<Arc<LoadedFunction>> {
+        let v = self.registry.publish(tenant, name, version)?;
+        self.serve_version(v)
+    }
+
+    /// Loads `v` (from its stored compiled form) and makes it the serving version.
+    fn serve_version(&self, v: FunctionVersion) -> Result<Arc<LoadedFunction>> {
+        let (component, _) = self.component_for(&v)?;
+        let loaded = self.load(&v, component)?;
+        self.install(loaded.clone());
+        Ok(loaded)
+    }
+
+    /// Validates, precompiles and durably stores `wasm` (and its compiled form) as the
+    /// next version of `tenant/name`; returns the version and the compiled bytes.
+    #[tracing::instrument(name = "sluice_platform.deploy", skip(self, wasm, options), fields(bytes = wasm.len()), err(level = "debug", Display))]
+    fn store(
+        &self,
+        tenant: &str,
+        name: &str,
+        wasm: &[u8],
+        options: FunctionOptions,
+        staged: bool,
+    ) -> Result<(FunctionVersion, Vec<u8>)> {
         validate_function_name(name)?;
         options.validate()?;
         if options.memory_limit_bytes > self.config.max_memory_bytes as u64 {
@@ -120,24 +157,20 @@ impl Platform {
         // not a component at all.
         read_signature(wasm)?;
         self.count(|c| &c.compilations);
-        let v = self.registry.deploy(tenant, name, wasm, options)?;
+        let v = self.registry.deploy_as(tenant, name, wasm, options, staged)?;
         self.registry.store_compiled(tenant, name, v.version, &self.fingerprint, &compiled)?;
-        let component = self.deserialize(&compiled)?;
-        let loaded = self.load(&v, component)?;
-        self.install(loaded.clone());
-        Ok(loaded)
+        Ok((v, compiled))
     }
 
-    /// Streams an artifact into the registry (a new version that sees it) and serves that version.
-    #[tracing::instrument(name = "sluice_platform.put_artifact", skip(self, reader), err(Display))]
-    pub fn put_artifact(
-        &self,
-        tenant: &str,
-        name: &str,
-        artifact: &str,
-        reader: impl Read,
-    ) -> Result<Arc<LoadedFunction>> {
+    /// Streams an artifact into the registry and returns the version that sees it: a
+    /// staged newest version takes it in place (and still does not serve); otherwise a
+    /// new version that serves at once.
+    #[tracing::instrument(name = "sluice_platform.put_artifact", skip(self, reader), err(level = "debug", Display))]
+    pub fn put_artifact(&self, tenant: &str, name: &str, artifact: &str, reader: impl Read) -> Result<FunctionVersion> {
         let v = self.registry.put_artifact_reader(tenant, name, artifact, reader)?;
+        if v.staged {
+            return Ok(v);
+        }
         let cached = self.cached(tenant, name).filter(|l| l.version.component.digest == v.component.digest);
         let component = match cached {
             Some(l) => {
@@ -150,8 +183,8 @@ impl Platform {
             None => self.component_for(&v)?.0,
         };
         let loaded = self.load(&v, component)?;
-        self.install(loaded.clone());
-        Ok(loaded)
+        self.install(loaded);
+        Ok(v)
     }
 
     /// A tenant's functions, each with its newest version.
@@ -167,7 +200,7 @@ impl Platform {
     }
 
     /// Deletes a function with all its versions; in-flight invocations finish.
-    #[tracing::instrument(name = "sluice_platform.delete_function", skip(self), err(Display))]
+    #[tracing::instrument(name = "sluice_platform.delete_function", skip(self), err(level = "debug", Display))]
     pub fn delete_function(&self, tenant: &str, name: &str) -> Result<()> {
         self.registry.delete_function(tenant, name)?;
         self.functions.remove(tenant, name);

@@ -12,9 +12,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::admission::admit;
+use super::policy::{clamp_class, clamp_weight, scheduling_class};
 use super::{LoadedFunction, Platform, PlatformError, Result};
 use crate::engine::{InvocationContext, InvocationOutput, IoTensor};
-use crate::scheduler::{MemoryAccount, PriorityClass, SchedulingInfo};
+use crate::scheduler::{MemoryAccount, SchedulingInfo};
 
 /// The `function` label of an invocation whose name did not resolve to a deployed function.
 pub const UNKNOWN_FUNCTION: &str = "(unknown)";
@@ -39,7 +40,8 @@ pub type InputCheck<'a> = &'a (dyn Fn(&LoadedFunction, &[IoTensor]) -> Result<()
 pub struct InvokeOptions<'a> {
     /// The version to run; `None` runs the serving (newest) one.
     pub version: Option<u32>,
-    /// A priority class to run at, honoured only when it is lower than the function's.
+    /// A priority class the request asks for; it can lower the class, never raise it
+    /// above the function's or the tenant's ceiling.
     pub priority: Option<sluice_registry::PriorityClass>,
     /// Checks the inputs against the version that will run, before any guest code runs.
     pub check: Option<InputCheck<'a>>,
@@ -60,7 +62,9 @@ impl Platform {
         self.invoke_with(tenant, name, inputs, InvokeOptions::default()).await
     }
 
-    /// Runs a version of `tenant/name` once on `inputs`, as `options` ask.
+    /// Runs a version of `tenant/name` once on `inputs`, as `options` ask; the class and
+    /// weight are what the request asks for clamped to the function's options and the
+    /// tenant's policy.
     pub async fn invoke_with(
         self: &Arc<Self>,
         tenant: &str,
@@ -112,10 +116,6 @@ impl Platform {
         if let Some(check) = options.check {
             check(&function, &inputs)?;
         }
-        let class = match options.priority {
-            Some(sluice_registry::PriorityClass::Batch) => sluice_registry::PriorityClass::Batch,
-            _ => function.version.options.priority,
-        };
         let tenant_rt = self.tenant_runtime(tenant)?;
         let _admitted = admit(&tenant_rt.concurrency, &self.global)?;
         self.counters.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -126,8 +126,12 @@ impl Platform {
             account: MemoryAccount::new("invocation", None, Some(tenant_rt.account.clone())),
             scheduling: SchedulingInfo {
                 tenant: tenant.into(),
-                class: scheduling_class(class),
-                weight: function.version.options.weight.unwrap_or(tenant_rt.weight),
+                class: scheduling_class(clamp_class(
+                    tenant_rt.policy.max_priority,
+                    function.version.options.priority,
+                    options.priority,
+                )),
+                weight: clamp_weight(tenant_rt.policy.weight, function.version.options.weight),
             },
         };
         let (platform, f, handle) = (self.clone(), function.clone(), tokio::runtime::Handle::current());
@@ -139,13 +143,5 @@ impl Platform {
         .map_err(|e| PlatformError::internal("running an invocation", e))?;
         let output = result?;
         Ok(Invocation { function, output, queue: started - received })
-    }
-}
-
-/// The registry's priority class as the scheduler's.
-fn scheduling_class(class: sluice_registry::PriorityClass) -> PriorityClass {
-    match class {
-        sluice_registry::PriorityClass::Latency => PriorityClass::Latency,
-        sluice_registry::PriorityClass::Batch => PriorityClass::Batch,
     }
 }

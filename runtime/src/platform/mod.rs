@@ -11,7 +11,8 @@
 //! - `functions`: deploy (validate → precompile → durable store → load), artifacts,
 //!   list/get/delete, and warm-up at start-up from the stored compiled forms;
 //! - `invoke`: admission, then one invocation on a blocking thread;
-//! - `tenants`: the admin operations;
+//! - `tenants`: the admin operations, and changes of a tenant's policy;
+//! - `policy`: the admin-owned tenant policy and its clamp at each invocation;
 //! - `metrics`: Prometheus metrics of invocations, plus the status at scrape time;
 //! - `stats`: the same invocations per function, as Triton's statistics extension reports them.
 //!
@@ -24,6 +25,7 @@ mod error;
 mod functions;
 mod invoke;
 mod metrics;
+mod policy;
 mod stats;
 mod tenants;
 
@@ -35,7 +37,7 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 use serde::Serialize;
-use sluice_registry::{Principal, Registry};
+use sluice_registry::{Principal, PriorityClass, Registry};
 
 use crate::device::{Device, DeviceInfo};
 use crate::engine::{Engine, EngineConfig};
@@ -48,6 +50,7 @@ pub use error::{LimitScope, PlatformError, Result};
 pub use functions::{FunctionInfo, LoadedFunction, WarmReport};
 pub use invoke::{Invocation, InvokeOptions, UNKNOWN_FUNCTION};
 pub use metrics::{DURATION_BUCKETS, Metrics};
+pub use policy::{TenantPolicy, TenantView, clamp_class, clamp_weight, merge_settings};
 pub use stats::{FunctionStats, Timed};
 pub use tenants::IssuedKey;
 
@@ -60,6 +63,10 @@ pub struct PlatformConfig {
     pub max_concurrency: u32,
     /// Invocations in flight at once per tenant, unless the tenant's settings say otherwise.
     pub tenant_max_concurrency: u32,
+    /// The highest priority class of a tenant whose settings name none.
+    pub default_priority: PriorityClass,
+    /// The device-memory quota of a tenant whose settings name none (`None`: unlimited).
+    pub default_memory_quota_bytes: Option<u64>,
     /// Ceiling of any function's linear memory.
     pub max_memory_bytes: usize,
     /// How each device's scheduler orders work.
@@ -74,6 +81,8 @@ impl Default for PlatformConfig {
             data_dir: PathBuf::from("./sluice-data"),
             max_concurrency: 64,
             tenant_max_concurrency: 16,
+            default_priority: PriorityClass::Batch,
+            default_memory_quota_bytes: None,
             max_memory_bytes: 1 << 30,
             scheduler: SchedulerConfig::default(),
             warm_instances_per_function: EngineConfig::default().warm_instances_per_function,
@@ -81,12 +90,13 @@ impl Default for PlatformConfig {
     }
 }
 
-/// A tenant's run-time state: its device-memory account and its concurrency limit.
+/// A tenant's run-time state: its device-memory account and its concurrency limit,
+/// built from its policy; replaced when the admin changes the policy.
 pub(crate) struct TenantRuntime {
     pub(crate) account: Arc<MemoryAccount>,
     pub(crate) concurrency: ConcurrencyLimit,
-    /// The tenant's weight in the device schedulers' fair share.
-    pub(crate) weight: u32,
+    /// The policy in force (settings with the server's defaults).
+    pub(crate) policy: TenantPolicy,
 }
 
 /// Counters for `/v1/status` and for tests ("restarted without recompiling").
@@ -123,18 +133,47 @@ pub struct Status {
     pub uptime_ms: u64,
     /// Each device's scheduler: queues, device time per tenant, preemptions, partition.
     pub devices: Vec<DeviceStatus>,
-    /// Device memory per tenant (the caller's own, or every tenant's for the admin).
+    /// Device memory and policy of every tenant.
     pub tenants: Vec<TenantUsage>,
 }
 
-/// One tenant's device memory and concurrency.
+/// What a tenant's key sees of the status: the server's identity and health, and its own
+/// usage only. Device-wide and server-wide counters would show other tenants' activity.
+#[derive(Clone, Debug, Serialize)]
+pub struct OwnStatus {
+    pub version: &'static str,
+    pub ready: bool,
+    pub device: DeviceInfo,
+    pub uptime_ms: u64,
+    /// The caller's invocations running now.
+    pub in_flight: u64,
+    /// Each device with the caller's own queues and device time.
+    pub devices: Vec<OwnDeviceStatus>,
+    /// The caller's device memory, quota, concurrency and policy (one entry once it has run or deployed).
+    pub tenants: Vec<TenantUsage>,
+}
+
+/// One device as a tenant sees it.
+#[derive(Clone, Debug, Serialize)]
+pub struct OwnDeviceStatus {
+    pub device: DeviceInfo,
+    pub policy: crate::scheduler::Policy,
+    pub partition: crate::device::PartitionState,
+    /// The caller's rows (one per priority class it used).
+    pub tenants: Vec<crate::scheduler::TenantStatus>,
+}
+
+/// One tenant's device memory, concurrency and policy.
 #[derive(Clone, Debug, Serialize)]
 pub struct TenantUsage {
     pub tenant: String,
     pub memory_used_bytes: u64,
     pub memory_quota_bytes: Option<u64>,
     pub concurrency_limit: u32,
+    /// Its invocations running now.
+    pub in_flight: u64,
     pub weight: u32,
+    pub max_priority: PriorityClass,
 }
 
 /// The service. Share it as `Arc<Platform>`.
@@ -237,34 +276,59 @@ impl Platform {
 
     /// The metrics text for `GET /metrics`: every tenant's series (admin only).
     pub async fn render_metrics(&self) -> String {
-        self.metrics.render(&self.status(&Principal::Admin).await)
+        self.metrics.render(&self.status().await)
     }
 
-    /// State and counters; tenant usage is the caller's own, or everyone's for the admin.
-    pub async fn status(&self, caller: &Principal) -> Status {
+    /// What `tenant`'s key sees: its own usage, no device-wide or server-wide counters.
+    pub async fn own_status(&self, tenant: &str) -> OwnStatus {
         let mut devices = Vec::new();
         for q in self.devices.queues() {
-            let mut d = q.status().await;
-            if let Principal::Tenant(me) = caller {
-                d.tenants.retain(|t| &t.tenant == me);
-            }
-            devices.push(d);
+            let d = q.status().await;
+            devices.push(OwnDeviceStatus {
+                device: d.device,
+                policy: d.policy,
+                partition: d.partition,
+                tenants: d.tenants.into_iter().filter(|t| t.tenant == tenant).collect(),
+            });
         }
-        let tenants = self
+        let tenants: Vec<TenantUsage> = self.tenant_usage().into_iter().filter(|u| u.tenant == tenant).collect();
+        OwnStatus {
+            version: env!("CARGO_PKG_VERSION"),
+            ready: self.is_ready(),
+            device: self.device().clone(),
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+            in_flight: tenants.first().map_or(0, |u| u.in_flight),
+            devices,
+            tenants,
+        }
+    }
+
+    fn tenant_usage(&self) -> Vec<TenantUsage> {
+        let mut usage: Vec<TenantUsage> = self
             .tenants
             .lock()
             .iter()
-            .filter(|(id, _)| {
-                matches!(caller, Principal::Admin) || matches!(caller, Principal::Tenant(me) if me == *id)
-            })
             .map(|(id, t)| TenantUsage {
                 tenant: id.clone(),
                 memory_used_bytes: t.account.used(),
                 memory_quota_bytes: t.account.limit(),
                 concurrency_limit: t.concurrency.limit(),
-                weight: t.weight,
+                in_flight: t.concurrency.in_use() as u64,
+                weight: t.policy.weight,
+                max_priority: t.policy.max_priority,
             })
             .collect();
+        usage.sort_by(|a, b| a.tenant.cmp(&b.tenant));
+        usage
+    }
+
+    /// State and counters of the whole server, every device and every tenant (the admin's view).
+    pub async fn status(&self) -> Status {
+        let mut devices = Vec::new();
+        for q in self.devices.queues() {
+            devices.push(q.status().await);
+        }
+        let tenants = self.tenant_usage();
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Status {
@@ -293,12 +357,11 @@ impl Platform {
         if let Some(t) = self.tenants.lock().get(tenant) {
             return Ok(t.clone());
         }
-        let settings = self.registry.get_tenant(tenant)?.settings;
-        let limit = settings.max_concurrency.unwrap_or(self.config.tenant_max_concurrency);
+        let policy = TenantPolicy::resolve(&self.registry.get_tenant(tenant)?.settings, &self.config);
         let runtime = Arc::new(TenantRuntime {
-            account: MemoryAccount::new(format!("tenant {tenant:?}"), settings.memory_quota_bytes, None),
-            concurrency: ConcurrencyLimit::new(LimitScope::Tenant, limit),
-            weight: settings.weight,
+            account: MemoryAccount::new(format!("tenant {tenant:?}"), policy.memory_quota_bytes, None),
+            concurrency: ConcurrencyLimit::new(LimitScope::Tenant, policy.max_concurrency),
+            policy,
         });
         Ok(self.tenants.lock().entry(tenant.to_owned()).or_insert(runtime).clone())
     }

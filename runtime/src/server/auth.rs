@@ -34,8 +34,7 @@ impl FromRequestParts<Arc<Platform>> for Caller {
         let key = value
             .to_str()
             .ok()
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-            .map(str::trim)
+            .and_then(bearer_token)
             .filter(|k| !k.is_empty())
             .ok_or_else(|| HttpError::unauthorized("malformed Authorization header: expected `Bearer <key>`"))?;
         match platform.authenticate(key)? {
@@ -43,6 +42,13 @@ impl FromRequestParts<Arc<Platform>> for Caller {
             None => Err(HttpError::unauthorized("unknown or revoked API key")),
         }
     }
+}
+
+/// The token of an `Authorization: Bearer <token>` value; the scheme is
+/// case-insensitive (RFC 9110 §11.1), so `bearer` and `BEARER` work too.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
 impl FromRequestParts<Arc<Platform>> for TenantCaller {
@@ -65,6 +71,21 @@ impl FromRequestParts<Arc<Platform>> for AdminCaller {
         match Caller::from_request_parts(parts, platform).await?.0 {
             Principal::Admin => Ok(AdminCaller),
             Principal::Tenant(_) => Err(HttpError::forbidden("this endpoint needs the admin key")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bearer_token;
+
+    #[test]
+    fn the_scheme_is_case_insensitive() {
+        for v in ["Bearer k1", "bearer k1", "BEARER k1", "BeArEr   k1 "] {
+            assert_eq!(bearer_token(v), Some("k1"), "{v:?}");
+        }
+        for v in ["Basic k1", "Bearerk1", "k1", "Bear k1"] {
+            assert_eq!(bearer_token(v), None, "{v:?}");
         }
     }
 }

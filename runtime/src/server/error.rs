@@ -82,6 +82,9 @@ impl From<PlatformError> for HttpError {
             tracing::error!(code = code.as_str(), error = %e, "internal error");
             return HttpError::new(code, "internal error (details are in the server log)");
         }
+        // A client's mistake (or a guest's failure) is the client's business, not an
+        // operator's alarm: any tenant could bury real errors under them.
+        tracing::debug!(code = code.as_str(), error = %e, "request refused");
         HttpError::new(code, e.to_string())
     }
 }

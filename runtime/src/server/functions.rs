@@ -27,10 +27,15 @@ use crate::oip;
 use crate::platform::Platform;
 
 /// Deploy options, as query parameters. The body is the component (`application/wasm`;
-/// the content type is not enforced, the bytes are checked).
+/// the content type is not enforced, the bytes are checked). `staged=true` makes a
+/// version that does not serve until `POST /v1/functions/{name}/versions/{v}/publish`;
+/// artifacts uploaded meanwhile join it in place (one version for a component and its
+/// artifacts).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeployQuery {
+    #[serde(default)]
+    staged: bool,
     priority: Option<PriorityClass>,
     weight: Option<u32>,
     timeout_ms: Option<u64>,
@@ -48,6 +53,7 @@ pub fn version_json(v: &FunctionVersion) -> Value {
         "artifacts": v.artifacts,
         "origin": v.origin,
         "created_ms": v.created_ms,
+        "staged": v.staged,
     })
 }
 
@@ -76,8 +82,22 @@ pub async fn deploy(
         memory_limit_bytes: q.memory_limit_bytes.unwrap_or(defaults.memory_limit_bytes),
         ..defaults
     };
+    if q.staged {
+        let v = blocking(move || platform.stage(&tenant, &name, &wasm, options)).await?;
+        return Ok(created(&v));
+    }
     let loaded = blocking(move || platform.deploy(&tenant, &name, &wasm, options)).await?;
     Ok(created(&loaded.version))
+}
+
+/// `POST /v1/functions/{name}/versions/{version}/publish`: the staged version serves.
+pub async fn publish(
+    State(platform): State<Arc<Platform>>,
+    TenantCaller(tenant): TenantCaller,
+    Path((name, version)): Path<(String, u32)>,
+) -> Result<Json<Value>, HttpError> {
+    let loaded = blocking(move || platform.publish(&tenant, &name, version)).await?;
+    Ok(Json(version_json(&loaded.version)))
 }
 
 pub async fn list(
@@ -108,6 +128,7 @@ pub async fn get(
         "name": info.record.name,
         "created_ms": info.record.created_ms,
         "latest_version": latest.version,
+        "serving_version": info.record.serving().map(|v| v.version),
         "digest": latest.component.digest,
         "options": latest.options,
         "artifacts": latest.artifacts,
@@ -195,7 +216,7 @@ pub async fn put_artifact(
     if broken.load(Ordering::Relaxed) && result.is_err() {
         return Err(HttpError::bad_request("the request body could not be read"));
     }
-    Ok(created(&result?.version))
+    Ok(created(&result?))
 }
 
 pub async fn invoke(

@@ -1,15 +1,18 @@
 //! The HTTP API: an axum router over a [`Platform`], and the socket around it.
 //!
 //! [`app`] builds the router without a socket (tests can drive it directly);
-//! [`serve`] runs it on a listener with graceful shutdown. Endpoints (documented in
+//! [`serve`] runs it on a listener and, on SIGTERM, drains (503 `shutting_down` to new
+//! requests while the running ones finish). Endpoints (documented in
 //! `docs/openapi.yaml`):
 //!
 //! - health, no key: `GET /v2/health/live`, `GET /v2/health/ready`;
-//! - admin key: `/v1/tenants[/{id}[/keys[/{key_id}]]]`, and `GET /metrics` (Prometheus,
-//!   OpenMetrics text; admin only because it names every tenant and function);
-//! - tenant key: `/v1/functions[/{name}[/invoke|/artifacts/{artifact}]]` and the Open
-//!   Inference Protocol's `/v2`, `/v2/models/{name}[/versions/{v}][/ready|/infer|/config]`, `/v2/models[/{name}]/stats`;
-//! - any key: `GET /v1/status`.
+//! - admin key: `/v1/tenants[/{id}[/keys[/{key_id}]]]` (`PATCH /v1/tenants/{id}` changes
+//!   a tenant's policy; a tenant's key may `GET` its own entry), and `GET /metrics`
+//!   (Prometheus, OpenMetrics text; admin only because it names every tenant and function);
+//! - tenant key: `/v1/functions[/{name}[/invoke|/artifacts/{artifact}|/versions/{v}/publish]]` and the
+//!   Open Inference Protocol's `/v2`, `/v2/models/{name}[/versions/{v}][/ready|/infer|/config]`,
+//!   `/v2/models[/{name}]/stats`;
+//! - any key: `GET /v1/status` (the admin sees everything; a tenant its own usage only).
 //!
 //! Errors map to statuses in [`error`] only.
 
@@ -21,6 +24,7 @@ mod v2;
 
 use std::future::IntoFuture;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -31,7 +35,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post, put};
 use axum::{Json, serve::ListenerExt};
 
-use crate::platform::{Platform, Status};
+use serde_json::Value;
+use sluice_host_api::Code;
+use sluice_registry::Principal;
+
+use crate::platform::Platform;
 use auth::{AdminCaller, Caller};
 
 /// Largest request bodies, per kind of endpoint.
@@ -57,7 +65,7 @@ impl Default for BodyLimits {
 pub fn app(platform: Arc<Platform>, limits: BodyLimits) -> Router {
     let admin = Router::new()
         .route("/v1/tenants", get(tenants::list).post(tenants::create))
-        .route("/v1/tenants/{id}", get(tenants::get).delete(tenants::delete))
+        .route("/v1/tenants/{id}", get(tenants::get).patch(tenants::change).delete(tenants::delete))
         .route("/v1/tenants/{id}/keys", get(tenants::list_keys).post(tenants::issue_key))
         .route("/v1/tenants/{id}/keys/{key_id}", axum::routing::delete(tenants::revoke_key))
         .route("/metrics", get(metrics))
@@ -72,6 +80,7 @@ pub fn app(platform: Arc<Platform>, limits: BodyLimits) -> Router {
             "/v1/functions/{name}/artifacts/{artifact}",
             put(functions::put_artifact).layer(DefaultBodyLimit::disable()),
         )
+        .route("/v1/functions/{name}/versions/{version}/publish", post(functions::publish))
         .route("/v1/functions/{name}/invoke", limited(post(functions::invoke), limits.invoke_bytes));
     let oip = Router::new()
         .route("/v2/health/live", get(v2::live))
@@ -112,8 +121,12 @@ async fn refuse_declared_oversize(State(limit): State<usize>, request: Request, 
     next.run(request).await
 }
 
-async fn status(State(platform): State<Arc<Platform>>, Caller(principal): Caller) -> Json<Status> {
-    Json(platform.status(&principal).await)
+async fn status(State(platform): State<Arc<Platform>>, Caller(principal): Caller) -> Json<Value> {
+    let view = match principal {
+        Principal::Admin => serde_json::to_value(platform.status().await),
+        Principal::Tenant(me) => serde_json::to_value(platform.own_status(&me).await),
+    };
+    Json(view.unwrap_or_default())
 }
 
 /// The OpenMetrics text format, which Prometheus scrapes natively.
@@ -123,45 +136,89 @@ async fn metrics(State(platform): State<Arc<Platform>>, _: AdminCaller) -> Respo
     ([(CONTENT_TYPE, METRICS_CONTENT_TYPE)], platform.render_metrics().await).into_response()
 }
 
-/// Serves `app` on `listener` until SIGINT or SIGTERM, then stops accepting, lets
-/// in-flight requests finish for up to `grace`, and returns.
+/// Serves `app` on `listener` until SIGINT or SIGTERM, then drains: the listener keeps
+/// answering, every new request gets `503 shutting_down` (JSON, with `Retry-After`), and
+/// the requests already running (invocations, deploys, uploads) finish for up to
+/// `grace`; then the listener closes and this returns.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     platform: Arc<Platform>,
     limits: BodyLimits,
     grace: Duration,
 ) -> std::io::Result<()> {
-    let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
     let listener = listener.tap_io(|tcp| {
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::warn!(error = %e, "could not set TCP_NODELAY");
         }
     });
-    let signalled = platform.clone();
-    let server = axum::serve(listener, app(platform.clone(), limits)).with_graceful_shutdown(async move {
-        shutdown_signal().await;
-        signalled.begin_shutdown();
-        tracing::info!(
-            in_flight = signalled.in_flight(),
-            grace_s = grace.as_secs_f64(),
-            "shutting down: no new connections; in-flight invocations may finish"
-        );
-        let _ = stopping_tx.send(());
+    let drain = Arc::new(Drain::default());
+    let router =
+        app(platform.clone(), limits).layer(middleware::from_fn_with_state(drain.clone(), refuse_while_draining));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+        let _ = stop_rx.await;
     });
-    let grace_over = async {
-        if stopping_rx.await.is_ok() {
-            tokio::time::sleep(grace).await;
-        } else {
-            std::future::pending::<()>().await;
-        }
-    };
+    let mut server = tokio::spawn(server.into_future());
     tokio::select! {
-        result = server.into_future() => result?,
-        () = grace_over => tracing::warn!(in_flight = platform.in_flight(), "grace period over; abandoning in-flight requests"),
+        result = &mut server => return finished(result, &platform),
+        () = shutdown_signal() => {}
+    }
+    platform.begin_shutdown();
+    drain.draining.store(true, Ordering::Release);
+    tracing::info!(
+        in_flight = platform.in_flight(),
+        requests = drain.active.load(Ordering::Acquire),
+        grace_s = grace.as_secs_f64(),
+        "shutting down: new requests get 503 shutting_down; in-flight work may finish"
+    );
+    let deadline = tokio::time::Instant::now() + grace;
+    while drain.active.load(Ordering::Acquire) > 0 || platform.in_flight() > 0 {
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!(in_flight = platform.in_flight(), "grace period over; abandoning in-flight requests");
+            platform.registry().flush().map_err(std::io::Error::other)?;
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = stop_tx.send(());
+    // Idle keep-alive connections close at once; give stragglers a moment.
+    if let Ok(result) = tokio::time::timeout(Duration::from_secs(1), &mut server).await {
+        finished(result, &platform)?;
     }
     platform.registry().flush().map_err(std::io::Error::other)?;
     tracing::info!("stopped");
     Ok(())
+}
+
+fn finished(result: Result<std::io::Result<()>, tokio::task::JoinError>, platform: &Platform) -> std::io::Result<()> {
+    result.map_err(std::io::Error::other)??;
+    platform.registry().flush().map_err(std::io::Error::other)
+}
+
+/// The requests being handled, and whether the server is draining.
+#[derive(Default)]
+struct Drain {
+    draining: AtomicBool,
+    active: AtomicUsize,
+}
+
+/// Counts a request as active while alive (also when its handler is cancelled).
+struct Active<'a>(&'a AtomicUsize);
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+async fn refuse_while_draining(State(drain): State<Arc<Drain>>, request: Request, next: Next) -> Response {
+    drain.active.fetch_add(1, Ordering::AcqRel);
+    let _active = Active(&drain.active);
+    if drain.draining.load(Ordering::Acquire) {
+        return error::HttpError::new(Code::ShuttingDown, "the server is shutting down; retry on another instance")
+            .into_response();
+    }
+    next.run(request).await
 }
 
 async fn shutdown_signal() {

@@ -1,4 +1,9 @@
-//! `/v1/tenants`: the admin key creates, lists and deletes tenants and issues their keys.
+//! `/v1/tenants`: the admin key creates, lists, changes and deletes tenants and issues
+//! their keys; a tenant's key reads its own entry (`GET /v1/tenants/{its id}`).
+//!
+//! `PATCH /v1/tenants/{id}` (admin) changes a tenant's policy by a JSON merge patch of
+//! its settings: `{"max_priority": "latency", "weight": 4, "memory_quota_bytes": null}`
+//! sets the class ceiling and the weight and resets the quota to the server's default.
 
 use std::sync::Arc;
 
@@ -11,7 +16,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use sluice_registry::TenantSettings;
 
-use super::auth::AdminCaller;
+use sluice_registry::Principal;
+
+use super::auth::{AdminCaller, Caller};
 use super::error::{HttpError, blocking};
 use crate::platform::Platform;
 
@@ -59,11 +66,26 @@ pub async fn list(State(platform): State<Arc<Platform>>, _admin: AdminCaller) ->
 
 pub async fn get(
     State(platform): State<Arc<Platform>>,
-    _admin: AdminCaller,
+    Caller(caller): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, HttpError> {
-    let tenant = blocking(move || platform.get_tenant(&id)).await?;
-    Ok(Json(json!(tenant)))
+    // A tenant reads only itself; another id is "not found", as for functions.
+    if matches!(&caller, Principal::Tenant(me) if *me != id) {
+        return Err(HttpError::new(sluice_host_api::Code::NotFound, format!("tenant {id:?} not found")));
+    }
+    let view = blocking(move || Ok(platform.tenant_view(platform.get_tenant(&id)?))).await?;
+    Ok(Json(json!(view)))
+}
+
+pub async fn change(
+    State(platform): State<Arc<Platform>>,
+    _admin: AdminCaller,
+    Path(id): Path<String>,
+    body: Result<Json<serde_json::Map<String, Value>>, JsonRejection>,
+) -> Result<Json<Value>, HttpError> {
+    let Json(patch) = body?;
+    let view = blocking(move || Ok(platform.tenant_view(platform.change_tenant(&id, &patch)?))).await?;
+    Ok(Json(json!(view)))
 }
 
 pub async fn delete(

@@ -1,0 +1,292 @@
+//! The hostile-load suite, shared by its short form in the test run
+//! (`tests/hostile.rs`, seconds) and `cargo xtask soak` (the `soak` binary, minutes).
+//!
+//! [`hostile_load`]: a victim tenant (latency class, `echo`, one client) measured alone
+//! and then beside flooding (`misbehave` `leak`), looping (`loop`), memory-hungry
+//! (`oom`), quota-breaking (`leak` under a 1 MiB quota) and trapping (`trap`) tenants
+//! driven by many concurrent clients; it reports the victim's p50/p99 both ways, every
+//! response counted by tenant, status and code, the 5xx nobody should see, and the
+//! server's resident memory before and after.
+//!
+//! [`crash_loop`]: deploys and artifact uploads in a loop, the server killed with
+//! SIGKILL in the middle of them, restarted on the same data directory; every deploy or
+//! upload that was acknowledged (2xx) must be there after the restart, and no temporary
+//! file may be left.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::{ADMIN_KEY, RawConn, Server, ServerOptions, fp32_request, function_wasm, misbehave_request};
+
+/// The hostile tenants: (tenant, `misbehave` mode, the 5xx codes its mode explains
+/// besides [`ANY_HOSTILE`]).
+pub const HOSTILE: [(&str, &str, &[&str]); 5] = [
+    ("flood", "leak", &["quota_exceeded", "function_failed"]),
+    ("looper", "loop", &[]),
+    ("hungry", "oom", &["memory_limit_exceeded"]),
+    ("quota", "leak", &["quota_exceeded", "function_failed"]),
+    ("trapper", "trap", &["function_trapped"]),
+];
+
+/// 5xx any hostile tenant may get for its own invocations: its own deadline (504).
+/// Everything else (`internal`, `storage`, `corrupt`, `insufficient_device_memory`, …)
+/// is unexpected, and so is any error of the victim.
+pub const ANY_HOSTILE: &[&str] = &["timeout"];
+
+/// What [`hostile_load`] measured.
+#[derive(Debug, Default)]
+pub struct HostileReport {
+    /// The victim alone: (p50, p99).
+    pub solo: (Duration, Duration),
+    /// The victim beside the hostile tenants: (p50, p99).
+    pub loaded: (Duration, Duration),
+    /// Victim requests measured under load.
+    pub victim_requests: usize,
+    /// Responses by `tenant status code` (code empty for 2xx).
+    pub counts: BTreeMap<String, u64>,
+    /// Responses no tenant should get: any victim error, any 5xx a hostile tenant's mode does not explain.
+    pub unexpected: Vec<String>,
+    /// Server RSS in KiB: before the load, right after it, after a settling pause.
+    pub rss_kib: (u64, u64, u64),
+}
+
+impl HostileReport {
+    /// A human-readable summary.
+    pub fn print(&self) {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        println!("victim solo:   p50 {:.2} ms  p99 {:.2} ms", ms(self.solo.0), ms(self.solo.1));
+        println!(
+            "victim loaded: p50 {:.2} ms  p99 {:.2} ms  ({} requests; p99 ratio {:.2})",
+            ms(self.loaded.0),
+            ms(self.loaded.1),
+            self.victim_requests,
+            ms(self.loaded.1) / ms(self.solo.1).max(1e-3)
+        );
+        for (k, n) in &self.counts {
+            println!("  {k:<48} {n}");
+        }
+        println!(
+            "unexpected responses: {} {:?}",
+            self.unexpected.len(),
+            self.unexpected.iter().take(5).collect::<Vec<_>>()
+        );
+        let (a, b, c) = self.rss_kib;
+        println!("server RSS: before {} MiB, after load {} MiB, settled {} MiB", a / 1024, b / 1024, c / 1024);
+    }
+}
+
+fn percentiles(mut v: Vec<Duration>) -> (Duration, Duration) {
+    if v.is_empty() {
+        return (Duration::ZERO, Duration::ZERO);
+    }
+    v.sort();
+    let at = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+/// The server's resident set in KiB (0 where `/proc` is not there).
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap_or("");
+    line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
+/// The victim's latencies of `n` echo invocations on one keep-alive connection, or
+/// until `stop` is set.
+fn victim_run(
+    server: &Server,
+    key: &str,
+    n: usize,
+    stop: Option<&AtomicBool>,
+    unexpected: &Mutex<Vec<String>>,
+) -> Vec<Duration> {
+    let body = serde_json::to_vec(&fp32_request(&[1.0, 2.0, 3.0, 4.0])).expect("json");
+    let mut conn = RawConn::connect(server.addr()).expect("connect");
+    let mut lat = Vec::with_capacity(n.min(1 << 16));
+    while lat.len() < n && !stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+        let t = Instant::now();
+        let r = conn.request("POST", "/v1/functions/echo/invoke", key, &body).expect("victim request");
+        lat.push(t.elapsed());
+        if r.status != 200 {
+            unexpected.lock().unwrap().push(format!("victim {} {}", r.status, String::from_utf8_lossy(&r.body)));
+        }
+    }
+    lat
+}
+
+/// Runs the hostile-load scenario on `server` for `load` with `clients` hostile clients.
+pub fn hostile_load(server: &Server, load: Duration, clients: usize, solo_requests: usize) -> HostileReport {
+    let victim = server.create_tenant("victim");
+    let grant = serde_json::to_vec(&json!({ "max_priority": "latency" })).expect("json");
+    server.call("PATCH", "/v1/tenants/victim", Some(ADMIN_KEY), Some(("application/json", grant))).expect(200);
+    server.deploy(&victim, "echo", "echo", "priority=latency");
+    let mut keys = Vec::new();
+    for (tenant, _, _) in HOSTILE {
+        let key = server.create_tenant(tenant);
+        server.deploy(&key, "bad", "misbehave", "priority=latency&timeout_ms=500");
+        keys.push(key);
+    }
+    // The admin bounds each hostile tenant (8 in flight; the server's limit is 64), so
+    // together they stay within the server's admission limit and the victim is admitted.
+    for (tenant, _, _) in HOSTILE {
+        let bound = serde_json::to_vec(&json!({ "max_concurrency": 8 })).expect("json");
+        server
+            .call("PATCH", &format!("/v1/tenants/{tenant}"), Some(ADMIN_KEY), Some(("application/json", bound)))
+            .expect(200);
+    }
+    let quota = serde_json::to_vec(&json!({ "memory_quota_bytes": 1 << 20 })).expect("json");
+    server.call("PATCH", "/v1/tenants/quota", Some(ADMIN_KEY), Some(("application/json", quota))).expect(200);
+
+    let unexpected = Mutex::new(Vec::new());
+    let warm = victim_run(server, &victim, 50, None, &unexpected);
+    drop(warm);
+    let solo = percentiles(victim_run(server, &victim, solo_requests, None, &unexpected));
+    let pid = server.pid();
+    let rss_before = rss_kib(pid);
+
+    let counts = Mutex::new(BTreeMap::<String, u64>::new());
+    let stop = AtomicBool::new(false);
+    let loaded = std::thread::scope(|s| {
+        for c in 0..clients {
+            let (tenant, mode, allowed) = HOSTILE[c % HOSTILE.len()];
+            let key = keys[c % HOSTILE.len()].clone();
+            let (counts, unexpected, stop) = (&counts, &unexpected, &stop);
+            s.spawn(move || {
+                let body = serde_json::to_vec(&misbehave_request(mode)).expect("json");
+                let Ok(mut conn) = RawConn::connect(server.addr()) else { return };
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(r) = conn.request("POST", "/v1/functions/bad/invoke", &key, &body) else {
+                        unexpected.lock().unwrap().push(format!("{tenant}: connection failed"));
+                        return;
+                    };
+                    let code = serde_json::from_slice::<Value>(&r.body)
+                        .ok()
+                        .and_then(|v| v["code"].as_str().map(str::to_owned))
+                        .unwrap_or_default();
+                    *counts.lock().unwrap().entry(format!("{tenant} {} {code}", r.status)).or_default() += 1;
+                    if r.status >= 500 && !allowed.contains(&code.as_str()) && !ANY_HOSTILE.contains(&code.as_str()) {
+                        unexpected.lock().unwrap().push(format!("{tenant} {} {code}", r.status));
+                    }
+                    if r.status == 429 {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                }
+            });
+        }
+        let measured = s.spawn(|| victim_run(server, &victim, usize::MAX, Some(&stop), &unexpected));
+        std::thread::sleep(load);
+        stop.store(true, Ordering::Relaxed);
+        measured.join().expect("victim thread")
+    });
+    let rss_after = rss_kib(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let rss_settled = rss_kib(pid);
+    HostileReport {
+        solo,
+        victim_requests: loaded.len(),
+        loaded: percentiles(loaded),
+        counts: counts.into_inner().unwrap(),
+        unexpected: unexpected.into_inner().unwrap(),
+        rss_kib: (rss_before, rss_after, rss_settled),
+    }
+}
+
+/// What [`crash_loop`] checked.
+#[derive(Debug, Default)]
+pub struct CrashReport {
+    /// Server kills (SIGKILL).
+    pub kills: usize,
+    /// Deploys and uploads acknowledged with a 2xx.
+    pub acknowledged: usize,
+    /// Acknowledged ones missing after a restart (must be empty).
+    pub lost: Vec<String>,
+    /// Temporary blob files present after a restart (must be 0).
+    pub leftover_temp_files: usize,
+}
+
+/// Temporary blob files under `data_dir`.
+pub fn temp_files(data_dir: &std::path::Path) -> usize {
+    std::fs::read_dir(data_dir.join("blobs/sha256"))
+        .map(|d| d.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with(".tmp-")).count())
+        .unwrap_or(0)
+}
+
+/// `iterations` rounds of: start the server on one data directory, deploy and upload
+/// (a 4 MiB artifact, so kills land mid-write) from a client thread, SIGKILL after
+/// `kill_after`, restart, and check everything acknowledged is there.
+pub fn crash_loop(iterations: usize, kill_after: Duration) -> CrashReport {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().join("data");
+    let opts = ServerOptions { data_dir: Some(data.clone()), ..ServerOptions::default() };
+    let mut report = CrashReport::default();
+    let key = Server::start_with(opts.clone()).create_tenant("crash");
+    let wasm = function_wasm("echo");
+    let artifact = vec![7u8; 4 << 20];
+    // (function, version, artifact name or "" for the component) acknowledged so far.
+    let mut acked: Vec<(String, u64, String)> = Vec::new();
+    for round in 0..iterations {
+        let mut server = Server::start_with(opts.clone());
+        let new_acks = Mutex::new(Vec::new());
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let name = format!("f{round}-{}", i % 3);
+                    let r = server.try_call(
+                        "PUT",
+                        &format!("/v1/functions/{name}"),
+                        Some(&key),
+                        Some(("application/wasm", wasm.clone())),
+                    );
+                    let Ok(r) = r else { return };
+                    if r.status / 100 == 2 {
+                        new_acks.lock().unwrap().push((
+                            name.clone(),
+                            r.json()["version"].as_u64().unwrap_or(0),
+                            String::new(),
+                        ));
+                    }
+                    let art = format!("w{i}");
+                    let path = format!("/v1/functions/{name}/artifacts/{art}");
+                    let r =
+                        server.try_call("PUT", &path, Some(&key), Some(("application/octet-stream", artifact.clone())));
+                    let Ok(r) = r else { return };
+                    if r.status / 100 == 2 {
+                        new_acks.lock().unwrap().push((name, r.json()["version"].as_u64().unwrap_or(0), art));
+                    }
+                    i += 1;
+                }
+            });
+            std::thread::sleep(kill_after);
+            // Kill while the client is mid-request; the client then sees a broken connection.
+            stop.store(true, Ordering::Relaxed);
+            let _ = std::process::Command::new("kill").args(["-KILL", &server.pid().to_string()]).status();
+        });
+        server.kill9(); // reaps it
+        report.kills += 1;
+        acked.extend(new_acks.into_inner().unwrap());
+        let server = Server::start_with(opts.clone());
+        report.leftover_temp_files += temp_files(&data);
+        for (name, version, art) in &acked {
+            let r = server.get(&format!("/v1/functions/{name}"), &key);
+            let info = if r.status == 200 { r.json() } else { Value::Null };
+            let found =
+                info["versions"].as_array().into_iter().flatten().find(|v| v["version"].as_u64() == Some(*version));
+            let ok = match found {
+                Some(v) => art.is_empty() || v["artifacts"].get(art).is_some(),
+                None => false,
+            };
+            if !ok {
+                report.lost.push(format!("{name} v{version} {art}"));
+            }
+        }
+        drop(server);
+    }
+    report.acknowledged = acked.len();
+    report
+}
