@@ -134,13 +134,17 @@ impl Platform {
                 weight: clamp_weight(tenant_rt.policy.weight, function.version.options.weight),
             },
         };
+        // The guest runs on a host thread of its class's OS priority (see `guest_threads`).
+        let class = ctx.scheduling.class;
         let (platform, f, handle) = (self.clone(), function.clone(), tokio::runtime::Handle::current());
-        let (started, result) = tokio::task::spawn_blocking(move || {
-            let started = Instant::now();
-            (started, handle.block_on(platform.engine.invoke(&f.image, ctx, &inputs)))
-        })
-        .await
-        .map_err(|e| PlatformError::internal("running an invocation", e))?;
+        let (started, result) = self
+            .guest_threads
+            .run(class, move || {
+                let started = Instant::now();
+                (started, handle.block_on(platform.engine.invoke(&f.image, ctx, &inputs)))
+            })
+            .await
+            .map_err(|e| PlatformError::internal("running an invocation", e))?;
         let output = result?;
         Ok(Invocation { function, output, queue: started - received })
     }

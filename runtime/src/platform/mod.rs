@@ -10,7 +10,7 @@
 //!   of queueing);
 //! - `functions`: deploy (validate → precompile → durable store → load), artifacts,
 //!   list/get/delete, and warm-up at start-up from the stored compiled forms;
-//! - `invoke`: admission, then one invocation on a blocking thread;
+//! - `invoke`: admission, then one invocation on a host thread of its class (`guest_threads`);
 //! - `tenants`: the admin operations, and changes of a tenant's policy;
 //! - `policy`: the admin-owned tenant policy and its clamp at each invocation;
 //! - `metrics`: Prometheus metrics of invocations, plus the status at scrape time;
@@ -23,6 +23,7 @@ mod admission;
 mod cache;
 mod error;
 mod functions;
+mod guest_threads;
 mod invoke;
 mod metrics;
 mod policy;
@@ -48,6 +49,7 @@ use admission::ConcurrencyLimit;
 use cache::FunctionCache;
 pub use error::{LimitScope, PlatformError, Result};
 pub use functions::{FunctionInfo, LoadedFunction, WarmReport};
+use guest_threads::GuestThreads;
 pub use invoke::{Invocation, InvokeOptions, UNKNOWN_FUNCTION};
 pub use metrics::{DURATION_BUCKETS, Metrics};
 pub use policy::{TenantPolicy, TenantView, clamp_class, clamp_weight, merge_settings};
@@ -191,6 +193,7 @@ pub struct Platform {
     ready: AtomicBool,
     shutting_down: AtomicBool,
     started: Instant,
+    guest_threads: GuestThreads,
 }
 
 impl Platform {
@@ -230,6 +233,7 @@ impl Platform {
             ready: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
             started: Instant::now(),
+            guest_threads: GuestThreads::default(),
         }))
     }
 
