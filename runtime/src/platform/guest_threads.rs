@@ -78,7 +78,8 @@ impl GuestThreads {
     }
 
     /// Background threads made so far.
-    pub fn background_threads(&self) -> usize {
+    #[cfg(test)]
+    fn background_threads(&self) -> usize {
         self.background.spawned.load(Ordering::Relaxed)
     }
 }
