@@ -13,6 +13,7 @@
 //! - `invoke`: admission, then one invocation on a host thread of its class (`guest_threads`);
 //! - `tenants`: the admin operations, and changes of a tenant's policy;
 //! - `policy`: the admin-owned tenant policy and its clamp at each invocation;
+//! - `heap`: the allocator's free memory back to the OS when idle after bursts;
 //! - `metrics`: Prometheus metrics of invocations, plus the status at scrape time;
 //! - `stats`: the same invocations per function, as Triton's statistics extension reports them.
 //!
@@ -24,6 +25,7 @@ mod cache;
 mod error;
 mod functions;
 mod guest_threads;
+mod heap;
 mod invoke;
 mod metrics;
 mod policy;
@@ -219,7 +221,7 @@ impl Platform {
         let fingerprint = engine.fingerprint();
         let queues = devices.into_iter().map(|d| DeviceQueue::start_with(d, config.scheduler.clone())).collect();
         let devices = DevicePool::new(queues);
-        Ok(Arc::new(Platform {
+        let platform = Arc::new(Platform {
             registry,
             engine,
             fingerprint,
@@ -234,7 +236,9 @@ impl Platform {
             shutting_down: AtomicBool::new(false),
             started: Instant::now(),
             guest_threads: GuestThreads::default(),
-        }))
+        });
+        heap::trim_when_idle(&platform);
+        Ok(platform)
     }
 
     /// The registry (tenants, keys, functions).
