@@ -16,6 +16,7 @@
 mod auth;
 pub mod error;
 mod functions;
+pub mod grpc;
 mod tenants;
 mod v2;
 
@@ -157,7 +158,8 @@ pub async fn serve(
     Ok(())
 }
 
-async fn shutdown_signal() {
+/// Completes on SIGINT or SIGTERM.
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
