@@ -28,6 +28,10 @@
 //! Examples only run inside the sluice host: see `functions/echo` (IO round-trip) and
 //! `functions/mlp` (a small classifier) for complete, tested functions.
 //!
+//! A function may declare its signature (input and output names, datatypes, shapes)
+//! with [`signature!`]; the host then reports it and refuses requests that do not match
+//! before the function runs.
+//!
 //! Fused ops cut host launches (and kernel launches) in real models:
 //! [`Tensor::linear`] (matmul + bias + activation), [`Tensor::add_layer_norm`] (residual
 //! add + layer norm) and [`Tensor::attention`] (multi-head attention without permutes)
@@ -46,6 +50,7 @@ mod error;
 mod fused;
 mod io;
 mod ops;
+pub mod signature;
 mod tensor;
 
 pub use convert::{bf16_bits_to_f32, f16_bits_to_f32};

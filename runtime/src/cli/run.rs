@@ -43,7 +43,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         std::fs::read(&args.input).with_context(|| format!("reading {}", args.input))?
     };
-    let request = oip::parse_request(&body).context("invalid request")?;
+    let request = oip::json::parse_request(&body).context("invalid request")?;
     let mut files = HashMap::new();
     for a in &args.artifacts {
         let Some((name, path)) = a.split_once('=') else { bail!("--artifact takes NAME=PATH, got {a:?}") };
@@ -63,7 +63,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let scheduling = SchedulingInfo { tenant: "local".into(), class: PriorityClass::Latency, weight: 1 };
     let ctx = InvocationContext { queue, account: MemoryAccount::new("invocation", None, Some(account)), scheduling };
     let output = rt.block_on(engine.invoke(&image, ctx, &request.inputs))?;
-    let response = oip::response_json(&name, None, request.id.as_deref(), &output.outputs);
+    let outputs = oip::select_outputs(output.outputs, &request.outputs)?;
+    let response = oip::json::response_json(&oip::InferResponse {
+        model_name: name,
+        model_version: None,
+        id: request.id,
+        outputs,
+        timing: oip::InferTiming::default(),
+    });
     let text = if args.compact { serde_json::to_string(&response)? } else { serde_json::to_string_pretty(&response)? };
     println!("{text}");
     tracing::debug!(

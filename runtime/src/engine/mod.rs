@@ -14,6 +14,7 @@ mod convert;
 mod host;
 mod host_error;
 mod invoke;
+mod signature;
 mod state;
 mod warm;
 
@@ -28,6 +29,7 @@ pub use artifacts::{ArtifactSet, ArtifactStats};
 pub use bindings::{IoData, IoTensor, RunError};
 pub use component::{ComponentError, FunctionImage, FunctionLimits};
 pub use invoke::{InvocationContext, InvocationOutput, InvokeError};
+pub use signature::{DATATYPES, SIGNATURE_SECTION, Signature, TensorSpec, read_signature};
 pub use state::SandboxLimits;
 
 use state::InvocationState;

@@ -20,13 +20,15 @@ use sluice_registry::{FunctionOptions, FunctionRecord, FunctionSummary, Function
 use wasmtime::component::Component;
 
 use super::{Platform, PlatformError, Result};
-use crate::engine::{ArtifactSet, ArtifactStats, FunctionImage, FunctionLimits};
+use crate::engine::{ArtifactSet, ArtifactStats, FunctionImage, FunctionLimits, Signature, read_signature};
 use crate::scheduler::Placement;
 
-/// The newest version of a function, ready to run.
+/// A version of a function, ready to run.
 pub struct LoadedFunction {
     /// Its stored metadata.
     pub version: FunctionVersion,
+    /// Its declared inputs and outputs (`None`: it declares none and accepts any inputs).
+    pub signature: Option<Arc<Signature>>,
     pub(crate) component: Component,
     pub(crate) image: FunctionImage,
     /// The device it runs on, holding room for its weights there.
@@ -113,6 +115,7 @@ impl Platform {
             )));
         }
         self.registry.get_tenant(tenant)?;
+        read_signature(wasm)?;
         let compiled = self.engine.precompile(wasm)?;
         self.count(|c| &c.compilations);
         let v = self.registry.deploy(tenant, name, wasm, options)?;
@@ -183,6 +186,21 @@ impl Platform {
         Ok(loaded)
     }
 
+    /// Version `version` of `tenant/name` (the serving one, or `None`): from the cache
+    /// when it is the serving version, else loaded for this call only (not cached).
+    pub(crate) fn loaded_version(&self, tenant: &str, name: &str, version: Option<u32>) -> Result<Arc<LoadedFunction>> {
+        let serving = self.loaded(tenant, name)?;
+        match version {
+            None => Ok(serving),
+            Some(v) if v == serving.version.version => Ok(serving),
+            Some(v) => {
+                let v = self.registry.get_version(tenant, name, v)?;
+                let (component, _) = self.component_for(&v)?;
+                self.load(&v, component)
+            }
+        }
+    }
+
     pub(crate) fn cached(&self, tenant: &str, name: &str) -> Option<Arc<LoadedFunction>> {
         self.functions.get(tenant, name)
     }
@@ -235,6 +253,7 @@ impl Platform {
     /// Pre-instantiates `component` as version `v`, with one artifact set (shared weights)
     /// charged to the tenant.
     fn load(&self, v: &FunctionVersion, component: Component) -> Result<Arc<LoadedFunction>> {
+        let signature = read_signature(&self.registry.read_blob(&v.component.digest)?)?.map(Arc::new);
         let tenant = self.tenant_runtime(&v.tenant)?;
         let files: HashMap<_, _> =
             v.artifacts.iter().map(|(name, blob)| (name.clone(), self.registry.blob_path(&blob.digest))).collect();
@@ -246,7 +265,7 @@ impl Platform {
             FunctionLimits { timeout: Duration::from_millis(v.options.timeout_ms), ..FunctionLimits::default() };
         limits.sandbox.memory_bytes = usize::try_from(v.options.memory_limit_bytes).unwrap_or(usize::MAX);
         let image = self.engine.prepare(v.function.clone(), &component, artifacts, limits)?;
-        Ok(Arc::new(LoadedFunction { version: v.clone(), component, image, placement }))
+        Ok(Arc::new(LoadedFunction { version: v.clone(), signature, component, image, placement }))
     }
 
     /// Reclaims unreferenced blobs; failures are only logged.

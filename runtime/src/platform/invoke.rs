@@ -29,6 +29,18 @@ pub struct Invocation {
     pub queue: Duration,
 }
 
+/// What a caller may ask of one invocation besides its inputs (the Open Inference
+/// Protocol's versions and request parameters).
+#[derive(Clone, Copy, Default)]
+pub struct InvokeOptions<'a> {
+    /// The version to run; `None` runs the serving (newest) one.
+    pub version: Option<u32>,
+    /// A priority class to run at, honoured only when it is lower than the function's.
+    pub priority: Option<sluice_registry::PriorityClass>,
+    /// Checks the inputs against the version that will run, before any guest code runs.
+    pub check: Option<&'a (dyn Fn(&LoadedFunction, &[IoTensor]) -> Result<()> + Sync)>,
+}
+
 /// Counts an invocation as in flight while alive.
 struct InFlight<'a>(&'a Platform);
 
@@ -41,8 +53,19 @@ impl Drop for InFlight<'_> {
 impl Platform {
     /// Runs the serving version of `tenant/name` once on `inputs`.
     pub async fn invoke(self: &Arc<Self>, tenant: &str, name: &str, inputs: Vec<IoTensor>) -> Result<Invocation> {
+        self.invoke_with(tenant, name, inputs, InvokeOptions::default()).await
+    }
+
+    /// Runs a version of `tenant/name` once on `inputs`, as `options` ask.
+    pub async fn invoke_with(
+        self: &Arc<Self>,
+        tenant: &str,
+        name: &str,
+        inputs: Vec<IoTensor>,
+        options: InvokeOptions<'_>,
+    ) -> Result<Invocation> {
         let admitted = Instant::now();
-        let result = self.invoke_inner(tenant, name, inputs).await;
+        let result = self.invoke_inner(tenant, name, inputs, options).await;
         match &result {
             Ok(invocation) => {
                 self.count(|c| &c.invocations);
@@ -61,19 +84,33 @@ impl Platform {
         result
     }
 
-    async fn invoke_inner(self: &Arc<Self>, tenant: &str, name: &str, inputs: Vec<IoTensor>) -> Result<Invocation> {
+    async fn invoke_inner(
+        self: &Arc<Self>,
+        tenant: &str,
+        name: &str,
+        inputs: Vec<IoTensor>,
+        options: InvokeOptions<'_>,
+    ) -> Result<Invocation> {
         let received = Instant::now();
         if self.shutting_down.load(Ordering::Acquire) {
             return Err(PlatformError::ShuttingDown);
         }
-        let function = match self.cached(tenant, name) {
+        let cached = self.cached(tenant, name).filter(|f| options.version.is_none_or(|v| v == f.version.version));
+        let function = match cached {
             Some(f) => f,
             None => {
-                let (platform, t, n) = (self.clone(), tenant.to_owned(), name.to_owned());
-                tokio::task::spawn_blocking(move || platform.loaded(&t, &n))
+                let (platform, t, n, v) = (self.clone(), tenant.to_owned(), name.to_owned(), options.version);
+                tokio::task::spawn_blocking(move || platform.loaded_version(&t, &n, v))
                     .await
                     .map_err(|e| PlatformError::internal("loading a function", e))??
             }
+        };
+        if let Some(check) = options.check {
+            check(&function, &inputs)?;
+        }
+        let class = match options.priority {
+            Some(sluice_registry::PriorityClass::Batch) => sluice_registry::PriorityClass::Batch,
+            _ => function.version.options.priority,
         };
         let tenant_rt = self.tenant_runtime(tenant)?;
         let _admitted = admit(&tenant_rt.concurrency, &self.global)?;
@@ -85,7 +122,7 @@ impl Platform {
             account: MemoryAccount::new("invocation", None, Some(tenant_rt.account.clone())),
             scheduling: SchedulingInfo {
                 tenant: tenant.into(),
-                class: scheduling_class(function.version.options.priority),
+                class: scheduling_class(class),
                 weight: function.version.options.weight.unwrap_or(tenant_rt.weight),
             },
         };

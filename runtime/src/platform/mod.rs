@@ -44,7 +44,7 @@ use admission::ConcurrencyLimit;
 use cache::FunctionCache;
 pub use error::{LimitScope, PlatformError, Result};
 pub use functions::{FunctionInfo, LoadedFunction, WarmReport};
-pub use invoke::{Invocation, UNKNOWN_FUNCTION};
+pub use invoke::{Invocation, InvokeOptions, UNKNOWN_FUNCTION};
 pub use metrics::{DURATION_BUCKETS, Metrics};
 pub use tenants::IssuedKey;
 

@@ -24,7 +24,7 @@ use super::BodyLimits;
 use super::auth::TenantCaller;
 use super::error::{HttpError, blocking};
 use crate::oip;
-use crate::platform::{Invocation, Platform};
+use crate::platform::Platform;
 
 /// Deploy options, as query parameters. The body is the component (`application/wasm`;
 /// the content type is not enforced, the bytes are checked).
@@ -202,25 +202,72 @@ pub async fn invoke(
     State(platform): State<Arc<Platform>>,
     TenantCaller(tenant): TenantCaller,
     Path(name): Path<String>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, HttpError> {
-    run(&platform, &tenant, &name, &body?).await
+    run(&platform, &tenant, &name, None, &headers, &body?).await
 }
 
-/// Parses an Open Inference Protocol request, runs it, and renders the response with
-/// timing headers. Shared by `/v1/functions/{name}/invoke` and `/v2/models/{name}/infer`.
-pub async fn run(platform: &Arc<Platform>, tenant: &str, name: &str, body: &[u8]) -> Result<Response, HttpError> {
-    let request = oip::parse_request(body).map_err(|e| HttpError::bad_request(e.0))?;
-    let Invocation { function, output, queue } = platform.invoke(tenant, name, request.inputs).await?;
-    let version = function.version.version.to_string();
-    let json = oip::response_json(name, Some(&version), request.id.as_deref(), &output.outputs);
-    let mut response = Json(json).into_response();
+/// The binary tensor data extension's header: the length of the JSON that starts the body.
+pub const JSON_LENGTH_HEADER: &str = "inference-header-content-length";
+
+/// Where the JSON ends in a body of `body_len` bytes, if binary data follows it.
+fn json_length(headers: &HeaderMap, body_len: usize) -> Result<Option<usize>, HttpError> {
+    let Some(value) = headers.get(JSON_LENGTH_HEADER) else { return Ok(None) };
+    let n: usize = value.to_str().ok().and_then(|s| s.trim().parse().ok()).ok_or_else(|| {
+        HttpError::bad_request("the Inference-Header-Content-Length header must be a non-negative integer")
+    })?;
+    if n == 0 {
+        return Err(HttpError::bad_request(
+            "raw binary requests (Inference-Header-Content-Length: 0) are not supported: send the JSON header first",
+        ));
+    }
+    if n > body_len {
+        return Err(HttpError::bad_request(format!(
+            "Inference-Header-Content-Length is {n}, more than the body's {body_len} bytes"
+        )));
+    }
+    Ok(Some(n))
+}
+
+/// Parses an Open Inference Protocol request (JSON, or JSON followed by binary tensor
+/// data), runs it on `version` (the serving one if `None`), and renders the response
+/// (binary outputs where asked) with timing headers. Shared by
+/// `/v1/functions/{name}/invoke` and `/v2/models/{name}[/versions/{v}]/infer`.
+pub async fn run(
+    platform: &Arc<Platform>,
+    tenant: &str,
+    name: &str,
+    version: Option<u32>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, HttpError> {
+    let request = match json_length(headers, body.len())? {
+        Some(n) => oip::json::parse_request_parts(&body[..n], Some(&body[n..])),
+        None => oip::json::parse_request(body),
+    }
+    .map_err(|e| HttpError::bad_request(e.0))?;
+    let parameters = request.parameters.clone();
+    let result = oip::infer(platform, tenant, name, version, request).await?;
+    let encoded = oip::json::encode_http_response(&result, &parameters);
+    let mut response = Response::new(Body::from(encoded.body));
     let h = response.headers_mut();
+    match encoded.json_len {
+        Some(n) => {
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+            h.insert(JSON_LENGTH_HEADER, HeaderValue::from(n));
+        }
+        None => {
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+    }
     let us = |d: std::time::Duration| HeaderValue::from(d.as_micros() as u64);
-    h.insert("x-sluice-queue-us", us(queue));
-    h.insert("x-sluice-instantiate-us", us(output.instantiate));
-    h.insert("x-sluice-instance", HeaderValue::from_static(if output.warm { "warm" } else { "fresh" }));
-    h.insert("x-sluice-execute-us", us(output.execute));
-    h.insert("x-sluice-function-version", HeaderValue::from(function.version.version));
+    h.insert("x-sluice-queue-us", us(result.timing.queue));
+    h.insert("x-sluice-instantiate-us", us(result.timing.instantiate));
+    h.insert("x-sluice-instance", HeaderValue::from_static(if result.timing.warm { "warm" } else { "fresh" }));
+    h.insert("x-sluice-execute-us", us(result.timing.execute));
+    if let Some(v) = result.model_version.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
+        h.insert("x-sluice-function-version", v);
+    }
     Ok(response)
 }

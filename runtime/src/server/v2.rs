@@ -1,7 +1,9 @@
-//! The Open Inference Protocol (KServe v2) endpoints.
+//! The Open Inference Protocol (KServe v2) endpoints over HTTP.
 //!
 //! Health needs no key; everything else takes a tenant key and sees that tenant's
-//! functions as models. `infer` shares its implementation with `/v1/functions/{name}/invoke`.
+//! functions as models, each version of a function as a model version. Metadata,
+//! readiness and inference exist with and without `/versions/{v}`; a version that does
+//! not exist is a 404. `infer` shares its implementation with `/v1/functions/{name}/invoke`.
 
 use std::sync::Arc;
 
@@ -9,14 +11,20 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+use sluice_host_api::Code;
 
 use super::auth::{Caller, TenantCaller};
-use super::error::{HttpError, blocking};
+use super::error::HttpError;
 use super::functions::run;
+use crate::engine::TensorSpec;
+use crate::oip;
 use crate::platform::Platform;
+
+/// The protocol extensions sluice implements, as server metadata lists them.
+pub const EXTENSIONS: [&str; 1] = [oip::binary::EXTENSION];
 
 pub async fn live() -> Json<Value> {
     Json(json!({ "live": true }))
@@ -29,15 +37,38 @@ pub async fn ready(State(platform): State<Arc<Platform>>) -> Response {
 }
 
 pub async fn server_metadata(_caller: Caller) -> Json<Value> {
-    Json(json!({ "name": "sluice", "version": env!("CARGO_PKG_VERSION"), "extensions": [] }))
+    Json(json!({ "name": "sluice", "version": env!("CARGO_PKG_VERSION"), "extensions": EXTENSIONS }))
 }
 
-async fn record(
+/// A version as the path names it; one that is not a version number does not exist.
+fn version(name: &str, v: &str) -> Result<u32, HttpError> {
+    v.parse().map_err(|_| HttpError::new(Code::NotFound, format!("function {name:?} has no version {v:?}")))
+}
+
+/// The protocol's `metadata_tensor`s of declared inputs or outputs.
+fn tensors_json(specs: &[TensorSpec]) -> Vec<Value> {
+    specs.iter().map(|s| json!({ "name": s.name, "datatype": s.datatype, "shape": s.shape })).collect()
+}
+
+async fn metadata(
     platform: Arc<Platform>,
     tenant: String,
     name: String,
-) -> Result<crate::platform::FunctionInfo, HttpError> {
-    Ok(blocking(move || platform.function_info(&tenant, &name)).await?)
+    v: Option<u32>,
+) -> Result<Json<Value>, HttpError> {
+    let info = oip::model(&platform, &tenant, &name, v).await?;
+    let signature = info.signature.unwrap_or_default();
+    let versions: Vec<String> = match v {
+        Some(v) => vec![v.to_string()],
+        None => info.versions.iter().map(u32::to_string).collect(),
+    };
+    Ok(Json(json!({
+        "name": name,
+        "versions": versions,
+        "platform": "sluice_wasm_component",
+        "inputs": tensors_json(&signature.inputs),
+        "outputs": tensors_json(&signature.outputs),
+    })))
 }
 
 pub async fn model_metadata(
@@ -45,16 +76,31 @@ pub async fn model_metadata(
     TenantCaller(tenant): TenantCaller,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, HttpError> {
-    let info = record(platform, tenant, name).await?;
-    let versions: Vec<String> = info.record.versions.iter().map(|v| v.version.to_string()).collect();
-    // Components do not declare their tensors, so inputs/outputs are unknown here.
-    Ok(Json(json!({
-        "name": info.record.name,
-        "versions": versions,
-        "platform": "sluice_wasm_component",
-        "inputs": [],
-        "outputs": [],
-    })))
+    metadata(platform, tenant, name, None).await
+}
+
+pub async fn version_metadata(
+    State(platform): State<Arc<Platform>>,
+    TenantCaller(tenant): TenantCaller,
+    Path((name, v)): Path<(String, String)>,
+) -> Result<Json<Value>, HttpError> {
+    let v = version(&name, &v)?;
+    metadata(platform, tenant, name, Some(v)).await
+}
+
+async fn readiness(
+    platform: Arc<Platform>,
+    tenant: String,
+    name: String,
+    v: Option<u32>,
+) -> Result<Response, HttpError> {
+    let info = oip::model(&platform, &tenant, &name, v).await?;
+    let status = if info.ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let mut body = json!({ "name": name, "ready": info.ready });
+    if v.is_some() {
+        body["version"] = json!(info.version.version.to_string());
+    }
+    Ok((status, Json(body)).into_response())
 }
 
 pub async fn model_ready(
@@ -62,17 +108,35 @@ pub async fn model_ready(
     TenantCaller(tenant): TenantCaller,
     Path(name): Path<String>,
 ) -> Result<Response, HttpError> {
-    let info = record(platform.clone(), tenant, name).await?;
-    let ready = info.loaded.is_some() && platform.is_ready();
-    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    Ok((status, Json(json!({ "name": info.record.name, "ready": ready }))).into_response())
+    readiness(platform, tenant, name, None).await
+}
+
+pub async fn version_ready(
+    State(platform): State<Arc<Platform>>,
+    TenantCaller(tenant): TenantCaller,
+    Path((name, v)): Path<(String, String)>,
+) -> Result<Response, HttpError> {
+    let v = version(&name, &v)?;
+    readiness(platform, tenant, name, Some(v)).await
 }
 
 pub async fn infer(
     State(platform): State<Arc<Platform>>,
     TenantCaller(tenant): TenantCaller,
     Path(name): Path<String>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, HttpError> {
-    run(&platform, &tenant, &name, &body?).await
+    run(&platform, &tenant, &name, None, &headers, &body?).await
+}
+
+pub async fn version_infer(
+    State(platform): State<Arc<Platform>>,
+    TenantCaller(tenant): TenantCaller,
+    Path((name, v)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, HttpError> {
+    let v = version(&name, &v)?;
+    run(&platform, &tenant, &name, Some(v), &headers, &body?).await
 }

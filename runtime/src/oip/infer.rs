@@ -1,0 +1,107 @@
+//! The one entry point of both transports into the platform: [`infer`] and [`model`].
+//!
+//! [`infer`] resolves the version, reads the request parameters sluice honours, checks
+//! the inputs against the function's signature before any guest code runs, invokes, and
+//! selects the outputs. Parameters it honours (request level):
+//!
+//! - `priority`: `"batch"` or `"latency"`, or Triton's integer levels (`0`: the
+//!   function's own; `1`: the highest, i.e. the function's own; `2` and above: batch).
+//!   A request may only lower its class, never raise it above the function's.
+//!
+//! Every other parameter (Triton's `timeout`, `sequence_id`, the HTTP transport's
+//! `binary_data_output`, …) is ignored here without error.
+
+use std::sync::Arc;
+
+use sluice_registry::{FunctionVersion, PriorityClass};
+
+use super::signature::check_request;
+use super::{InferRequest, InferResponse, InferTiming, ParamValue, Parameters, select_outputs};
+use crate::engine::{IoTensor, Signature, read_signature};
+use crate::platform::{Invocation, InvokeOptions, LoadedFunction, Platform, PlatformError};
+
+/// Runs `request` on version `version` (the serving one if `None`) of `tenant/name`.
+pub async fn infer(
+    platform: &Arc<Platform>,
+    tenant: &str,
+    name: &str,
+    version: Option<u32>,
+    request: InferRequest,
+) -> Result<InferResponse, PlatformError> {
+    let InferRequest { id, inputs, outputs: requested, parameters } = request;
+    let priority = requested_priority(&parameters)?;
+    let check = |f: &LoadedFunction, inputs: &[IoTensor]| match &f.signature {
+        Some(signature) => check_request(signature, inputs, &requested).map_err(|e| PlatformError::InvalidRequest(e.0)),
+        None => Ok(()),
+    };
+    let options = InvokeOptions { version, priority, check: Some(&check) };
+    let Invocation { function, output, queue } = platform.invoke_with(tenant, name, inputs, options).await?;
+    let outputs = select_outputs(output.outputs, &requested).map_err(|e| PlatformError::InvalidRequest(e.0))?;
+    Ok(InferResponse {
+        model_name: name.to_owned(),
+        model_version: Some(function.version.version.to_string()),
+        id,
+        outputs,
+        timing: InferTiming { queue, instantiate: output.instantiate, warm: output.warm, execute: output.execute },
+    })
+}
+
+/// The class the request asks for, if any.
+fn requested_priority(parameters: &Parameters) -> Result<Option<PriorityClass>, PlatformError> {
+    let bad = |v: &ParamValue| {
+        PlatformError::InvalidRequest(format!(
+            "parameter \"priority\" must be \"latency\", \"batch\" or a non-negative integer, not {v:?}"
+        ))
+    };
+    Ok(match parameters.get("priority") {
+        None => None,
+        Some(ParamValue::String(s)) if s == "latency" => Some(PriorityClass::Latency),
+        Some(ParamValue::String(s)) if s == "batch" => Some(PriorityClass::Batch),
+        Some(v) => match v.as_u64().ok_or_else(|| bad(v))? {
+            0 => None,
+            1 => Some(PriorityClass::Latency),
+            _ => Some(PriorityClass::Batch),
+        },
+    })
+}
+
+/// A model (function) as the protocol's metadata, readiness and config endpoints see it.
+#[derive(Debug)]
+pub struct ModelInfo {
+    /// Every version, ascending.
+    pub versions: Vec<u32>,
+    /// The version asked about (the serving one when none was named).
+    pub version: FunctionVersion,
+    /// Whether that version can serve now (the serving one is loaded, or it can be loaded).
+    pub ready: bool,
+    /// Its declared signature, if any.
+    pub signature: Option<Signature>,
+}
+
+/// `tenant/name` at `version` (the serving one if `None`); a version that does not exist is a 404.
+pub async fn model(
+    platform: &Arc<Platform>,
+    tenant: &str,
+    name: &str,
+    version: Option<u32>,
+) -> Result<ModelInfo, PlatformError> {
+    let (platform, tenant, name) = (platform.clone(), tenant.to_owned(), name.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let info = platform.function_info(&tenant, &name)?;
+        let version = match version {
+            None => info.record.latest().clone(),
+            Some(v) => platform.registry().get_version(&tenant, &name, v)?,
+        };
+        let signature = read_signature(&platform.registry().read_blob(&version.component.digest)?)?;
+        let serving = info.loaded.as_ref().is_some_and(|l| l.version == version.version);
+        let older = version.version < info.record.latest().version;
+        Ok(ModelInfo {
+            versions: info.record.versions.iter().map(|v| v.version).collect(),
+            ready: platform.is_ready() && (serving || older),
+            version,
+            signature,
+        })
+    })
+    .await
+    .map_err(|e| PlatformError::internal("reading a model", e))?
+}
