@@ -1,21 +1,30 @@
-//! `inference.GRPCInferenceService` over a [`Platform`]: the same models, keys, limits
-//! and errors as the HTTP Open Inference Protocol endpoints.
+//! `inference.GRPCInferenceService` over a [`Platform`]: the same models, versions,
+//! keys, limits and errors as the HTTP Open Inference Protocol endpoints, through the
+//! same entry points ([`oip::infer`], [`oip::model`]).
 //!
 //! Liveness and readiness need no key (like `/v2/health/*`), server metadata any key,
-//! everything about models a tenant's key; a tenant's functions are its models.
+//! everything about models a tenant's key; a tenant's functions are its models, each
+//! version a model version (an empty version: the serving one).
 
 use std::sync::Arc;
 
+use sluice_host_api::Code;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status};
 
 use super::proto::grpc_inference_service_server::GrpcInferenceService;
+use super::proto::model_metadata_response::TensorMetadata;
 use super::proto::*;
 use super::status::{bad_request, platform_status, status};
 use super::{auth, tensors};
-use crate::platform::{FunctionInfo, Invocation, Platform};
-use crate::server::error::{HttpError, blocking};
-use sluice_host_api::Code;
+use crate::engine::TensorSpec;
+use crate::oip::{self, ModelInfo};
+use crate::platform::Platform;
+use crate::server::error::HttpError;
+use crate::server::v2::EXTENSIONS;
+
+/// What `platform` says in model metadata and configuration.
+const PLATFORM: &str = "sluice_wasm_component";
 
 /// The service; cheap to clone.
 #[derive(Clone)]
@@ -23,26 +32,81 @@ pub struct InferenceService {
     platform: Arc<Platform>,
 }
 
+/// A model named in a request: its name, and its version (`None`: the serving one).
+fn model_ref(name: &str, version: &str) -> Result<Option<u32>, Status> {
+    if name.is_empty() {
+        return Err(bad_request("the request needs a model name"));
+    }
+    if version.is_empty() {
+        return Ok(None);
+    }
+    // As over HTTP, a version that is not a version number does not exist.
+    let v = version
+        .parse()
+        .map_err(|_| status(HttpError::new(Code::NotFound, format!("function {name:?} has no version {version:?}"))))?;
+    Ok(Some(v))
+}
+
 impl InferenceService {
     pub fn new(platform: Arc<Platform>) -> Self {
         InferenceService { platform }
     }
 
-    /// The record of the caller's model `name`, and, when `version` is not empty, a
-    /// check that it is one of its versions.
-    async fn model(&self, tenant: String, name: String, version: &str) -> Result<FunctionInfo, Status> {
-        if name.is_empty() {
-            return Err(bad_request("the request needs a model name"));
-        }
-        let platform = self.platform.clone();
-        let info = blocking(move || platform.function_info(&tenant, &name)).await.map_err(platform_status)?;
-        if !version.is_empty() && !info.record.versions.iter().any(|v| v.version.to_string() == version) {
-            return Err(status(HttpError::new(
-                Code::NotFound,
-                format!("model {:?} has no version {version:?}", info.record.name),
-            )));
-        }
-        Ok(info)
+    async fn model(&self, tenant: &str, name: &str, version: &str) -> Result<ModelInfo, Status> {
+        let v = model_ref(name, version)?;
+        oip::model(&self.platform, tenant, name, v).await.map_err(platform_status)
+    }
+}
+
+fn tensor_metadata(specs: &[TensorSpec]) -> Vec<TensorMetadata> {
+    specs
+        .iter()
+        .map(|s| TensorMetadata { name: s.name.clone(), datatype: s.datatype.clone(), shape: s.shape.clone() })
+        .collect()
+}
+
+/// Triton's element type of a datatype name.
+fn triton_type(datatype: &str) -> DataType {
+    match datatype {
+        "FP32" => DataType::TypeFp32,
+        "FP16" => DataType::TypeFp16,
+        "BF16" => DataType::TypeBf16,
+        "INT32" => DataType::TypeInt32,
+        "INT64" => DataType::TypeInt64,
+        "UINT8" => DataType::TypeUint8,
+        "BYTES" => DataType::TypeString,
+        _ => DataType::TypeInvalid,
+    }
+}
+
+/// The configuration Triton's tooling reads, as far as sluice knows it: a function does
+/// not batch across requests (max batch size 0, so dims are full shapes), and its
+/// inputs and outputs are its declared signature (none declared: empty lists).
+fn model_config(name: String, info: &ModelInfo) -> ModelConfig {
+    let signature = info.signature.clone().unwrap_or_default();
+    ModelConfig {
+        name,
+        platform: PLATFORM.into(),
+        backend: "sluice".into(),
+        max_batch_size: 0,
+        input: signature
+            .inputs
+            .iter()
+            .map(|s| ModelInput {
+                name: s.name.clone(),
+                data_type: triton_type(&s.datatype).into(),
+                dims: s.shape.clone(),
+            })
+            .collect(),
+        output: signature
+            .outputs
+            .iter()
+            .map(|s| ModelOutput {
+                name: s.name.clone(),
+                data_type: triton_type(&s.datatype).into(),
+                dims: s.shape.clone(),
+            })
+            .collect(),
     }
 }
 
@@ -64,17 +128,15 @@ impl GrpcInferenceService for InferenceService {
         Ok(Response::new(ServerMetadataResponse {
             name: "sluice".into(),
             version: env!("CARGO_PKG_VERSION").into(),
-            extensions: Vec::new(),
+            extensions: EXTENSIONS.iter().map(|e| e.to_string()).collect(),
         }))
     }
 
     async fn model_ready(&self, request: Request<ModelReadyRequest>) -> Result<Response<ModelReadyResponse>, Status> {
         let tenant = auth::tenant(&self.platform, request.metadata())?;
         let ModelReadyRequest { name, version } = request.into_inner();
-        let info = self.model(tenant, name, &version).await?;
-        let serving = info.loaded.as_ref().map(|l| l.version.to_string());
-        let ready = self.platform.is_ready() && serving.is_some_and(|s| version.is_empty() || s == version);
-        Ok(Response::new(ModelReadyResponse { ready }))
+        let info = self.model(&tenant, &name, &version).await?;
+        Ok(Response::new(ModelReadyResponse { ready: info.ready }))
     }
 
     async fn model_metadata(
@@ -83,11 +145,18 @@ impl GrpcInferenceService for InferenceService {
     ) -> Result<Response<ModelMetadataResponse>, Status> {
         let tenant = auth::tenant(&self.platform, request.metadata())?;
         let ModelMetadataRequest { name, version } = request.into_inner();
-        let info = self.model(tenant, name, &version).await?;
+        let info = self.model(&tenant, &name, &version).await?;
+        let signature = info.signature.unwrap_or_default();
+        let versions = match version.is_empty() {
+            true => info.versions.iter().map(u32::to_string).collect(),
+            false => vec![info.version.version.to_string()],
+        };
         Ok(Response::new(ModelMetadataResponse {
-            name: info.record.name.clone(),
-            versions: info.record.versions.iter().map(|v| v.version.to_string()).collect(),
-            platform: "sluice_wasm_component".into(),
+            name,
+            versions,
+            platform: PLATFORM.into(),
+            inputs: tensor_metadata(&signature.inputs),
+            outputs: tensor_metadata(&signature.outputs),
             ..Default::default()
         }))
     }
@@ -95,27 +164,17 @@ impl GrpcInferenceService for InferenceService {
     async fn model_infer(&self, request: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
         let tenant = auth::tenant(&self.platform, request.metadata())?;
         let request = request.into_inner();
-        if request.model_name.is_empty() {
-            return Err(bad_request("the request needs a model_name"));
-        }
-        let inputs = tensors::decode_inputs(&request).map_err(|e| bad_request(e.0))?;
-        let Invocation { function, output, queue } =
-            self.platform.invoke(&tenant, &request.model_name, inputs).await.map_err(platform_status)?;
-        let (outputs, raw_output_contents) = tensors::encode_outputs(&output.outputs);
-        let mut response = Response::new(ModelInferResponse {
-            model_name: request.model_name,
-            model_version: function.version.version.to_string(),
-            id: request.id,
-            outputs,
-            raw_output_contents,
-            ..Default::default()
-        });
+        let (name, version) = (request.model_name.clone(), model_ref(&request.model_name, &request.model_version)?);
+        let request = tensors::decode_request(request).map_err(|e| bad_request(e.0))?;
+        let response = oip::infer(&self.platform, &tenant, &name, version, request).await.map_err(platform_status)?;
+        let timing = response.timing;
+        let mut response = Response::new(tensors::encode_response(response));
         let metadata = response.metadata_mut();
         let us = |d: std::time::Duration| MetadataValue::from(d.as_micros() as u64);
-        metadata.insert("x-sluice-queue-us", us(queue));
-        metadata.insert("x-sluice-instantiate-us", us(output.instantiate));
-        metadata.insert("x-sluice-execute-us", us(output.execute));
-        metadata.insert("x-sluice-instance", MetadataValue::from_static(if output.warm { "warm" } else { "fresh" }));
+        metadata.insert("x-sluice-queue-us", us(timing.queue));
+        metadata.insert("x-sluice-instantiate-us", us(timing.instantiate));
+        metadata.insert("x-sluice-execute-us", us(timing.execute));
+        metadata.insert("x-sluice-instance", MetadataValue::from_static(if timing.warm { "warm" } else { "fresh" }));
         Ok(response)
     }
 
@@ -123,8 +182,10 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<ModelConfigRequest>,
     ) -> Result<Response<ModelConfigResponse>, Status> {
-        auth::tenant(&self.platform, request.metadata())?;
-        Err(Status::unimplemented("sluice does not serve model configuration over gRPC yet"))
+        let tenant = auth::tenant(&self.platform, request.metadata())?;
+        let ModelConfigRequest { name, version } = request.into_inner();
+        let info = self.model(&tenant, &name, &version).await?;
+        Ok(Response::new(ModelConfigResponse { config: Some(model_config(name, &info)) }))
     }
 
     async fn model_statistics(
@@ -132,6 +193,29 @@ impl GrpcInferenceService for InferenceService {
         request: Request<ModelStatisticsRequest>,
     ) -> Result<Response<ModelStatisticsResponse>, Status> {
         auth::tenant(&self.platform, request.metadata())?;
-        Err(Status::unimplemented("sluice does not serve model statistics over gRPC yet"))
+        Err(Status::unimplemented(
+            "model statistics are not served over gRPC yet; the admin key's GET /metrics has the same counters",
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_numbers_or_do_not_exist() {
+        assert_eq!(model_ref("m", "").unwrap(), None);
+        assert_eq!(model_ref("m", "3").unwrap(), Some(3));
+        assert_eq!(model_ref("m", "latest").unwrap_err().code(), tonic::Code::NotFound);
+        assert_eq!(model_ref("", "").unwrap_err().code(), tonic::Code::InvalidArgument);
+    }
+
+    #[test]
+    fn every_datatype_has_its_triton_type() {
+        for datatype in oip::DATATYPES {
+            assert_ne!(triton_type(datatype), DataType::TypeInvalid, "{datatype}");
+        }
+        assert_eq!(triton_type("BYTES"), DataType::TypeString);
     }
 }

@@ -1,23 +1,54 @@
-//! Tensors between the protocol's messages and the engine's [`IoTensor`]s.
+//! Requests and responses between the protocol's messages and [`crate::oip`]'s
+//! transport-neutral [`InferRequest`] / [`InferResponse`].
 //!
-//! Inputs come either all as `raw_input_contents` (one entry per input, in order: the
-//! elements little-endian, BYTES elements each behind a 4-byte little-endian length;
-//! what the standard clients send) or each in its typed `contents`. Outputs always go
-//! back as `raw_output_contents`, as Triton answers. Every malformed input becomes an
-//! [`OipError`] that names the tensor.
+//! Inputs come either all as `raw_input_contents` (one entry per input, in order, in
+//! the binary tensor form of [`oip::binary`]: what the standard clients send) or each
+//! in its typed `contents`. Outputs always go back as `raw_output_contents`, as Triton
+//! answers. Parameters (request, input and requested-output) become
+//! [`oip::Parameters`]. Every malformed input becomes an [`OipError`] naming the tensor.
 
 use prost::bytes::Bytes;
 
+use super::proto::infer_parameter::ParameterChoice;
 use super::proto::model_infer_response::InferOutputTensor;
-use super::proto::{InferTensorContents, ModelInferRequest};
+use super::proto::{InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse};
 use crate::engine::{IoData, IoTensor};
-use crate::oip::{OipError, datatype_name};
+use crate::oip::{self, InferRequest, InferResponse, OipError, ParamValue, Parameters, RequestedOutput};
 
-/// The datatypes sluice's tensors have.
-const SUPPORTED: &str = "FP32, FP16, BF16, INT32, INT64, UINT8 or BYTES";
+/// The request, decoded (the model name and version are the caller's business).
+pub fn decode_request(request: ModelInferRequest) -> Result<InferRequest, OipError> {
+    let inputs = decode_inputs(&request)?;
+    let outputs = request
+        .outputs
+        .into_iter()
+        .map(|o| RequestedOutput { name: o.name, parameters: parameters(o.parameters) })
+        .collect();
+    Ok(InferRequest {
+        id: Some(request.id).filter(|id| !id.is_empty()),
+        inputs,
+        outputs,
+        parameters: parameters(request.parameters),
+    })
+}
+
+/// Parameters as [`oip`] sees them; a parameter with no value set is left out.
+fn parameters(map: std::collections::HashMap<String, InferParameter>) -> Parameters {
+    map.into_iter()
+        .filter_map(|(name, p)| {
+            let value = match p.parameter_choice? {
+                ParameterChoice::BoolParam(b) => ParamValue::Bool(b),
+                ParameterChoice::Int64Param(i) => ParamValue::Int(i),
+                ParameterChoice::Uint64Param(u) => ParamValue::Uint(u),
+                ParameterChoice::DoubleParam(d) => ParamValue::Double(d),
+                ParameterChoice::StringParam(s) => ParamValue::String(s),
+            };
+            Some((name, value))
+        })
+        .collect()
+}
 
 /// The request's inputs, checked against their shapes.
-pub fn decode_inputs(request: &ModelInferRequest) -> Result<Vec<IoTensor>, OipError> {
+fn decode_inputs(request: &ModelInferRequest) -> Result<Vec<IoTensor>, OipError> {
     let raw = &request.raw_input_contents;
     if !raw.is_empty() && raw.len() != request.inputs.len() {
         return Err(OipError(format!(
@@ -39,11 +70,10 @@ pub fn decode_inputs(request: &ModelInferRequest) -> Result<Vec<IoTensor>, OipEr
             let count = element_count(&shape).map_err(at)?;
             let data = match (raw.get(i), &input.contents) {
                 (Some(_), Some(_)) => return Err(at("has both contents and raw_input_contents".into())),
-                (Some(bytes), None) => decode_raw(&input.datatype, count, bytes),
-                (None, Some(contents)) => decode_typed(&input.datatype, count, contents),
-                (None, None) => decode_typed(&input.datatype, count, &InferTensorContents::default()),
-            }
-            .map_err(at)?;
+                (Some(bytes), None) => oip::binary::decode(&input.datatype, count, bytes).map_err(|e| at(e.0))?,
+                (None, Some(contents)) => decode_typed(&input.datatype, count, contents).map_err(at)?,
+                (None, None) => decode_typed(&input.datatype, count, &InferTensorContents::default()).map_err(at)?,
+            };
             Ok(IoTensor { name: input.name.clone(), shape, data })
         })
         .collect()
@@ -53,67 +83,14 @@ fn shape_of(dims: &[i64]) -> Result<Vec<u64>, String> {
     dims.iter().map(|&d| u64::try_from(d).map_err(|_| format!("shape {dims:?} has a negative axis"))).collect()
 }
 
-fn element_count(shape: &[u64]) -> Result<usize, String> {
-    shape
-        .iter()
-        .try_fold(1u64, |a, &d| a.checked_mul(d))
-        .and_then(|n| usize::try_from(n).ok())
-        .ok_or_else(|| format!("shape {shape:?} is too large"))
-}
-
-/// Elements from their little-endian bytes.
-fn decode_raw(datatype: &str, count: usize, bytes: &Bytes) -> Result<IoData, String> {
-    fn fixed<const N: usize, T>(
-        count: usize,
-        bytes: &[u8],
-        kind: &str,
-        f: impl Fn([u8; N]) -> T,
-    ) -> Result<Vec<T>, String> {
-        if count.checked_mul(N) != Some(bytes.len()) {
-            return Err(format!(
-                "{count} {kind} elements need {} bytes of raw contents, got {}",
-                count.saturating_mul(N),
-                bytes.len()
-            ));
-        }
-        Ok(bytes.chunks_exact(N).map(|c| f(c.try_into().expect("chunks of N bytes"))).collect())
-    }
-    Ok(match datatype {
-        "FP32" => IoData::F32(fixed(count, bytes, datatype, f32::from_le_bytes)?),
-        "FP16" => IoData::F16(fixed(count, bytes, datatype, u16::from_le_bytes)?),
-        "BF16" => IoData::Bf16(fixed(count, bytes, datatype, u16::from_le_bytes)?),
-        "INT32" => IoData::I32(fixed(count, bytes, datatype, i32::from_le_bytes)?),
-        "INT64" => IoData::I64(fixed(count, bytes, datatype, i64::from_le_bytes)?),
-        "UINT8" => IoData::U8(fixed(count, bytes, datatype, u8::from_le_bytes)?),
-        "BYTES" => IoData::Bytes(decode_byte_elements(count, bytes)?),
-        other => return Err(unsupported(other)),
-    })
-}
-
-/// BYTES elements, each behind its 4-byte little-endian length.
-fn decode_byte_elements(count: usize, mut bytes: &[u8]) -> Result<Vec<Vec<u8>>, String> {
-    let mut elements = Vec::with_capacity(count.min(bytes.len() / 4));
-    while !bytes.is_empty() {
-        let Some((len, rest)) = bytes.split_first_chunk::<4>() else {
-            return Err(format!("BYTES element {} has a truncated 4-byte length", elements.len()));
-        };
-        let len = u32::from_le_bytes(*len) as usize;
-        let Some((element, rest)) = rest.split_at_checked(len) else {
-            return Err(format!("BYTES element {} declares {len} bytes, {} remain", elements.len(), rest.len()));
-        };
-        elements.push(element.to_vec());
-        bytes = rest;
-    }
-    if elements.len() != count {
-        return Err(format!("the shape needs {count} BYTES elements, raw contents hold {}", elements.len()));
-    }
-    Ok(elements)
+fn element_count(shape: &[u64]) -> Result<u64, String> {
+    shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).ok_or_else(|| format!("shape {shape:?} is too large"))
 }
 
 /// Elements from the typed contents list of the datatype.
-fn decode_typed(datatype: &str, count: usize, c: &InferTensorContents) -> Result<IoData, String> {
-    fn take<S: Clone, T>(count: usize, list: &[S], field: &str, f: impl Fn(S) -> Option<T>) -> Result<Vec<T>, String> {
-        if list.len() != count {
+fn decode_typed(datatype: &str, count: u64, c: &InferTensorContents) -> Result<IoData, String> {
+    fn take<S: Clone, T>(count: u64, list: &[S], field: &str, f: impl Fn(S) -> Option<T>) -> Result<Vec<T>, String> {
+        if list.len() as u64 != count {
             return Err(format!("the shape needs {count} elements, contents.{field} has {}", list.len()));
         }
         list.iter()
@@ -127,55 +104,41 @@ fn decode_typed(datatype: &str, count: usize, c: &InferTensorContents) -> Result
         "INT64" => IoData::I64(take(count, &c.int64_contents, "int64_contents", Some)?),
         "UINT8" => IoData::U8(take(count, &c.uint_contents, "uint_contents", |v| u8::try_from(v).ok())?),
         "BYTES" => IoData::Bytes(take(count, &c.bytes_contents, "bytes_contents", Some)?),
-        "FP16" | "BF16" if count == 0 => decode_raw(datatype, 0, &Bytes::new())?,
+        // No typed list exists for these: only an empty tensor can do without raw contents.
+        "FP16" | "BF16" if count == 0 => oip::binary::decode(datatype, 0, &[]).map_err(|e| e.0)?,
         "FP16" | "BF16" => {
             return Err(format!("{datatype} has no typed contents in the protocol; send it in raw_input_contents"));
         }
-        other => return Err(unsupported(other)),
+        // Unsupported datatypes get the binary decoder's message, which lists the supported ones.
+        other => oip::binary::decode(other, count, &[]).map_err(|e| e.0)?,
     })
 }
 
-fn unsupported(datatype: &str) -> String {
-    format!("datatype {datatype:?} is not supported (use {SUPPORTED})")
-}
-
-/// The outputs' descriptions and their raw contents, in the same order.
-pub fn encode_outputs(outputs: &[IoTensor]) -> (Vec<InferOutputTensor>, Vec<Bytes>) {
-    outputs
+/// The response message: every selected output described, its elements in
+/// `raw_output_contents`.
+pub fn encode_response(response: InferResponse) -> ModelInferResponse {
+    let (outputs, raw_output_contents) = response
+        .outputs
         .iter()
-        .map(|t| {
+        .map(|(t, _)| {
             let described = InferOutputTensor {
                 name: t.name.clone(),
-                datatype: datatype_name(&t.data).to_owned(),
+                datatype: oip::datatype_name(&t.data).to_owned(),
                 shape: t.shape.iter().map(|&d| d as i64).collect(),
                 ..Default::default()
             };
-            (described, Bytes::from(encode_raw(&t.data)))
+            let mut raw = Vec::new();
+            oip::binary::encode(&t.data, &mut raw);
+            (described, Bytes::from(raw))
         })
-        .unzip()
-}
-
-/// A tensor's elements as raw contents.
-pub fn encode_raw(data: &IoData) -> Vec<u8> {
-    fn le<const N: usize, T: Copy>(v: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(v.len() * N);
-        v.iter().for_each(|&x| out.extend_from_slice(&f(x)));
-        out
-    }
-    match data {
-        IoData::F32(v) => le(v, f32::to_le_bytes),
-        IoData::F16(v) | IoData::Bf16(v) => le(v, u16::to_le_bytes),
-        IoData::I32(v) => le(v, i32::to_le_bytes),
-        IoData::I64(v) => le(v, i64::to_le_bytes),
-        IoData::U8(v) => v.clone(),
-        IoData::Bytes(v) => {
-            let mut out = Vec::with_capacity(v.iter().map(|e| e.len() + 4).sum());
-            for e in v {
-                out.extend_from_slice(&(e.len() as u32).to_le_bytes());
-                out.extend_from_slice(e);
-            }
-            out
-        }
+        .unzip();
+    ModelInferResponse {
+        model_name: response.model_name,
+        model_version: response.model_version.unwrap_or_default(),
+        id: response.id.unwrap_or_default(),
+        outputs,
+        raw_output_contents,
+        ..Default::default()
     }
 }
 
@@ -183,7 +146,7 @@ pub fn encode_raw(data: &IoData) -> Vec<u8> {
 mod tests {
     use half::{bf16, f16};
 
-    use super::super::proto::model_infer_request::InferInputTensor;
+    use super::super::proto::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
     use super::*;
 
     fn input(name: &str, datatype: &str, shape: &[i64]) -> InferInputTensor {
@@ -207,9 +170,22 @@ mod tests {
     #[test]
     fn raw_contents_round_trip_every_datatype() {
         let tensors = every_datatype();
-        let (described, raw) = encode_outputs(&tensors);
+        let response = InferResponse {
+            model_name: "echo".into(),
+            model_version: Some("3".into()),
+            id: None,
+            outputs: tensors.iter().map(|t| (t.clone(), Parameters::new())).collect(),
+            timing: Default::default(),
+        };
+        let encoded = encode_response(response);
+        assert_eq!((encoded.model_version.as_str(), encoded.id.as_str()), ("3", ""));
+        assert_eq!(
+            encoded.raw_output_contents[6].as_ref(),
+            b"\x02\0\0\0hi\0\0\0\0\x03\0\0\0\xff\x00\xc3\x02\0\0\0\xc3\xa9"
+        );
         let request = ModelInferRequest {
-            inputs: described
+            inputs: encoded
+                .outputs
                 .iter()
                 .map(|d| InferInputTensor {
                     name: d.name.clone(),
@@ -218,17 +194,42 @@ mod tests {
                     ..Default::default()
                 })
                 .collect(),
-            raw_input_contents: raw,
+            raw_input_contents: encoded.raw_output_contents,
             ..Default::default()
         };
-        assert_eq!(decode_inputs(&request).unwrap(), tensors);
+        assert_eq!(decode_request(request).unwrap().inputs, tensors);
     }
 
     #[test]
-    fn bytes_elements_are_length_prefixed_little_endian() {
-        let raw = encode_raw(&IoData::Bytes(vec![b"ab".to_vec(), vec![]]));
-        assert_eq!(raw, [2, 0, 0, 0, b'a', b'b', 0, 0, 0, 0]);
-        assert_eq!(encode_raw(&IoData::I32(vec![1, -2])), [1, 0, 0, 0, 0xfe, 0xff, 0xff, 0xff]);
+    fn id_outputs_and_parameters_are_carried_over() {
+        let p = |c| InferParameter { parameter_choice: Some(c) };
+        let request = ModelInferRequest {
+            id: "r-1".into(),
+            parameters: [
+                ("priority".to_owned(), p(ParameterChoice::Int64Param(2))),
+                ("timeout".to_owned(), p(ParameterChoice::Uint64Param(5000))),
+                ("flag".to_owned(), p(ParameterChoice::BoolParam(true))),
+                ("ratio".to_owned(), p(ParameterChoice::DoubleParam(0.5))),
+                ("mode".to_owned(), p(ParameterChoice::StringParam("x".into()))),
+                ("unset".to_owned(), InferParameter { parameter_choice: None }),
+            ]
+            .into(),
+            outputs: vec![InferRequestedOutputTensor { name: "embedding".into(), ..Default::default() }],
+            ..Default::default()
+        };
+        let r = decode_request(request).unwrap();
+        assert_eq!(r.id.as_deref(), Some("r-1"));
+        assert_eq!(r.outputs, [RequestedOutput { name: "embedding".into(), parameters: Parameters::new() }]);
+        let expected: Parameters = [
+            ("priority".to_owned(), ParamValue::Int(2)),
+            ("timeout".to_owned(), ParamValue::Uint(5000)),
+            ("flag".to_owned(), ParamValue::Bool(true)),
+            ("ratio".to_owned(), ParamValue::Double(0.5)),
+            ("mode".to_owned(), ParamValue::String("x".into())),
+        ]
+        .into();
+        assert_eq!(r.parameters, expected);
+        assert_eq!(decode_request(ModelInferRequest::default()).unwrap().id, None);
     }
 
     #[test]
@@ -254,7 +255,7 @@ mod tests {
                 InferTensorContents { bytes_contents: vec![vec![0xfe], vec![]], ..Default::default() },
             ),
         ];
-        let data: Vec<IoData> = decode_inputs(&request).unwrap().into_iter().map(|t| t.data).collect();
+        let data: Vec<IoData> = decode_request(request).unwrap().inputs.into_iter().map(|t| t.data).collect();
         assert_eq!(
             data,
             [
@@ -279,13 +280,13 @@ mod tests {
         let mut big_u8 = ModelInferRequest { inputs: vec![input("x", "UINT8", &[1])], ..Default::default() };
         big_u8.inputs[0].contents = Some(InferTensorContents { uint_contents: vec![256], ..Default::default() });
         let cases = [
-            (raw(vec![input("x", "FP32", &[2])], vec![&[0; 4]]), "\"x\": 2 FP32 elements need 8 bytes"),
+            (raw(vec![input("x", "FP32", &[2])], vec![&[0; 4]]), "\"x\": 2 FP32 elements take 8 bytes"),
             (raw(vec![input("x", "FP32", &[1]), input("y", "FP32", &[1])], vec![&[0; 4]]), "1 entries for 2 inputs"),
             (raw(vec![input("x", "FP32", &[-1])], vec![&[]]), "negative axis"),
             (raw(vec![input("x", "FP64", &[1])], vec![&[0; 8]]), "\"FP64\" is not supported"),
-            (raw(vec![input("s", "BYTES", &[1])], vec![&[1, 0]]), "truncated 4-byte length"),
-            (raw(vec![input("s", "BYTES", &[1])], vec![&[5, 0, 0, 0, b'a']]), "declares 5 bytes, 1 remain"),
-            (raw(vec![input("s", "BYTES", &[2])], vec![&[0, 0, 0, 0]]), "needs 2 BYTES elements, raw contents hold 1"),
+            (raw(vec![input("s", "BYTES", &[1])], vec![&[1, 0]]), "need at least 1×4 bytes"),
+            (raw(vec![input("s", "BYTES", &[1])], vec![&[5, 0, 0, 0, b'a']]), "length 5 runs past"),
+            (raw(vec![input("s", "BYTES", &[2])], vec![&[0, 0, 0, 0]]), "need at least 2×4 bytes"),
             (raw(vec![input("", "FP32", &[0])], vec![&[]]), "inputs[0] needs a name"),
             (raw(vec![input("x", "FP32", &[1 << 40, 1 << 40])], vec![&[]]), "too large"),
             (
@@ -297,7 +298,7 @@ mod tests {
             (big_u8, "uint_contents[0] is out of range"),
         ];
         for (request, needle) in cases {
-            let e = decode_inputs(&request).unwrap_err();
+            let e = decode_request(request).unwrap_err();
             assert!(e.0.contains(needle), "expected {needle:?} in {:?}", e.0);
         }
     }
