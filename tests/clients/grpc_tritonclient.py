@@ -66,12 +66,25 @@ def main():
     msg = expect_error("StatusCode.INVALID_ARGUMENT", lambda: client.infer("echo", [bad], headers=auth))
     ok(f"shape/data mismatch: INVALID_ARGUMENT ({msg})")
 
+    model = client.get_model_metadata("minilm-embed", headers=auth)
+    declared = {(t.name, t.datatype, tuple(t.shape)) for t in model.inputs}
+    assert ("text", "BYTES", (-1,)) in declared, model
+    assert ("embedding", "FP32", (-1, 384)) in {(t.name, t.datatype, tuple(t.shape)) for t in model.outputs}, model
+    config = client.get_model_config("minilm-embed", headers=auth).config
+    assert config.max_batch_size == 0 and "text" in [i.name for i in config.input], config
+    ok("minilm-embed metadata and config: the declared signature")
+
     texts, want = reference(args.refdata)
     text = grpcclient.InferInput("text", [len(texts)], "BYTES")
     text.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=np.object_))
-    result = client.infer("minilm-embed", [text], headers=auth)
+    outputs = [grpcclient.InferRequestedOutput("embedding")]
+    result = client.infer("minilm-embed", [text], outputs=outputs, headers=auth)
+    assert [o.name for o in result.get_response().outputs] == ["embedding"], result.get_response().outputs
     cos = check_embeddings(result.as_numpy("embedding"), want)
-    ok(f"minilm-embed: 16 sentences in one batch, lowest cosine {cos:.6f}")
+    ok(f"minilm-embed: 16 sentences in one batch, only the requested output, lowest cosine {cos:.6f}")
+    unknown = [grpcclient.InferRequestedOutput("no-such-output")]
+    expect_error("StatusCode.INVALID_ARGUMENT", lambda: client.infer("minilm-embed", [text], outputs=unknown, headers=auth))
+    ok("an unknown requested output: INVALID_ARGUMENT")
     client.close()
 
 

@@ -10,7 +10,7 @@ mod auth;
 pub mod proto;
 mod service;
 pub mod status;
-mod tensors;
+pub mod tensors;
 
 use std::sync::Arc;
 
