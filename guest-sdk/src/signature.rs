@@ -236,7 +236,12 @@ mod tests {
     #[test]
     fn encodes_extreme_integers() {
         const S: Signature = Signature {
-            inputs: &[TensorSpec { name: "x", datatype: DataType::INT64, shape: &[i64::MIN, i64::MAX], optional: false }],
+            inputs: &[TensorSpec {
+                name: "x",
+                datatype: DataType::INT64,
+                shape: &[i64::MIN, i64::MAX],
+                optional: false,
+            }],
             outputs: &[],
         };
         const LEN: usize = S.encoded_len();

@@ -92,7 +92,11 @@ pub async fn model(
             None => info.record.latest().clone(),
             Some(v) => platform.registry().get_version(&tenant, &name, v)?,
         };
-        let signature = read_signature(&platform.registry().read_blob(&version.component.digest)?)?;
+        // The serving version's signature is in memory; another's is read from its component.
+        let signature = match platform.cached(&tenant, &name).filter(|f| f.version.version == version.version) {
+            Some(loaded) => loaded.signature.as_deref().cloned(),
+            None => read_signature(&platform.registry().read_blob(&version.component.digest)?)?,
+        };
         let serving = info.loaded.as_ref().is_some_and(|l| l.version == version.version);
         let older = version.version < info.record.latest().version;
         Ok(ModelInfo {

@@ -367,7 +367,8 @@ mod tests {
                 r#"{{"name":"x","shape":[2],"datatype":"FP32","parameters":{{"binary_data_size":{size}}}}}"#
             ))
         };
-        let cases: Vec<(Vec<u8>, Option<&[u8]>, &str)> = vec![
+        type Case<'a> = (Vec<u8>, Option<&'a [u8]>, &'a str);
+        let cases: Vec<Case> = vec![
             (x("8"), None, "needs the Inference-Header-Content-Length header"),
             (x("8"), Some(&[0; 4]), "more than the 4 bytes of binary data left"),
             (x("4"), Some(&[0; 4]), "2 FP32 elements take 8 bytes, binary_data_size is 4"),

@@ -1,13 +1,13 @@
 //! The Open Inference Protocol (KServe v2), independent of its transport.
 //!
 //! Both transports (HTTP/JSON with the binary tensor extension, and gRPC) decode a
-//! request into the protocol-neutral [`InferRequest`], call [`infer`] (the one entry
+//! request into the protocol-neutral [`InferRequest`], call [`infer()`] (the one entry
 //! point into the platform) and encode the [`InferResponse`] it returns:
 //!
 //! - [`json`]: the JSON tensor format (requests, responses, parameters), with the
 //!   binary tensor data extension's framing;
 //! - [`binary`]: the extension's binary form of a tensor's elements;
-//! - [`infer`]: version resolution, request parameters (priority), the function's
+//! - [`mod@infer`]: version resolution, request parameters (priority), the function's
 //!   signature check and output selection, around [`crate::platform::Platform::invoke_with`];
 //!   and [`model`], what the metadata, readiness and config endpoints report;
 //! - [`signature`]: a request checked against the function's declared signature.
@@ -148,6 +148,15 @@ pub fn datatype_name(data: &IoData) -> &'static str {
         IoData::I64(_) => "INT64",
         IoData::U8(_) => "UINT8",
         IoData::Bytes(_) => "BYTES",
+    }
+}
+
+/// Triton's model-configuration name of a protocol datatype (`FP32` → `TYPE_FP32`,
+/// `BYTES` → `TYPE_STRING`), for the model-config endpoints of both transports.
+pub fn triton_data_type(datatype: &str) -> String {
+    match datatype {
+        "BYTES" => "TYPE_STRING".to_owned(),
+        other => format!("TYPE_{other}"),
     }
 }
 

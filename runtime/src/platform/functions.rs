@@ -115,8 +115,10 @@ impl Platform {
             )));
         }
         self.registry.get_tenant(tenant)?;
-        read_signature(wasm)?;
         let compiled = self.engine.precompile(wasm)?;
+        // After the engine's checks, which say best what is wrong with a file that is
+        // not a component at all.
+        read_signature(wasm)?;
         self.count(|c| &c.compilations);
         let v = self.registry.deploy(tenant, name, wasm, options)?;
         self.registry.store_compiled(tenant, name, v.version, &self.fingerprint, &compiled)?;

@@ -29,6 +29,10 @@ pub struct Invocation {
     pub queue: Duration,
 }
 
+/// A check of the inputs against the version that will run (the Open Inference
+/// Protocol's signature check); its error is the invocation's.
+pub type InputCheck<'a> = &'a (dyn Fn(&LoadedFunction, &[IoTensor]) -> Result<()> + Sync);
+
 /// What a caller may ask of one invocation besides its inputs (the Open Inference
 /// Protocol's versions and request parameters).
 #[derive(Clone, Copy, Default)]
@@ -38,7 +42,7 @@ pub struct InvokeOptions<'a> {
     /// A priority class to run at, honoured only when it is lower than the function's.
     pub priority: Option<sluice_registry::PriorityClass>,
     /// Checks the inputs against the version that will run, before any guest code runs.
-    pub check: Option<&'a (dyn Fn(&LoadedFunction, &[IoTensor]) -> Result<()> + Sync)>,
+    pub check: Option<InputCheck<'a>>,
 }
 
 /// Counts an invocation as in flight while alive.
@@ -78,7 +82,7 @@ impl Platform {
                 }
                 // Only deployed names become label values (a caller picks the name).
                 let function = if self.cached(tenant, name).is_some() { name } else { UNKNOWN_FUNCTION };
-                self.metrics.record_error(tenant, function, e.code());
+                self.metrics.record_error(tenant, function, e.code(), admitted.elapsed());
             }
         }
         result

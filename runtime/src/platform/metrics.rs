@@ -41,6 +41,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Metric, Registry, Unit};
 use sluice_host_api::Code;
 
+use super::stats::StatsTable;
 use super::{Invocation, Status};
 use crate::scheduler::PriorityClass;
 
@@ -96,6 +97,8 @@ pub struct Metrics {
     /// tenant → every `(function, outcome)` with a series, to remove them on delete
     /// (a `Family` cannot be iterated). Written only when a series is created.
     series: Mutex<HashMap<String, HashSet<(String, &'static str)>>>,
+    /// The same invocations as Triton's statistics extension reports them.
+    pub(crate) stats: StatsTable,
 }
 
 impl Default for Metrics {
@@ -109,6 +112,7 @@ impl Default for Metrics {
             execute_duration: histograms(),
             kernel_launches: Family::default(),
             series: Mutex::new(HashMap::new()),
+            stats: StatsTable::default(),
         }
     }
 }
@@ -124,11 +128,13 @@ impl Metrics {
         self.instantiate_duration.get_or_create(&labels).observe(out.instantiate.as_secs_f64());
         self.execute_duration.get_or_create(&labels).observe(out.execute.as_secs_f64());
         self.kernel_launches.get_or_create(&labels).inc_by(out.launches);
+        self.stats.record_ok(tenant, function, total, invocation.queue, out.instantiate + out.execute);
         self.count(labels, "ok");
     }
 
     /// Records a failed (or refused) invocation with the error's stable code.
-    pub(crate) fn record_error(&self, tenant: &str, function: &str, code: Code) {
+    pub(crate) fn record_error(&self, tenant: &str, function: &str, code: Code, total: Duration) {
+        self.stats.record_error(tenant, function, total);
         self.count(FunctionLabels { tenant: tenant.to_owned(), function: function.to_owned() }, code.as_str());
     }
 
@@ -147,6 +153,7 @@ impl Metrics {
     /// Drops the series of one function of `tenant`, or of all its functions (`None`),
     /// after a delete.
     pub(crate) fn forget(&self, tenant: &str, function: Option<&str>) {
+        self.stats.forget(tenant, function);
         let removed: Vec<(String, &'static str)> = {
             let mut series = self.series.lock();
             match (function, series.get_mut(tenant)) {

@@ -12,7 +12,8 @@
 //!   list/get/delete, and warm-up at start-up from the stored compiled forms;
 //! - `invoke`: admission, then one invocation on a blocking thread;
 //! - `tenants`: the admin operations;
-//! - `metrics`: Prometheus metrics of invocations, plus the status at scrape time.
+//! - `metrics`: Prometheus metrics of invocations, plus the status at scrape time;
+//! - `stats`: the same invocations per function, as Triton's statistics extension reports them.
 //!
 //! Methods that touch the disk or compile are synchronous: the HTTP layer calls them on
 //! the blocking pool. Errors are [`PlatformError`]s with stable codes.
@@ -23,6 +24,7 @@ mod error;
 mod functions;
 mod invoke;
 mod metrics;
+mod stats;
 mod tenants;
 
 use std::collections::HashMap;
@@ -46,6 +48,7 @@ pub use error::{LimitScope, PlatformError, Result};
 pub use functions::{FunctionInfo, LoadedFunction, WarmReport};
 pub use invoke::{Invocation, InvokeOptions, UNKNOWN_FUNCTION};
 pub use metrics::{DURATION_BUCKETS, Metrics};
+pub use stats::{FunctionStats, Timed};
 pub use tenants::IssuedKey;
 
 /// Settings of a platform instance.
@@ -214,6 +217,12 @@ impl Platform {
     /// True once warm-up is done and until shutdown begins.
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire) && !self.shutting_down.load(Ordering::Acquire)
+    }
+
+    /// Inference statistics of `tenant`'s function `function` (of all its functions when
+    /// `None`), by name; functions never invoked since the start are absent.
+    pub fn function_stats(&self, tenant: &str, function: Option<&str>) -> Vec<(String, FunctionStats)> {
+        self.metrics.stats.get(tenant, function)
     }
 
     /// Stops admitting new invocations (in-flight ones finish).

@@ -8,7 +8,7 @@
 //! - admin key: `/v1/tenants[/{id}[/keys[/{key_id}]]]`, and `GET /metrics` (Prometheus,
 //!   OpenMetrics text; admin only because it names every tenant and function);
 //! - tenant key: `/v1/functions[/{name}[/invoke|/artifacts/{artifact}]]` and the Open
-//!   Inference Protocol's `/v2`, `/v2/models/{name}[/versions/{v}][/ready|/infer]`;
+//!   Inference Protocol's `/v2`, `/v2/models/{name}[/versions/{v}][/ready|/infer|/config]`, `/v2/models[/{name}]/stats`;
 //! - any key: `GET /v1/status`.
 //!
 //! Errors map to statuses in [`error`] only.
@@ -81,7 +81,11 @@ pub fn app(platform: Arc<Platform>, limits: BodyLimits) -> Router {
         .route("/v2/models/{name}", get(v2::model_metadata))
         .route("/v2/models/{name}/ready", get(v2::model_ready))
         .route("/v2/models/{name}/infer", limited(post(v2::infer), limits.invoke_bytes))
+        .route("/v2/models/{name}/config", get(v2::model_config))
+        .route("/v2/models/{name}/stats", get(v2::model_stats))
+        .route("/v2/models/stats", get(v2::all_stats))
         .route("/v2/models/{name}/versions/{version}", get(v2::version_metadata))
+        .route("/v2/models/{name}/versions/{version}/config", get(v2::version_config))
         .route("/v2/models/{name}/versions/{version}/ready", get(v2::version_ready))
         .route("/v2/models/{name}/versions/{version}/infer", limited(post(v2::version_infer), limits.invoke_bytes));
     Router::new()

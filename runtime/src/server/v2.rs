@@ -17,11 +17,11 @@ use serde_json::{Value, json};
 use sluice_host_api::Code;
 
 use super::auth::{Caller, TenantCaller};
-use super::error::HttpError;
+use super::error::{HttpError, blocking};
 use super::functions::run;
 use crate::engine::TensorSpec;
 use crate::oip;
-use crate::platform::Platform;
+use crate::platform::{FunctionStats, Platform};
 
 /// The protocol extensions sluice implements, as server metadata lists them.
 pub const EXTENSIONS: [&str; 1] = [oip::binary::EXTENSION];
@@ -86,6 +86,99 @@ pub async fn version_metadata(
 ) -> Result<Json<Value>, HttpError> {
     let v = version(&name, &v)?;
     metadata(platform, tenant, name, Some(v)).await
+}
+
+/// Triton's model configuration, as far as sluice can answer it truthfully: no batching
+/// by the server (`max_batch_size` 0: a function batches inside its own tensors), and
+/// the inputs and outputs of the function's signature (none when it declares none).
+async fn config(
+    platform: Arc<Platform>,
+    tenant: String,
+    name: String,
+    v: Option<u32>,
+) -> Result<Json<Value>, HttpError> {
+    let info = oip::model(&platform, &tenant, &name, v).await?;
+    let signature = info.signature.unwrap_or_default();
+    let tensors = |specs: &[TensorSpec], inputs: bool| -> Vec<Value> {
+        specs
+            .iter()
+            .map(|s| {
+                let mut t = json!({ "name": s.name, "data_type": oip::triton_data_type(&s.datatype), "dims": s.shape });
+                if inputs {
+                    t["optional"] = json!(s.optional);
+                }
+                t
+            })
+            .collect()
+    };
+    Ok(Json(json!({
+        "name": name,
+        "platform": "sluice_wasm_component",
+        "backend": "sluice",
+        "version_policy": { "specific": { "versions": [info.version.version] } },
+        "max_batch_size": 0,
+        "input": tensors(&signature.inputs, true),
+        "output": tensors(&signature.outputs, false),
+    })))
+}
+
+pub async fn model_config(
+    State(platform): State<Arc<Platform>>,
+    TenantCaller(tenant): TenantCaller,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, HttpError> {
+    config(platform, tenant, name, None).await
+}
+
+pub async fn version_config(
+    State(platform): State<Arc<Platform>>,
+    TenantCaller(tenant): TenantCaller,
+    Path((name, v)): Path<(String, String)>,
+) -> Result<Json<Value>, HttpError> {
+    let v = version(&name, &v)?;
+    config(platform, tenant, name, Some(v)).await
+}
+
+/// Triton's statistics of `stats` entries (each function over all its versions: `version` is "").
+fn stats_json(stats: Vec<(String, FunctionStats)>) -> Json<Value> {
+    let model_stats: Vec<Value> = stats
+        .into_iter()
+        .map(|(name, s)| {
+            json!({
+                "name": name,
+                "version": "",
+                "last_inference": s.last_inference_ms,
+                "inference_count": s.success.count,
+                "execution_count": s.success.count,
+                "inference_stats": {
+                    "success": s.success,
+                    "fail": s.fail,
+                    "queue": s.queue,
+                    "compute_infer": s.compute,
+                },
+                "batch_stats": [],
+            })
+        })
+        .collect();
+    Json(json!({ "model_stats": model_stats }))
+}
+
+pub async fn model_stats(
+    State(platform): State<Arc<Platform>>,
+    TenantCaller(tenant): TenantCaller,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, HttpError> {
+    let (p, t, n) = (platform.clone(), tenant.clone(), name.clone());
+    blocking(move || p.function_info(&t, &n)).await?;
+    let mut stats = platform.function_stats(&tenant, Some(&name));
+    if stats.is_empty() {
+        stats.push((name, FunctionStats::default()));
+    }
+    Ok(stats_json(stats))
+}
+
+pub async fn all_stats(State(platform): State<Arc<Platform>>, TenantCaller(tenant): TenantCaller) -> Json<Value> {
+    stats_json(platform.function_stats(&tenant, None))
 }
 
 async fn readiness(

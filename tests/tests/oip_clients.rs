@@ -1,0 +1,68 @@
+//! The standard Open Inference Protocol clients against `sluice serve` over HTTP:
+//! `tests/clients/http_clients.py` drives `echo` (every datatype, binary and JSON) and
+//! `minilm-embed` (its signature, and embeddings against `tests/data/minilm_ref_visible.json`)
+//! with tritonclient.http and KServe's InferenceRESTClient at their default settings.
+//!
+//! The Python environment is `tests/clients/requirements.txt` installed by `cargo xtask
+//! test` (`cargo xtask clients-venv`), named by `SLUICE_CLIENTS_PYTHON`; without it the
+//! test skips, saying why. Needs the model (`cargo xtask fetch-model`) like `minilm.rs`.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use sluice_tests::skip::skip;
+use sluice_tests::{Server, repo_root};
+
+/// The interpreter of the clients' environment, or why there is none.
+fn clients_python() -> Result<PathBuf, String> {
+    let python = std::env::var_os("SLUICE_CLIENTS_PYTHON")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .ok_or("SLUICE_CLIENTS_PYTHON is not set (`cargo xtask test` sets it; `cargo xtask clients-venv` prints it)")?;
+    if !python.is_file() {
+        return Err(format!("SLUICE_CLIENTS_PYTHON names {}, which does not exist", python.display()));
+    }
+    Ok(python)
+}
+
+fn model_dir() -> PathBuf {
+    let dir = std::env::var_os("SLUICE_MODEL_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/sluice/models/all-MiniLM-L6-v2")
+    });
+    assert!(dir.join("model.safetensors").is_file(), "no model in {}: run `cargo xtask fetch-model`", dir.display());
+    dir
+}
+
+#[test]
+fn tritonclient_and_kserve_over_http() {
+    let python = match clients_python() {
+        Ok(p) => p,
+        Err(reason) => return skip("Python clients", &reason),
+    };
+    let server = Server::start();
+    let key = server.create_tenant("acme");
+    server.deploy(&key, "echo", "echo", "");
+    server.deploy(&key, "minilm-embed", "minilm_embed", "timeout_ms=60000");
+    let dir = model_dir();
+    for (artifact, file) in [("model", "model.safetensors"), ("vocab", "vocab.txt"), ("config", "config.json")] {
+        let bytes = std::fs::read(dir.join(file)).unwrap();
+        server.put_bytes(&format!("/v1/functions/minilm-embed/artifacts/{artifact}"), &key, bytes).expect(201);
+    }
+    // Version 1 of `echo` is the one deployed above: the script asks for it by number.
+    let out = Command::new(&python)
+        .arg(repo_root().join("tests/clients/http_clients.py"))
+        .env("SLUICE_URL", &server.url)
+        .env("SLUICE_KEY", &key)
+        .env("SLUICE_REFDATA", repo_root().join("tests/data/minilm_ref_visible.json"))
+        .output()
+        .expect("running the Python clients");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    print!("{stdout}");
+    assert!(
+        out.status.success() && stdout.contains("all checks passed"),
+        "the clients failed ({}):\n{stdout}\n{stderr}\nserver log:\n{}",
+        out.status,
+        server.log()
+    );
+}
