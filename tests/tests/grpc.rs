@@ -1,6 +1,6 @@
 //! The gRPC endpoint over the wire, with a Rust client of the same `.proto`: errors as
 //! gRPC statuses (each with its `x-sluice-code`), the size limit, keys, versions, typed
-//! contents and the Triton extensions. The standard Python clients are in
+//! contents and the Triton extensions (configuration, statistics). The standard Python clients are in
 //! `grpc_clients.rs`.
 
 use sluice_runtime::server::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
@@ -166,7 +166,13 @@ fn versions_typed_contents_health_and_the_triton_extensions() {
     let config = rt.block_on(c.inner.model_config(with_key(Some(&key), config))).unwrap().into_inner().config.unwrap();
     assert_eq!((config.name.as_str(), config.max_batch_size), ("echo", 0));
     let stats = ModelStatisticsRequest { name: "echo".into(), version: String::new() };
-    let e = rt.block_on(c.inner.model_statistics(with_key(Some(&key), stats))).unwrap_err();
-    assert_eq!(e.code(), Code::Unimplemented);
-    assert!(e.message().contains("/metrics"), "{}", e.message());
+    let stats = rt.block_on(c.inner.model_statistics(with_key(Some(&key), stats))).unwrap().into_inner();
+    let [echo] = stats.model_stats.as_slice() else { panic!("{stats:?}") };
+    let inference = echo.inference_stats.unwrap();
+    assert_eq!((echo.name.as_str(), echo.inference_count), ("echo", 2));
+    assert_eq!((inference.success.unwrap().count, inference.fail.unwrap().count), (2, 0));
+    assert!(inference.success.unwrap().ns >= inference.compute_infer.unwrap().ns);
+    let unknown = ModelStatisticsRequest { name: "nope".into(), version: String::new() };
+    let e = rt.block_on(c.inner.model_statistics(with_key(Some(&key), unknown))).unwrap_err();
+    assert_eq!(e.code(), Code::NotFound);
 }

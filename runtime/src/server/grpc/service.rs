@@ -19,7 +19,7 @@ use super::status::{bad_request, platform_status, status};
 use super::{auth, tensors};
 use crate::engine::TensorSpec;
 use crate::oip::{self, ModelInfo};
-use crate::platform::Platform;
+use crate::platform::{FunctionStats, Platform, Timed};
 use crate::server::error::HttpError;
 use crate::server::v2::EXTENSIONS;
 
@@ -65,17 +65,28 @@ fn tensor_metadata(specs: &[TensorSpec]) -> Vec<TensorMetadata> {
         .collect()
 }
 
-/// Triton's element type of a datatype name.
+/// Triton's element type of a datatype name (the names [`oip::triton_data_type`] gives).
 fn triton_type(datatype: &str) -> DataType {
-    match datatype {
-        "FP32" => DataType::TypeFp32,
-        "FP16" => DataType::TypeFp16,
-        "BF16" => DataType::TypeBf16,
-        "INT32" => DataType::TypeInt32,
-        "INT64" => DataType::TypeInt64,
-        "UINT8" => DataType::TypeUint8,
-        "BYTES" => DataType::TypeString,
-        _ => DataType::TypeInvalid,
+    DataType::from_str_name(&oip::triton_data_type(datatype)).unwrap_or(DataType::TypeInvalid)
+}
+
+/// Triton's statistics of one function over all its versions (`version` is empty), as
+/// `GET /v2/models/{name}/stats` reports them.
+fn model_statistics(name: String, s: FunctionStats) -> ModelStatistics {
+    let timed = |t: Timed| Some(StatisticDuration { count: t.count, ns: t.ns });
+    ModelStatistics {
+        name,
+        version: String::new(),
+        last_inference: s.last_inference_ms,
+        inference_count: s.success.count,
+        execution_count: s.success.count,
+        inference_stats: Some(InferStatistics {
+            success: timed(s.success),
+            fail: timed(s.fail),
+            queue: timed(s.queue),
+            compute_infer: timed(s.compute),
+            ..Default::default()
+        }),
     }
 }
 
@@ -96,6 +107,7 @@ fn model_config(name: String, info: &ModelInfo) -> ModelConfig {
                 name: s.name.clone(),
                 data_type: triton_type(&s.datatype).into(),
                 dims: s.shape.clone(),
+                optional: s.optional,
             })
             .collect(),
         output: signature
@@ -192,10 +204,18 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<ModelStatisticsRequest>,
     ) -> Result<Response<ModelStatisticsResponse>, Status> {
-        auth::tenant(&self.platform, request.metadata())?;
-        Err(Status::unimplemented(
-            "model statistics are not served over gRPC yet; the admin key's GET /metrics has the same counters",
-        ))
+        let tenant = auth::tenant(&self.platform, request.metadata())?;
+        let ModelStatisticsRequest { name, version } = request.into_inner();
+        let mut stats = if name.is_empty() {
+            self.platform.function_stats(&tenant, None)
+        } else {
+            // A model that does not exist (or a version it does not have) is a 404.
+            self.model(&tenant, &name, &version).await?;
+            let stats = self.platform.function_stats(&tenant, Some(&name));
+            if stats.is_empty() { vec![(name, FunctionStats::default())] } else { stats }
+        };
+        let model_stats = stats.drain(..).map(|(name, s)| model_statistics(name, s)).collect();
+        Ok(Response::new(ModelStatisticsResponse { model_stats }))
     }
 }
 
