@@ -2,9 +2,9 @@
 //! on its own port beside the HTTP API: the same platform, API keys (`authorization`
 //! metadata), request-size limit and error codes.
 //!
-//! [`proto`] holds the generated messages, [`service`] the handlers, [`tensors`] the
+//! [`proto`] holds the generated messages, `service` the handlers, [`tensors`] the
 //! conversion of tensors (raw contents as the standard clients send them), [`status`]
-//! the mapping of errors to gRPC statuses and [`auth`] the key check.
+//! the mapping of errors to gRPC statuses and `auth` the key check.
 
 mod auth;
 pub mod proto;
