@@ -21,17 +21,9 @@ fn the_server_reports_its_device_and_why() {
 fn forcing_cuda_without_a_gpu_fails_clearly() {
     let data = tempfile::tempdir().unwrap();
     let mut child = Command::new(sluice_bin())
-        .args([
-            "serve",
-            "--device",
-            "cuda",
-            "--addr",
-            &format!("127.0.0.1:{}", free_port()),
-            "--grpc-listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--data-dir")
+        .args(["serve", "--device", "cuda", "--addr", &format!("127.0.0.1:{}", free_port()), "--data-dir"])
         .arg(data.path().join("data"))
+        .args(["--grpc-listen", "127.0.0.1:0"])
         .env("SLUICE_ADMIN_KEY", ADMIN_KEY)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
