@@ -115,6 +115,8 @@ pub struct ServerOptions {
 pub struct Server {
     child: Child,
     pub url: String,
+    /// `host:port` of the gRPC endpoint.
+    pub grpc_addr: String,
     pub data_dir: PathBuf,
     pub log_path: PathBuf,
     pub stdout_path: PathBuf,
@@ -143,7 +145,9 @@ impl Server {
         let stdout_path = data_dir.with_extension(format!("{port}.out"));
         std::fs::create_dir_all(data_dir.parent().expect("parent")).expect("creating the data dir's parent");
         let mut cmd = Command::new(sluice_bin());
-        cmd.arg("serve").args(["--addr", &format!("127.0.0.1:{port}"), "--data-dir"]).arg(&data_dir).args(&opts.args);
+        let grpc_addr = format!("127.0.0.1:{}", free_port());
+        cmd.arg("serve").args(["--addr", &format!("127.0.0.1:{port}"), "--grpc-listen", &grpc_addr, "--data-dir"]);
+        cmd.arg(&data_dir).args(&opts.args);
         if opts.generate_admin_key {
             cmd.env_remove("SLUICE_ADMIN_KEY");
         } else {
@@ -163,6 +167,7 @@ impl Server {
         let mut server = Server {
             child,
             url: format!("http://127.0.0.1:{port}"),
+            grpc_addr,
             data_dir,
             log_path,
             stdout_path,

@@ -23,6 +23,7 @@ fn forcing_cuda_without_a_gpu_fails_clearly() {
     let mut child = Command::new(sluice_bin())
         .args(["serve", "--device", "cuda", "--addr", &format!("127.0.0.1:{}", free_port()), "--data-dir"])
         .arg(data.path().join("data"))
+        .args(["--grpc-listen", "127.0.0.1:0"])
         .env("SLUICE_ADMIN_KEY", ADMIN_KEY)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

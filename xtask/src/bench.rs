@@ -7,7 +7,10 @@
 //! NumPy reference (it creates `target/bench-venv` with numpy on first use);
 //! `scheduling` co-locates a latency and a best-effort tenant under each policy and
 //! measures the scheduler's overhead. Extra
-//! arguments go to `cargo bench`. Results are recorded by hand in `bench/RESULTS.md`.
+//! arguments go to `cargo bench`. Then the Open Inference Protocol's transports through
+//! a real server (`cargo run --release -p sluice-tests --bin oip-bench`: JSON HTTP, binary
+//! HTTP and gRPC on `echo` and MiniLM batch 32, with the server's decode and encode time).
+//! Results are recorded by hand in `bench/RESULTS.md`.
 
 use anyhow::Result;
 
@@ -21,6 +24,12 @@ pub fn run(args: &[String]) -> Result<()> {
             .current_dir(cmd::repo_root())
             .args(["bench", "-p", "sluice-runtime", "--bench", "engine", "--bench", "minilm", "--bench", "scheduling"])
             .args(args)
+            .env("SLUICE_MODEL_DIR", &model_dir),
+    )?;
+    cmd::run(
+        cmd::cargo()
+            .current_dir(cmd::repo_root())
+            .args(["run", "--release", "-q", "-p", "sluice-tests", "--bin", "oip-bench"])
             .env("SLUICE_MODEL_DIR", &model_dir),
     )
 }

@@ -7,7 +7,9 @@
 //! config) and `gemm-burn` (batch class) unless they are already there, prints a key
 //! and a few curl commands, and then runs until Ctrl-C.
 //!
-//! `--addr`, `--data-dir` and `--device` are passed to `sluice serve`.
+//! `--addr`, `--grpc-listen`, `--data-dir` and `--device` are passed to `sluice serve`
+//! (the Open Inference Protocol's gRPC endpoint listens on `--grpc-listen`,
+//! 127.0.0.1:8081 unless told otherwise).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -21,21 +23,27 @@ use crate::{build_functions, cmd, fetch_model};
 
 struct Options {
     addr: String,
+    grpc_listen: String,
     data_dir: PathBuf,
     device: String,
 }
 
 fn parse(args: &[String]) -> Result<Options> {
-    let mut o =
-        Options { addr: "127.0.0.1:8080".into(), data_dir: PathBuf::from("sluice-data"), device: "auto".into() };
+    let mut o = Options {
+        addr: "127.0.0.1:8080".into(),
+        grpc_listen: "127.0.0.1:8081".into(),
+        data_dir: PathBuf::from("sluice-data"),
+        device: "auto".into(),
+    };
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = || it.next().with_context(|| format!("{a} needs a value"));
         match a.as_str() {
             "--addr" => o.addr = value()?.clone(),
+            "--grpc-listen" => o.grpc_listen = value()?.clone(),
             "--data-dir" => o.data_dir = PathBuf::from(value()?),
             "--device" => o.device = value()?.clone(),
-            other => bail!("unknown option {other} (serve takes --addr, --data-dir, --device)"),
+            other => bail!("unknown option {other} (serve takes --addr, --grpc-listen, --data-dir, --device)"),
         }
     }
     Ok(o)
@@ -93,7 +101,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let url = format!("http://{}", o.addr);
 
     let mut server = Command::new(&sluice)
-        .args(["serve", "--addr", &o.addr, "--device", &o.device, "--data-dir"])
+        .args(["serve", "--addr", &o.addr, "--grpc-listen", &o.grpc_listen, "--device", &o.device, "--data-dir"])
         .arg(&o.data_dir)
         .env("SLUICE_ADMIN_KEY", &admin)
         .spawn()
@@ -146,14 +154,15 @@ pub fn run(args: &[String]) -> Result<()> {
     }
 
     println!(
-        "\nsluice is serving on {url} with echo, mlp, minilm-embed and gemm-burn (tenant `demo`).\n\
+        "\nsluice is serving on {url} (gRPC on {grpc}) with echo, mlp, minilm-embed and gemm-burn (tenant `demo`).\n\
          admin key: {admin}\n\
          demo key:  {key}\n\n\
          try:\n  \
          curl -s {url}/v2/models/minilm-embed/infer -H 'Authorization: Bearer {key}' \\\n    \
          -d '{{\"inputs\":[{{\"name\":\"text\",\"shape\":[1],\"datatype\":\"BYTES\",\"data\":[\"Hello, world\"]}}]}}'\n  \
          curl -s {url}/v1/status -H 'Authorization: Bearer {key}'\n\n\
-         Ctrl-C stops the server."
+         Ctrl-C stops the server.",
+        grpc = o.grpc_listen
     );
     let status = server.wait()?;
     if !status.success() {

@@ -18,6 +18,9 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "SLUICE_ADDR", default_value = "127.0.0.1:8080")]
     addr: String,
+    /// Address of the Open Inference Protocol's gRPC endpoint.
+    #[arg(long, env = "SLUICE_GRPC_ADDR", default_value = "127.0.0.1:8081")]
+    grpc_listen: String,
     /// Directory of the registry (tenants, keys, functions, compiled components).
     #[arg(long, env = "SLUICE_DATA_DIR", default_value = "./sluice-data")]
     data_dir: PathBuf,
@@ -154,6 +157,11 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let addr = listener.local_addr()?;
         let device = platform.device();
         println!("sluice {} listening on http://{addr}", env!("CARGO_PKG_VERSION"));
+        let grpc = tokio::net::TcpListener::bind(&args.grpc_listen)
+            .await
+            .with_context(|| format!("listening for gRPC on {}", args.grpc_listen))?;
+        println!("gRPC (Open Inference Protocol) listening on {}", grpc.local_addr()?);
+        tokio::spawn(server::grpc::run(grpc, platform.clone(), limits.invoke_bytes));
         println!("data dir: {}", platform.registry().data_dir().display());
         let more = if count > 1 { format!(" and {} more", count - 1) } else { String::new() };
         println!("device: {} ({:?}){more}", device.name, device.kind);

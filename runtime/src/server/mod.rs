@@ -19,6 +19,7 @@
 mod auth;
 pub mod error;
 mod functions;
+pub mod grpc;
 mod tenants;
 mod v2;
 
@@ -221,7 +222,8 @@ async fn refuse_while_draining(State(drain): State<Arc<Drain>>, request: Request
     next.run(request).await
 }
 
-async fn shutdown_signal() {
+/// Completes on SIGINT or SIGTERM.
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;

@@ -125,7 +125,7 @@ pub fn run(schedule: &str) -> Result<()> {
     let url = format!("http://{addr}");
     let admin = format!("sluice_admin_fake_{}", std::process::id());
     let mut c = Command::new(&sluice);
-    c.args(["serve", "--addr", &addr, "--device", "cuda", "--data-dir"])
+    c.args(["serve", "--addr", &addr, "--grpc-listen", "127.0.0.1:0", "--device", "cuda", "--data-dir"])
         .arg(&data)
         .env("SLUICE_ADMIN_KEY", &admin)
         .stdout(Stdio::null())

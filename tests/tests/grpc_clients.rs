@@ -1,0 +1,87 @@
+//! The standard gRPC clients, with their default settings (raw tensor contents), against
+//! a real `sluice serve`: `tritonclient.grpc` (`tests/clients/grpc_tritonclient.py`) and
+//! KServe's `InferenceGRPCClient` (`tests/clients/grpc_kserve.py`), on `echo` with every
+//! datatype (BYTES with empty and non-UTF-8 elements), readiness and metadata, a missing
+//! or wrong key (UNAUTHENTICATED), an unknown model (NOT_FOUND), and `minilm-embed`'s
+//! embeddings of the 16 reference sentences in one batch (cosine ≥ 0.9999).
+//!
+//! The interpreter is `SLUICE_CLIENTS_PYTHON` (`cargo xtask test` sets it to the clients'
+//! environment, `cargo xtask clients-venv`). Without it the test skips, counted, unless
+//! `SLUICE_REQUIRE_CLIENTS=1` makes that a failure. Needs the model (`cargo xtask
+//! fetch-model`).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use sluice_tests::skip::skip;
+use sluice_tests::{Server, repo_root};
+
+/// The clients' Python, or `None` after recording the skip.
+fn clients_python() -> Option<PathBuf> {
+    match std::env::var_os("SLUICE_CLIENTS_PYTHON").filter(|p| !p.is_empty()) {
+        Some(python) => Some(PathBuf::from(python)),
+        None => {
+            let reason = "SLUICE_CLIENTS_PYTHON is not set (`cargo xtask test` sets it; `cargo xtask clients-venv` \
+                          prints the interpreter)";
+            assert!(
+                std::env::var("SLUICE_REQUIRE_CLIENTS").as_deref() != Ok("1"),
+                "SLUICE_REQUIRE_CLIENTS=1: {reason}"
+            );
+            skip("Python clients", reason);
+            None
+        }
+    }
+}
+
+fn model_dir() -> PathBuf {
+    let dir = std::env::var_os("SLUICE_MODEL_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/sluice/models/all-MiniLM-L6-v2")
+    });
+    assert!(dir.join("model.safetensors").is_file(), "no model in {}: run `cargo xtask fetch-model`", dir.display());
+    dir
+}
+
+/// Runs `script` against `server`; returns its `ok:` lines, or panics with its output.
+fn run_script(python: &PathBuf, script: &str, server: &Server, key: &str) -> Vec<String> {
+    let clients = repo_root().join("tests/clients");
+    let out = Command::new(python)
+        .arg(clients.join(script))
+        .args(["--url", &server.grpc_addr, "--key", key, "--refdata"])
+        .arg(repo_root().join("tests/data/minilm_ref_visible.json"))
+        .current_dir(&clients)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", python.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{script} failed ({}):\n{stdout}\n{}\nserver log:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        server.log()
+    );
+    stdout.lines().filter(|l| l.starts_with("ok: ")).map(str::to_owned).collect()
+}
+
+#[test]
+fn tritonclient_and_kserve_grpc_clients_work_unchanged() {
+    let Some(python) = clients_python() else { return };
+    let server = Server::start();
+    let key = server.create_tenant("acme");
+    server.deploy(&key, "echo", "echo", "");
+    server.deploy(&key, "minilm-embed", "minilm_embed", "timeout_ms=60000");
+    let dir = model_dir();
+    for (artifact, file) in [("model", "model.safetensors"), ("vocab", "vocab.txt"), ("config", "config.json")] {
+        let bytes = std::fs::read(dir.join(file)).unwrap();
+        server.put_bytes(&format!("/v1/functions/minilm-embed/artifacts/{artifact}"), &key, bytes).expect(201);
+    }
+
+    let triton = run_script(&python, "grpc_tritonclient.py", &server, &key);
+    let kserve = run_script(&python, "grpc_kserve.py", &server, &key);
+    for line in triton.iter().chain(&kserve) {
+        println!("{line}");
+    }
+    // Every check ran (a script that stopped early without failing would show here).
+    assert_eq!(triton.len(), 11, "tritonclient checks: {triton:#?}");
+    assert_eq!(kserve.len(), 6, "KServe checks: {kserve:#?}");
+    assert!(triton.iter().any(|l| l.contains("FP32, FP16, BF16, INT32, INT64, UINT8, BYTES")), "{triton:#?}");
+}
