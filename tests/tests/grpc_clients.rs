@@ -13,33 +13,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use sluice_tests::skip::skip;
+use sluice_tests::fixtures::{clients_python, required_model_dir as model_dir};
 use sluice_tests::{Server, repo_root};
-
-/// The clients' Python, or `None` after recording the skip.
-fn clients_python() -> Option<PathBuf> {
-    match std::env::var_os("SLUICE_CLIENTS_PYTHON").filter(|p| !p.is_empty()) {
-        Some(python) => Some(PathBuf::from(python)),
-        None => {
-            let reason = "SLUICE_CLIENTS_PYTHON is not set (`cargo xtask test` sets it; `cargo xtask clients-venv` \
-                          prints the interpreter)";
-            assert!(
-                std::env::var("SLUICE_REQUIRE_CLIENTS").as_deref() != Ok("1"),
-                "SLUICE_REQUIRE_CLIENTS=1: {reason}"
-            );
-            skip("Python clients", reason);
-            None
-        }
-    }
-}
-
-fn model_dir() -> PathBuf {
-    let dir = std::env::var_os("SLUICE_MODEL_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/sluice/models/all-MiniLM-L6-v2")
-    });
-    assert!(dir.join("model.safetensors").is_file(), "no model in {}: run `cargo xtask fetch-model`", dir.display());
-    dir
-}
 
 /// Runs `script` against `server`; returns its `ok:` lines, or panics with its output.
 fn run_script(python: &PathBuf, script: &str, server: &Server, key: &str) -> Vec<String> {

@@ -6,18 +6,10 @@
 //! Needs the model (`cargo xtask fetch-model`, run by `cargo xtask test`); fails, and
 //! says so, without it.
 
-use std::path::PathBuf;
 
 use serde_json::{Value, json};
+use sluice_tests::fixtures::required_model_dir as model_dir;
 use sluice_tests::{Server, repo_root};
-
-fn model_dir() -> PathBuf {
-    let dir = std::env::var_os("SLUICE_MODEL_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/sluice/models/all-MiniLM-L6-v2")
-    });
-    assert!(dir.join("model.safetensors").is_file(), "no model in {}: run `cargo xtask fetch-model`", dir.display());
-    dir
-}
 
 fn deploy_minilm(server: &Server, key: &str) {
     server.deploy(key, "minilm-embed", "minilm_embed", "timeout_ms=60000");

@@ -7,38 +7,14 @@
 //! test` (`cargo xtask clients-venv`), named by `SLUICE_CLIENTS_PYTHON`; without it the
 //! test skips, saying why. Needs the model (`cargo xtask fetch-model`) like `minilm.rs`.
 
-use std::path::PathBuf;
 use std::process::Command;
 
-use sluice_tests::skip::skip;
+use sluice_tests::fixtures::{clients_python, required_model_dir as model_dir};
 use sluice_tests::{Server, repo_root};
-
-/// The interpreter of the clients' environment, or why there is none.
-fn clients_python() -> Result<PathBuf, String> {
-    let python = std::env::var_os("SLUICE_CLIENTS_PYTHON")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .ok_or("SLUICE_CLIENTS_PYTHON is not set (`cargo xtask test` sets it; `cargo xtask clients-venv` prints it)")?;
-    if !python.is_file() {
-        return Err(format!("SLUICE_CLIENTS_PYTHON names {}, which does not exist", python.display()));
-    }
-    Ok(python)
-}
-
-fn model_dir() -> PathBuf {
-    let dir = std::env::var_os("SLUICE_MODEL_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/sluice/models/all-MiniLM-L6-v2")
-    });
-    assert!(dir.join("model.safetensors").is_file(), "no model in {}: run `cargo xtask fetch-model`", dir.display());
-    dir
-}
 
 #[test]
 fn tritonclient_and_kserve_over_http() {
-    let python = match clients_python() {
-        Ok(p) => p,
-        Err(reason) => return skip("Python clients", &reason),
-    };
+    let Some(python) = clients_python() else { return };
     let server = Server::start();
     let key = server.create_tenant("acme");
     server.deploy(&key, "echo", "echo", "");

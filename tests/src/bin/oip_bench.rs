@@ -17,7 +17,6 @@
 //! Workloads: `echo` on one FP32 tensor of 32×384 (the size of a batch of 32 MiniLM
 //! embeddings) and `minilm-embed` on 32 sentences (the 16 reference sentences twice).
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use prost::Message;
@@ -28,6 +27,7 @@ use sluice_runtime::server::grpc::proto::grpc_inference_service_client::GrpcInfe
 use sluice_runtime::server::grpc::proto::model_infer_request::InferInputTensor;
 use sluice_runtime::server::grpc::proto::{ModelInferRequest, ModelInferResponse};
 use sluice_runtime::server::grpc::tensors;
+use sluice_tests::fixtures::model_dir;
 use sluice_tests::{RawConn, Resp, Server, repo_root};
 use tonic::transport::Channel;
 
@@ -235,12 +235,6 @@ fn codec(transport: Transport, b: &Bodies, response: &InferResponse) -> (Duratio
             )
         }
     }
-}
-
-fn model_dir() -> PathBuf {
-    std::env::var_os("SLUICE_MODEL_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/sluice/models/all-MiniLM-L6-v2")
-    })
 }
 
 fn main() {

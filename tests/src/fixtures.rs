@@ -1,0 +1,36 @@
+//! What the end-to-end tests take from outside the repository: the MiniLM model that
+//! `cargo xtask fetch-model` caches, and the Python environment of the standard OIP
+//! clients that `cargo xtask clients-venv` makes (both set up by `cargo xtask test`).
+
+use std::path::PathBuf;
+
+use crate::skip::skip;
+
+/// The MiniLM model directory: `SLUICE_MODEL_DIR`, else the fetch cache.
+pub fn model_dir() -> PathBuf {
+    std::env::var_os("SLUICE_MODEL_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/sluice/models/all-MiniLM-L6-v2")
+    })
+}
+
+/// [`model_dir`], checked to hold the weights.
+pub fn required_model_dir() -> PathBuf {
+    let dir = model_dir();
+    assert!(dir.join("model.safetensors").is_file(), "no model in {}: run `cargo xtask fetch-model`", dir.display());
+    dir
+}
+
+/// The interpreter of the clients' environment (`SLUICE_CLIENTS_PYTHON`), or `None` after
+/// recording the skip (class "Python clients"); `SLUICE_REQUIRE_CLIENTS=1` makes its
+/// absence a failure instead.
+pub fn clients_python() -> Option<PathBuf> {
+    let reason = match std::env::var_os("SLUICE_CLIENTS_PYTHON").filter(|v| !v.is_empty()).map(PathBuf::from) {
+        Some(python) if python.is_file() => return Some(python),
+        Some(python) => format!("SLUICE_CLIENTS_PYTHON names {}, which does not exist", python.display()),
+        None => "SLUICE_CLIENTS_PYTHON is not set (`cargo xtask test` sets it; `cargo xtask clients-venv` prints it)"
+            .to_owned(),
+    };
+    assert!(std::env::var("SLUICE_REQUIRE_CLIENTS").as_deref() != Ok("1"), "SLUICE_REQUIRE_CLIENTS=1: {reason}");
+    skip("Python clients", &reason);
+    None
+}
