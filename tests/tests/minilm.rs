@@ -6,7 +6,6 @@
 //! Needs the model (`cargo xtask fetch-model`, run by `cargo xtask test`); fails, and
 //! says so, without it.
 
-
 use serde_json::{Value, json};
 use sluice_tests::fixtures::required_model_dir as model_dir;
 use sluice_tests::{Server, repo_root};
