@@ -26,9 +26,10 @@ enum Source {
 }
 
 impl InvocationState {
-    /// The single path by which a guest gets a new tensor: reserve memory, queue
-    /// the work, and hand back a handle.
-    fn create(&mut self, meta: TensorMeta, source: Source) -> HostResult<Resource<TensorHandle>> {
+    /// The single path by which a guest gets a new tensor: reserve memory, wait for
+    /// room in the invocation's queue, queue the work, and hand back a handle.
+    async fn create(&mut self, meta: TensorMeta, source: Source) -> HostResult<Resource<TensorHandle>> {
+        self.room.wait().await;
         let lease = TensorLease::reserve(&self.queue, &self.account, &meta)?;
         let id = lease.id();
         match source {
@@ -43,7 +44,7 @@ impl InvocationState {
         Ok(handle)
     }
 
-    fn upload(&mut self, dtype: DType, shape: Vec<u32>, bytes: Vec<u8>) -> HostResult<Resource<TensorHandle>> {
+    async fn upload(&mut self, dtype: DType, shape: Vec<u32>, bytes: Vec<u8>) -> HostResult<Resource<TensorHandle>> {
         let meta = TensorMeta::new(dtype, shape)?;
         if bytes.len() != meta.byte_len() {
             return Err(ApiError::shape(format!(
@@ -55,7 +56,7 @@ impl InvocationState {
             ))
             .into());
         }
-        self.create(meta, Source::Bytes(bytes))
+        self.create(meta, Source::Bytes(bytes)).await
     }
 
     fn handle(&self, r: &Resource<TensorHandle>) -> wasmtime::Result<&TensorHandle> {
@@ -74,18 +75,23 @@ impl io::Host for InvocationState {}
 impl tensors::Host for InvocationState {}
 
 impl tensors::HostTensor for InvocationState {
-    fn from_bytes(&mut self, dtype: WitDtype, shape: Vec<u32>, data: Vec<u8>) -> HostResult<Resource<TensorHandle>> {
-        self.upload(dtype.into(), shape, data)
+    async fn from_bytes(
+        &mut self,
+        dtype: WitDtype,
+        shape: Vec<u32>,
+        data: Vec<u8>,
+    ) -> HostResult<Resource<TensorHandle>> {
+        self.upload(dtype.into(), shape, data).await
     }
 
-    fn from_f32(&mut self, shape: Vec<u32>, data: Vec<f32>) -> HostResult<Resource<TensorHandle>> {
+    async fn from_f32(&mut self, shape: Vec<u32>, data: Vec<f32>) -> HostResult<Resource<TensorHandle>> {
         let bytes = bytemuck::cast_slice(&data).to_vec();
-        self.upload(DType::F32, shape, bytes)
+        self.upload(DType::F32, shape, bytes).await
     }
 
-    fn from_i32(&mut self, shape: Vec<u32>, data: Vec<i32>) -> HostResult<Resource<TensorHandle>> {
+    async fn from_i32(&mut self, shape: Vec<u32>, data: Vec<i32>) -> HostResult<Resource<TensorHandle>> {
         let bytes = bytemuck::cast_slice(&data).to_vec();
-        self.upload(DType::I32, shape, bytes)
+        self.upload(DType::I32, shape, bytes).await
     }
 
     fn dtype(&mut self, this: Resource<TensorHandle>) -> wasmtime::Result<WitDtype> {
@@ -122,24 +128,24 @@ impl tensors::HostTensor for InvocationState {
 }
 
 impl ops::Host for InvocationState {
-    fn launch(&mut self, op: ops::Op, inputs: Vec<Resource<TensorHandle>>) -> HostResult<Resource<TensorHandle>> {
-        self.launch_op(op.into(), &inputs)
+    async fn launch(&mut self, op: ops::Op, inputs: Vec<Resource<TensorHandle>>) -> HostResult<Resource<TensorHandle>> {
+        self.launch_op(op.into(), &inputs).await
     }
 }
 
 impl fused::Host for InvocationState {
-    fn launch(
+    async fn launch(
         &mut self,
         op: fused::FusedOp,
         inputs: Vec<Resource<TensorHandle>>,
     ) -> HostResult<Resource<TensorHandle>> {
-        self.launch_op(op.into(), &inputs)
+        self.launch_op(op.into(), &inputs).await
     }
 }
 
 impl InvocationState {
     /// Both launch imports: infer the output, then queue the op through [`Self::create`].
-    fn launch_op(&mut self, op: Op, inputs: &[Resource<TensorHandle>]) -> HostResult<Resource<TensorHandle>> {
+    async fn launch_op(&mut self, op: Op, inputs: &[Resource<TensorHandle>]) -> HostResult<Resource<TensorHandle>> {
         let mut args = Vec::with_capacity(inputs.len());
         for r in inputs {
             let h = self.handle(r)?;
@@ -147,7 +153,7 @@ impl InvocationState {
         }
         let metas: Vec<&TensorMeta> = args.iter().map(|(_, m)| m).collect();
         let out = infer(&op, &metas)?;
-        self.create(out, Source::Op(op, args))
+        self.create(out, Source::Op(op, args)).await
     }
 }
 

@@ -15,7 +15,7 @@ use super::bindings::{IoData, IoTensor, RunError};
 use super::component::{FunctionImage, FunctionLimits};
 use super::state::{InvocationState, Limiter};
 use super::warm::WarmInstance;
-use crate::scheduler::{DeviceQueue, InvocationId, MemoryAccount, SchedulingInfo};
+use crate::scheduler::{DeviceQueue, InvocationGuard, MemoryAccount, SchedulingInfo};
 
 /// Where an invocation runs and whom it is charged to.
 #[derive(Clone)]
@@ -123,12 +123,13 @@ impl Engine {
                 let state = store.data_mut();
                 state.queue = ctx.queue;
                 state.invocation = stream.id();
+                state.room = stream.room().clone();
                 state.account = ctx.account.clone();
                 state.stderr_from = state.stderr.contents().len();
                 state.launches = 0;
                 (store, Some(instance))
             }
-            None => (self.new_store(image, ctx, stream.id()), None),
+            None => (self.new_store(image, ctx, &stream), None),
         };
         let tick = self.config().epoch_tick.as_nanos().max(1);
         store.set_epoch_deadline((limits.timeout.as_nanos() / tick).max(1) as u64 + 1);
@@ -181,7 +182,7 @@ impl Engine {
         &self,
         image: &FunctionImage,
         ctx: InvocationContext,
-        invocation: InvocationId,
+        stream: &InvocationGuard,
     ) -> Store<InvocationState> {
         let limits = &image.limits;
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
@@ -191,7 +192,8 @@ impl Engine {
             wasi,
             limiter: Limiter { memory_bytes: limits.sandbox.memory_bytes, denied: None },
             queue: ctx.queue,
-            invocation,
+            invocation: stream.id(),
+            room: stream.room().clone(),
             account: ctx.account,
             artifacts: image.artifacts.clone(),
             limits: limits.sandbox.clone(),

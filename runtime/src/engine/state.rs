@@ -13,7 +13,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::artifacts::ArtifactSet;
-use crate::scheduler::{DeviceQueue, InvocationId, MemoryAccount, TensorId, TensorLease};
+use crate::scheduler::{DeviceQueue, InvocationId, MemoryAccount, QueueRoom, TensorId, TensorLease};
 
 /// A device tensor held by a guest: its id, metadata and the lease that frees it.
 pub struct TensorHandle {
@@ -79,6 +79,8 @@ pub struct InvocationState {
     pub(crate) limiter: Limiter,
     pub(crate) queue: DeviceQueue,
     pub(crate) invocation: InvocationId,
+    /// The invocation's room in the device queue, waited on before each submission.
+    pub(crate) room: Arc<QueueRoom>,
     pub(crate) account: Arc<MemoryAccount>,
     pub(crate) artifacts: Arc<ArtifactSet>,
     pub(crate) limits: SandboxLimits,

@@ -24,6 +24,7 @@ mod lease;
 mod memory;
 mod pool;
 mod queues;
+mod room;
 mod status;
 mod tensors;
 mod work;
@@ -45,6 +46,7 @@ pub use cost::{CostModel, KernelKey};
 pub use lease::TensorLease;
 pub use memory::MemoryAccount;
 pub use pool::{DevicePool, Placement, PlacementError};
+pub use room::QueueRoom;
 pub use status::{DeviceStatus, LatencySummary, TenantStatus};
 
 /// Names one tensor on one device. Never reused within a process.
@@ -111,10 +113,19 @@ pub struct SchedulerConfig {
     /// best-effort throughput (on the CPU benchmark, 60 % → 18 % of solo with a 25 ms
     /// hold, for no gain in preemption latency there).
     pub latency_hold: Duration,
+    /// Work items (uploads and launches) one invocation may have queued at once; a
+    /// guest submitting more waits until the device has taken some (backpressure on
+    /// that guest alone), so no invocation builds a queue others wait behind.
+    pub max_queued_per_invocation: usize,
     /// Where the scheduler reads time: the monotonic clock, or a simulated one that
     /// only moves when told (tests and benchmarks on [`crate::device::sim`]).
     pub clock: Clock,
 }
+
+/// Default of [`SchedulerConfig::max_queued_per_invocation`]: deep enough that a
+/// model's launches run back to back (a MiniLM forward pass is a few hundred ops),
+/// shallow enough that the work of every invocation on a device stays short.
+pub const DEFAULT_MAX_QUEUED_PER_INVOCATION: usize = 256;
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
@@ -123,6 +134,7 @@ impl Default for SchedulerConfig {
             preemption_budget: Duration::from_micros(100),
             fill_depth: Duration::from_millis(2),
             latency_hold: Duration::ZERO,
+            max_queued_per_invocation: DEFAULT_MAX_QUEUED_PER_INVOCATION,
             clock: Clock::monotonic(),
         }
     }
@@ -133,6 +145,7 @@ pub(crate) enum Command {
     Begin {
         inv: InvocationId,
         info: SchedulingInfo,
+        room: Arc<QueueRoom>,
     },
     End {
         inv: InvocationId,
@@ -233,11 +246,13 @@ impl DeviceQueue {
     }
 
     /// Opens a stream of work for one invocation; dropping the guard ends it and
-    /// cancels whatever it still has queued.
+    /// cancels whatever it still has queued. Submitters wait for the guard's
+    /// [`InvocationGuard::room`] before each upload or launch.
     pub fn begin(&self, info: SchedulingInfo) -> InvocationGuard {
         let inv = InvocationId(self.shared.next_invocation.fetch_add(1, Ordering::Relaxed));
-        self.send(Command::Begin { inv, info });
-        InvocationGuard { inv, queue: self.clone() }
+        let room = Arc::new(QueueRoom::new(self.shared.config.max_queued_per_invocation));
+        self.send(Command::Begin { inv, info, room: room.clone() });
+        InvocationGuard { inv, room, queue: self.clone() }
     }
 
     /// Queues an upload of `bytes` (exactly `meta.byte_len()`) as tensor `id`.
@@ -296,12 +311,18 @@ impl DeviceQueue {
 /// An open invocation on a device; ends it when dropped.
 pub struct InvocationGuard {
     inv: InvocationId,
+    room: Arc<QueueRoom>,
     queue: DeviceQueue,
 }
 
 impl InvocationGuard {
     pub fn id(&self) -> InvocationId {
         self.inv
+    }
+
+    /// The invocation's room in the device queue: wait on it before each submission.
+    pub fn room(&self) -> &Arc<QueueRoom> {
+        &self.room
     }
 }
 

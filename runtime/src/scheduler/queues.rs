@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::status::TenantStatus;
 use super::work::{Queued, Work};
-use super::{InvocationId, Policy, PriorityClass, SchedulingInfo};
+use super::{InvocationId, Policy, PriorityClass, QueueRoom, SchedulingInfo};
 
 struct Invocation {
     tenant: usize,
@@ -19,6 +19,8 @@ struct Invocation {
     items: VecDeque<Queued>,
     /// Whether a work item of this invocation has been taken (for preemption latency).
     started: bool,
+    /// Its submitters' room, given back as its items are taken.
+    room: Option<Arc<QueueRoom>>,
 }
 
 struct Tenant {
@@ -63,7 +65,7 @@ pub(super) struct Taken {
 }
 
 impl Queues {
-    pub fn begin(&mut self, inv: InvocationId, info: SchedulingInfo) {
+    pub fn begin(&mut self, inv: InvocationId, info: SchedulingInfo, room: Option<Arc<QueueRoom>>) {
         let key = (info.tenant.clone(), info.class);
         let index = *self.tenant_index.entry(key).or_insert_with(|| {
             self.tenants.push(Tenant {
@@ -95,7 +97,7 @@ impl Queues {
         t.weight = info.weight.max(1);
         t.active += 1;
         self.invocations
-            .insert(inv, Invocation { tenant: index, class: info.class, items: VecDeque::new(), started: false });
+            .insert(inv, Invocation { tenant: index, class: info.class, items: VecDeque::new(), started: false, room });
     }
 
     /// Ends an invocation at `now` and returns the work it still had queued.
@@ -216,6 +218,9 @@ impl Queues {
             Pick::Invocation(id) => {
                 let i = self.invocations.get_mut(&id)?;
                 let item = i.items.pop_front()?;
+                if let Some(room) = &i.room {
+                    room.release();
+                }
                 let first = !std::mem::replace(&mut i.started, true);
                 Some(Taken {
                     item,
@@ -308,8 +313,8 @@ mod tests {
     fn latency_before_batch_and_fifo_ignores_classes() {
         let mut q = Queues::default();
         let (be, ls) = (InvocationId(1), InvocationId(2));
-        q.begin(be, info("a", PriorityClass::Batch, 1));
-        q.begin(ls, info("b", PriorityClass::Latency, 1));
+        q.begin(be, info("a", PriorityClass::Batch, 1), None);
+        q.begin(ls, info("b", PriorityClass::Latency, 1), None);
         let now = Duration::ZERO;
         assert!(q.push(be, work(), now).is_ok());
         assert!(q.push(ls, work(), now).is_ok());
@@ -323,8 +328,8 @@ mod tests {
     fn fair_share_follows_weights_and_idle_tenants_earn_no_credit() {
         let mut q = Queues::default();
         let (a, b) = (InvocationId(1), InvocationId(2));
-        q.begin(a, info("a", PriorityClass::Batch, 3));
-        q.begin(b, info("b", PriorityClass::Batch, 1));
+        q.begin(a, info("a", PriorityClass::Batch, 3), None);
+        q.begin(b, info("b", PriorityClass::Batch, 1), None);
         let now = Duration::ZERO;
         for _ in 0..4000 {
             let _ = q.push(a, work(), now);
@@ -339,7 +344,7 @@ mod tests {
         let share_a = time("a") / (time("a") + time("b"));
         assert!((share_a - 0.75).abs() < 0.01, "{share_a}");
         // A newcomer starts at the active minimum, not at zero.
-        q.begin(InvocationId(3), info("c", PriorityClass::Batch, 1));
+        q.begin(InvocationId(3), info("c", PriorityClass::Batch, 1), None);
         let floor = q.tenants[0].vtime.min(q.tenants[1].vtime);
         assert!(q.tenants[2].vtime >= floor);
     }
@@ -347,7 +352,7 @@ mod tests {
     #[test]
     fn work_of_ended_invocations_is_refused_and_returned() {
         let mut q = Queues::default();
-        q.begin(InvocationId(1), info("a", PriorityClass::Latency, 1));
+        q.begin(InvocationId(1), info("a", PriorityClass::Latency, 1), None);
         let _ = q.push(InvocationId(1), work(), Duration::ZERO);
         assert_eq!(q.end(InvocationId(1), Duration::ZERO).len(), 1);
         assert!(q.push(InvocationId(1), work(), Duration::ZERO).is_err());
@@ -358,7 +363,7 @@ mod tests {
     fn take_reports_whose_work_it_is_and_put_back_keeps_the_order() {
         let mut q = Queues::default();
         let ls = InvocationId(1);
-        q.begin(ls, info("a", PriorityClass::Latency, 1));
+        q.begin(ls, info("a", PriorityClass::Latency, 1), None);
         for _ in 0..2 {
             let _ = q.push(ls, work(), Duration::from_micros(5));
         }
@@ -377,7 +382,7 @@ mod tests {
     fn the_latency_hold_runs_on_the_given_clock() {
         let mut q = Queues::default();
         let hold = Duration::from_millis(25);
-        q.begin(InvocationId(1), info("a", PriorityClass::Latency, 1));
+        q.begin(InvocationId(1), info("a", PriorityClass::Latency, 1), None);
         assert!(q.latency_expected(Duration::ZERO, Duration::ZERO));
         q.end(InvocationId(1), Duration::from_millis(10));
         assert!(q.latency_expected(hold, Duration::from_millis(34)));

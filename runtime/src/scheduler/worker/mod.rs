@@ -72,10 +72,8 @@ pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver
                 None => return,
             }
         }
-        // Take everything that arrived before choosing, so the choice sees it.
-        while let Ok(c) = rx.try_recv() {
-            actor.accept(c);
-        }
+        // Take what arrived before choosing, so the choice sees it.
+        take_arrived(&rx, |c| actor.accept(c));
         if actor.step() == Step::LaneBusy {
             // Best-effort work waits for room on its lane; meanwhile take commands, so
             // latency work arriving now is not held up by it.
@@ -125,6 +123,19 @@ fn wait(rx: &Receiver<Command>) -> Option<Command> {
     }
 }
 
+/// Accepts the commands that had arrived when called, and no more: guests submitting
+/// faster than the actor accepts cannot keep it from running work (before, it drained
+/// the channel until empty, and two flooding guests kept it accepting for seconds
+/// while everyone's queued work waited).
+fn take_arrived(rx: &Receiver<Command>, mut accept: impl FnMut(Command)) {
+    for _ in 0..rx.len() {
+        match rx.try_recv() {
+            Ok(c) => accept(c),
+            Err(_) => break,
+        }
+    }
+}
+
 impl Actor {
     fn now(&self) -> Duration {
         self.config.clock.now()
@@ -132,7 +143,7 @@ impl Actor {
 
     fn accept(&mut self, command: Command) {
         match command {
-            Command::Begin { inv, info } => self.queues.begin(inv, info),
+            Command::Begin { inv, info, room } => self.queues.begin(inv, info, Some(room)),
             Command::End { inv } => {
                 for q in self.queues.end(inv, self.now()) {
                     self.cancel(q.work);
@@ -321,5 +332,29 @@ impl Actor {
             preemption_latency: self.stats.preemption_latency(),
             tenants: self.queues.tenant_statuses(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::TensorId;
+
+    #[test]
+    fn intake_stops_at_what_had_arrived() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        for i in 0..10 {
+            tx.send(Command::Free { id: TensorId(i) }).unwrap();
+        }
+        // A submitter faster than the actor: each accepted command brings another.
+        let mut accepted = 0;
+        take_arrived(&rx, |_| {
+            accepted += 1;
+            if accepted < 1000 {
+                tx.send(Command::Free { id: TensorId(accepted) }).unwrap();
+            }
+        });
+        assert_eq!(accepted, 10, "only the commands there when the intake began");
+        assert_eq!(rx.len(), 10, "the rest waits for the next intake");
     }
 }
