@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use sluice_host_api::{DType, Op, TensorMeta, UnaryOp};
 use sluice_runtime::device::sim::{Gate, SimBuilder, SimDevice, SimLog};
+use sluice_runtime::device::{Buffer, CpuDevice, Device, DeviceError, DeviceInfo, PartitionState};
 use sluice_runtime::scheduler::{
-    Clock, DeviceQueue, InvocationGuard, Policy, PriorityClass, SchedulerConfig, SchedulingInfo, TensorId,
+    Clock, DeviceHealth, DeviceQueue, InvocationGuard, Policy, PriorityClass, SchedulerConfig, SchedulingInfo, TensorId,
 };
 
 /// A scheduler on a simulated device, with the device's log and gate and the clock.
@@ -140,4 +141,87 @@ fn a_flooding_invocation_delays_another_tenant_by_a_bounded_backlog() {
     let unbounded = victim_next_to_flood(usize::MAX, 2000);
     assert_eq!(unbounded.flood_kernels_before, 2000);
     assert!(unbounded.waited >= KERNEL * 2000, "{:?}", unbounded.waited);
+}
+
+#[test]
+fn a_panicking_kernel_fails_its_invocation_alone() {
+    // Sqrt panics in the backend (as an out-of-bounds index would); the rest costs 10 µs.
+    let sim = sim(SchedulerConfig::default(), |d| {
+        d.cost(|op, _| match op {
+            Op::Unary(UnaryOp::Sqrt) => panic!("injected backend fault"),
+            _ => KERNEL,
+        })
+    });
+    let queue = &sim.queue;
+    let b = stream(queue, "tenant-b", PriorityClass::Latency);
+    let a = stream(queue, "tenant-a", PriorityClass::Latency);
+    let x = upload(queue, &a, &[4.0]);
+    let bad = unary(queue, &a, UnaryOp::Sqrt, &x);
+    let after = unary(queue, &a, UnaryOp::Neg, &bad);
+    let y = upload(queue, &b, &[0.0]);
+    let z = unary(queue, &b, UnaryOp::Exp, &y);
+    let e = read_f32(queue, &bad).unwrap_err();
+    assert_eq!(e.code, sluice_host_api::ErrorCode::DeviceFailure);
+    assert!(e.message.contains("panicked") && e.message.contains("injected backend fault"), "{}", e.message);
+    assert_eq!(read_f32(queue, &after).unwrap_err(), e, "later ops on the failed tensor fail the same way");
+    assert_eq!(read_f32(queue, &z).unwrap(), vec![1.0], "the other tenant is served");
+    drop(a);
+    let a = stream(queue, "tenant-a", PriorityClass::Latency);
+    let w = unary(queue, &a, UnaryOp::Neg, &upload(queue, &a, &[2.0]));
+    assert_eq!(read_f32(queue, &w).unwrap(), vec![-2.0], "the device keeps serving the tenant too");
+    let status = queue.status_blocking();
+    assert_eq!(status.health, DeviceHealth::Healthy);
+    assert_eq!(status.contained_faults, 1);
+}
+
+/// The CPU device, whose status query panics once told to: a fault outside the
+/// backend's launch path, which stops the scheduler itself.
+struct FragileStatus {
+    inner: CpuDevice,
+    panic_in_status: Arc<AtomicBool>,
+}
+
+impl Device for FragileStatus {
+    fn info(&self) -> DeviceInfo {
+        self.inner.info()
+    }
+    fn upload(&self, meta: &TensorMeta, bytes: &[u8]) -> Result<Buffer, DeviceError> {
+        self.inner.upload(meta, bytes)
+    }
+    fn launch(&self, op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> Result<Buffer, DeviceError> {
+        self.inner.launch(op, inputs, out)
+    }
+    fn download(&self, buffer: &Buffer, meta: &TensorMeta) -> Result<Vec<u8>, DeviceError> {
+        self.inner.download(buffer, meta)
+    }
+    fn synchronize(&self) -> Result<(), DeviceError> {
+        Ok(())
+    }
+    fn partition(&self) -> PartitionState {
+        assert!(!self.panic_in_status.load(Ordering::Acquire), "injected scheduler fault");
+        self.inner.partition()
+    }
+}
+
+#[test]
+fn status_reports_a_stopped_device_instead_of_panicking() {
+    let panic_in_status = Arc::new(AtomicBool::new(false));
+    let device = FragileStatus { inner: CpuDevice::with_threads(1), panic_in_status: panic_in_status.clone() };
+    let queue = DeviceQueue::start(Box::new(device));
+    assert_eq!(queue.status_blocking().health, DeviceHealth::Healthy);
+    panic_in_status.store(true, Ordering::Release);
+    assert!(matches!(queue.status_blocking().health, DeviceHealth::Failed(_)), "the status answers");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while queue.failure().is_none() {
+        assert!(std::time::Instant::now() < deadline, "the failure was never recorded");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let status = queue.status_blocking();
+    let DeviceHealth::Failed(why) = &status.health else { panic!("{:?}", status.health) };
+    assert!(why.contains("injected scheduler fault"), "{why}");
+    assert_eq!(status.device.kind, queue.info().kind);
+    // Work on a stopped device fails at once instead of waiting forever.
+    let inv = stream(&queue, "tenant-a", PriorityClass::Latency);
+    let x = upload(&queue, &inv, &[1.0]);
+    assert_eq!(read_f32(&queue, &x).unwrap_err().code, sluice_host_api::ErrorCode::DeviceFailure);
 }

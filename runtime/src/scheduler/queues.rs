@@ -30,6 +30,8 @@ struct Tenant {
     /// Device time divided by weight, in nanoseconds: fair share runs the lowest.
     vtime: f64,
     device_ns: u64,
+    /// Host CPU time its guests computed (charged to `vtime` like device time).
+    guest_cpu_ns: u64,
     kernels: u64,
     active: usize,
 }
@@ -74,6 +76,7 @@ impl Queues {
                 weight: info.weight.max(1),
                 vtime: 0.0,
                 device_ns: 0,
+                guest_cpu_ns: 0,
                 kernels: 0,
                 active: 0,
             });
@@ -270,6 +273,16 @@ impl Queues {
         }
     }
 
+    /// Charges host CPU time the invocation's guest computed to its tenant's share.
+    pub fn charge_guest_cpu(&mut self, inv: InvocationId, elapsed: Duration) {
+        if let Some(i) = self.invocations.get(&inv) {
+            let t = &mut self.tenants[i.tenant];
+            let ns = elapsed.as_nanos() as u64;
+            t.guest_cpu_ns += ns;
+            t.vtime += ns as f64 / t.weight as f64;
+        }
+    }
+
     /// Every tenant's queues and charges, by name.
     pub fn tenant_statuses(&self) -> Vec<TenantStatus> {
         let mut tenants: Vec<TenantStatus> = self
@@ -287,6 +300,7 @@ impl Queues {
                     active_invocations: active,
                     kernels: t.kernels,
                     device_time_us: t.device_ns / 1000,
+                    guest_cpu_us: t.guest_cpu_ns / 1000,
                 }
             })
             .collect();
@@ -347,6 +361,33 @@ mod tests {
         q.begin(InvocationId(3), info("c", PriorityClass::Batch, 1), None);
         let floor = q.tenants[0].vtime.min(q.tenants[1].vtime);
         assert!(q.tenants[2].vtime >= floor);
+    }
+
+    #[test]
+    fn a_tenant_burning_guest_cpu_loses_share() {
+        let mut q = Queues::default();
+        let (a, b) = (InvocationId(1), InvocationId(2));
+        q.begin(a, info("a", PriorityClass::Batch, 1), None);
+        q.begin(b, info("b", PriorityClass::Batch, 1), None);
+        for _ in 0..4000 {
+            let _ = q.push(a, work(), Duration::ZERO);
+            let _ = q.push(b, work(), Duration::ZERO);
+        }
+        // Each kernel takes 10 µs of device time; A's guest computes 30 µs on the
+        // host before each of its launches.
+        for _ in 0..4000 {
+            let taken = q.take(q.pick(Policy::Priority).unwrap()).unwrap();
+            if taken.inv == a {
+                q.charge_guest_cpu(a, Duration::from_micros(30));
+            }
+            q.charge(taken.inv, Duration::from_micros(10), true);
+        }
+        let status = q.tenant_statuses();
+        let (sa, sb) = (&status[0], &status[1]);
+        let share_a = sa.kernels as f64 / (sa.kernels + sb.kernels) as f64;
+        assert!((share_a - 0.2).abs() < 0.01, "A ran {share_a} of the kernels (without the charge: 0.5)");
+        assert_eq!(sa.guest_cpu_us, 30 * sa.kernels);
+        assert_eq!(sb.guest_cpu_us, 0);
     }
 
     #[test]

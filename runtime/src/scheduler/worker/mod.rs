@@ -9,6 +9,8 @@
 //! [`lanes`] decides where work runs and how much may be in flight on an asynchronous
 //! device; [`slicing`] cuts long best-effort kernels into row blocks.
 
+use std::cell::Cell;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -19,14 +21,18 @@ use sluice_host_api::{ApiError, ErrorCode, RowSplit, TensorMeta};
 use super::cost::{CostModel, KernelKey};
 use super::inflight::InFlight;
 use super::queues::Queues;
-use super::status::{DeviceStatus, Stats};
+use super::status::{DeviceHealth, DeviceStatus, Stats};
 use super::tensors::{ReadOutcome, Reply, TensorState, TensorTable};
 use super::work::{Queued, Work};
 use super::{Command, Policy, PriorityClass, Published, SchedulerConfig, TensorId};
 use crate::device::{Buffer, Device, Lane};
 
+mod contain;
 mod lanes;
 mod slicing;
+
+use contain::contain;
+pub(super) use contain::panic_message;
 
 struct Actor {
     device: Box<dyn Device>,
@@ -43,6 +49,8 @@ struct Actor {
     partitioned: bool,
     /// The lane the device is directed to.
     lane: Lane,
+    /// Backend panics contained ([`contain`]), each failing one command.
+    faults: Cell<u64>,
 }
 
 pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver<Command>, published: Arc<Published>) {
@@ -62,22 +70,35 @@ pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver
         inflight: Default::default(),
         partitioned,
         lane: Lane::Whole,
+        faults: Cell::new(0),
     };
+    // A panic outside the backend's boundary is a bug of the scheduler itself: its
+    // state can no longer be trusted, so the device stops, saying why (status then
+    // reports it as failed, and every waiting read gets an error).
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| serve(&mut actor, &rx, &published))) {
+        let why = panic_message(payload.as_ref());
+        tracing::error!(why, "the device scheduler panicked; the device stops");
+        *published.failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+    }
+}
+
+/// The actor's loop: until every handle is gone.
+fn serve(actor: &mut Actor, rx: &Receiver<Command>, published: &Published) {
     loop {
         if actor.queues.is_idle() {
             // Nothing to run: let the device finish, so the window is measured.
             actor.drain();
-            match wait(&rx) {
+            match wait(rx) {
                 Some(c) => actor.accept(c),
                 None => return,
             }
         }
         // Take what arrived before choosing, so the choice sees it.
-        take_arrived(&rx, |c| actor.accept(c));
+        take_arrived(rx, |c| actor.accept(c));
         if actor.step() == Step::LaneBusy {
             // Best-effort work waits for room on its lane; meanwhile take commands, so
             // latency work arriving now is not held up by it.
-            if let Some(c) = actor.config.clock.recv_timeout(&rx, LANE_POLL) {
+            if let Some(c) = actor.config.clock.recv_timeout(rx, LANE_POLL) {
                 actor.accept(c);
             }
         }
@@ -161,13 +182,15 @@ impl Actor {
                     // A download waits for its lane anyway; account for it first.
                     self.drain_lane(lane);
                     self.enter(lane);
-                    let _ = reply.send(self.device.download(&buffer, &meta).map_err(ApiError::from));
+                    let downloaded = contain(&self.faults, "a download", || self.device.download(&buffer, &meta));
+                    let _ = reply.send(downloaded.map_err(ApiError::from));
                 }
                 ReadOutcome::Failed(reply, e) => {
                     let _ = reply.send(Err(e));
                 }
             },
             Command::Free { id } => self.tensors.free(id),
+            Command::ChargeGuestCpu { inv, elapsed } => self.queues.charge_guest_cpu(inv, elapsed),
             Command::Status { reply } => {
                 let _ = reply.send(self.status());
             }
@@ -188,7 +211,9 @@ impl Actor {
     fn answer(&self, id: TensorId, readers: Vec<(TensorMeta, Reply)>) {
         for (meta, reply) in readers {
             let answer = match self.tensors.state(id) {
-                Some(TensorState::Ready(b)) => self.device.download(b, &meta).map_err(ApiError::from),
+                Some(TensorState::Ready(b)) => {
+                    contain(&self.faults, "a download", || self.device.download(b, &meta)).map_err(ApiError::from)
+                }
                 Some(TensorState::Failed(e)) => Err(e.clone()),
                 Some(TensorState::Pending) | None => unreachable!("just produced"),
             };
@@ -245,8 +270,9 @@ impl Actor {
         match &q.work {
             Work::Upload { id, meta, bytes } => {
                 let started = self.now();
-                let result =
-                    self.device.upload(meta, bytes).map(|b| (b, meta.byte_len() as u64)).map_err(ApiError::from);
+                let result = contain(&self.faults, "an upload", || self.device.upload(meta, bytes))
+                    .map(|b| (b, meta.byte_len() as u64))
+                    .map_err(ApiError::from);
                 let elapsed = self.now().saturating_sub(started);
                 self.stats.uploads += 1;
                 self.complete(*id, result, self.lane);
@@ -280,7 +306,7 @@ impl Actor {
                     && let Some(timing) = self.device.timing()
                 {
                     // Long kernels (and each shape's first) are timed by the device.
-                    match timing.launch_timed(op, &args, out) {
+                    match contain(&self.faults, "a launch", || timing.launch_timed(op, &args, out)) {
                         Ok((buffer, c)) => {
                             clock = Some(c);
                             Some(Ok(buffer))
@@ -288,7 +314,10 @@ impl Actor {
                         Err(e) => Some(Err(e.into())),
                     }
                 } else {
-                    Some(self.device.launch(op, &args, out).map_err(ApiError::from))
+                    Some(
+                        contain(&self.faults, "a launch", || self.device.launch(op, &args, out))
+                            .map_err(ApiError::from),
+                    )
                 };
                 let mut elapsed = self.now().saturating_sub(started);
                 let Some(result) = outcome else { return (elapsed, false) };
@@ -331,6 +360,8 @@ impl Actor {
             busy_us: self.stats.busy.as_micros() as u64,
             preemption_latency: self.stats.preemption_latency(),
             tenants: self.queues.tenant_statuses(),
+            health: DeviceHealth::Healthy,
+            contained_faults: self.faults.get(),
         }
     }
 }
