@@ -100,7 +100,13 @@ impl Device for CpuDevice {
     }
 
     fn upload(&self, meta: &TensorMeta, bytes: &[u8]) -> Result<Buffer, DeviceError> {
-        debug_assert_eq!(bytes.len(), meta.byte_len());
+        if bytes.len() != meta.byte_len() {
+            return Err(DeviceError::Failure(format!(
+                "{} bytes uploaded for a tensor of {} bytes",
+                bytes.len(),
+                meta.byte_len()
+            )));
+        }
         Ok(Buffer::Cpu(CpuBuffer::from_le_bytes(meta.dtype, bytes)))
     }
 

@@ -11,6 +11,7 @@ mod artifacts;
 mod bindings;
 mod component;
 mod convert;
+mod guest_cpu;
 mod host;
 mod host_error;
 mod invoke;
@@ -44,7 +45,14 @@ pub struct EngineConfig {
     /// Instances of one function version kept warm between invocations (0: a fresh
     /// instance every time). Engine-wide, at most half of `max_instances` are kept.
     pub warm_instances_per_function: usize,
+    /// Tensor handles one invocation may hold at once. Every tensor costs a handle,
+    /// even one of zero bytes, which costs no memory quota.
+    pub max_live_tensors: usize,
 }
+
+/// Default of [`EngineConfig::max_live_tensors`]: far above what a model holds (MiniLM
+/// holds a few hundred), far below what would cost the host real memory.
+pub const DEFAULT_MAX_LIVE_TENSORS: usize = 16_384;
 
 impl Default for EngineConfig {
     fn default() -> Self {
@@ -53,6 +61,7 @@ impl Default for EngineConfig {
             max_memory_bytes: 1 << 30,
             epoch_tick: Duration::from_millis(5),
             warm_instances_per_function: 4,
+            max_live_tensors: DEFAULT_MAX_LIVE_TENSORS,
         }
     }
 }

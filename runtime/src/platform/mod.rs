@@ -63,7 +63,13 @@ pub struct PlatformConfig {
     pub scheduler: SchedulerConfig,
     /// Instances of one function version kept warm between invocations.
     pub warm_instances_per_function: usize,
+    /// Device-memory quota of a tenant whose settings set none (`None`: unlimited,
+    /// bounded only by the device's own account).
+    pub default_memory_quota_bytes: Option<u64>,
 }
+
+/// Default of [`PlatformConfig::default_memory_quota_bytes`]: quotas are on by default.
+pub const DEFAULT_TENANT_MEMORY_QUOTA_BYTES: u64 = 4 << 30;
 
 impl Default for PlatformConfig {
     fn default() -> Self {
@@ -74,6 +80,7 @@ impl Default for PlatformConfig {
             max_memory_bytes: 1 << 30,
             scheduler: SchedulerConfig::default(),
             warm_instances_per_function: EngineConfig::default().warm_instances_per_function,
+            default_memory_quota_bytes: Some(DEFAULT_TENANT_MEMORY_QUOTA_BYTES),
         }
     }
 }
@@ -287,7 +294,11 @@ impl Platform {
         let settings = self.registry.get_tenant(tenant)?.settings;
         let limit = settings.max_concurrency.unwrap_or(self.config.tenant_max_concurrency);
         let runtime = Arc::new(TenantRuntime {
-            account: MemoryAccount::new(format!("tenant {tenant:?}"), settings.memory_quota_bytes, None),
+            account: MemoryAccount::new(
+                format!("tenant {tenant:?}"),
+                settings.memory_quota_bytes.or(self.config.default_memory_quota_bytes),
+                None,
+            ),
             concurrency: ConcurrencyLimit::new(LimitScope::Tenant, limit),
             weight: settings.weight,
         });
