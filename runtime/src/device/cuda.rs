@@ -10,6 +10,7 @@
 //! place (the backend's `recovery` module); buffers of the lost device are refused.
 
 use std::ops::Range;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::RwLock;
@@ -19,7 +20,7 @@ use sluice_host_api::{Op, TensorMeta};
 
 use super::{
     Buffer, Device, DeviceError, DeviceInfo, DeviceKind, KernelClock, KernelTiming, Lane, Lanes, PartitionState,
-    RowSlicing, TimedLaunch,
+    RowSlicing, ScratchModel, TimedLaunch,
 };
 
 pub use sluice_backend_cuda::CudaUnavailable;
@@ -125,8 +126,8 @@ impl Device for CudaDevice {
         r.map_err(|e| self.error(e))
     }
 
-    fn scratch_bytes(&self, op: &Op, inputs: &[&TensorMeta], out: &TensorMeta) -> u64 {
-        sluice_backend_cuda::scratch_bytes(op, inputs, out)
+    fn scratch_model(&self) -> ScratchModel {
+        Arc::new(sluice_backend_cuda::scratch_bytes)
     }
 
     fn recover(&self) -> Result<(), DeviceError> {

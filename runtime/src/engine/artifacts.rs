@@ -7,7 +7,8 @@
 //! uploaded once (cast to the asked dtype on the device) and shared read-only by every
 //! invocation of the version: later `load-tensor` calls get a handle to the same
 //! device tensor. The weights are charged once to the account given at creation
-//! (the tenant's).
+//! (the tenant's). A device that was lost and reset since they were loaded
+//! ([`DeviceQueue::resets`]) no longer holds them: they are loaded again.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -38,6 +39,8 @@ pub struct ArtifactSet {
     account: Arc<MemoryAccount>,
     maps: Mutex<HashMap<String, Arc<memmap2::Mmap>>>,
     weights: Mutex<HashMap<WeightKey, (Arc<TensorLease>, TensorMeta)>>,
+    /// The device's resets when the weights were loaded.
+    weights_resets: AtomicU64,
     loaded: AtomicU64,
     loaded_bytes: AtomicU64,
     hits: AtomicU64,
@@ -51,6 +54,7 @@ impl ArtifactSet {
             account,
             maps: Mutex::new(HashMap::new()),
             weights: Mutex::new(HashMap::new()),
+            weights_resets: AtomicU64::new(0),
             loaded: AtomicU64::new(0),
             loaded_bytes: AtomicU64::new(0),
             hits: AtomicU64::new(0),
@@ -124,6 +128,13 @@ impl ArtifactSet {
         let key = (artifact.to_owned(), name.to_owned(), as_dtype);
         // Holding the lock while loading makes concurrent first loads wait for one copy.
         let mut weights = self.weights.lock();
+        // Read before anything is queued: a reset after this fails what is queued
+        // now, and the next load sees the count changed.
+        let resets = queue.resets();
+        if self.weights_resets.swap(resets, Ordering::Relaxed) != resets {
+            // The device was reset: the copies on it are gone.
+            weights.clear();
+        }
         if let Some((a, m)) = weights.get(&key) {
             self.hits.fetch_add(1, Ordering::Relaxed);
             return Ok((a.clone(), m.clone()));

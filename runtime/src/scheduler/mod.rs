@@ -25,6 +25,7 @@ mod memory;
 mod pool;
 mod queues;
 mod room;
+mod scratch;
 mod status;
 mod tensors;
 mod work;
@@ -38,7 +39,7 @@ use crossbeam_channel::Sender;
 use sluice_host_api::{ApiError, Op, TensorMeta};
 use tokio::sync::oneshot;
 
-use crate::device::{Device, DeviceInfo};
+use crate::device::{Device, DeviceInfo, ScratchModel};
 use work::Work;
 
 pub use crate::clock::Clock;
@@ -47,6 +48,7 @@ pub use lease::TensorLease;
 pub use memory::MemoryAccount;
 pub use pool::{DevicePool, Placement, PlacementError};
 pub use room::QueueRoom;
+pub use scratch::ScratchCharge;
 pub use status::{DeviceHealth, DeviceStatus, LatencySummary, TenantStatus};
 
 /// Names one tensor on one device. Never reused within a process.
@@ -190,6 +192,9 @@ pub(crate) struct Published {
     pub resident_bytes: AtomicU64,
     /// Why the device thread stopped, once it has.
     pub failure: std::sync::Mutex<Option<String>>,
+    /// Times the device was lost and reset: counted before the work it lost fails, so
+    /// whoever sees that failure also sees the reset.
+    pub resets: AtomicU64,
 }
 
 struct Shared {
@@ -201,6 +206,8 @@ struct Shared {
     next_invocation: AtomicU64,
     /// Every tensor reserved on the device, against its memory less the headroom.
     memory: Arc<MemoryAccount>,
+    /// The scratch memory of the device's ops.
+    scratch: ScratchModel,
 }
 
 /// Handle to one device's scheduler. Cheap to clone.
@@ -218,6 +225,7 @@ impl DeviceQueue {
     /// Starts the actor thread that owns `device`.
     pub fn start_with(device: Box<dyn Device>, config: SchedulerConfig) -> DeviceQueue {
         let info = device.info();
+        let scratch = device.scratch_model();
         let (tx, rx) = crossbeam_channel::unbounded();
         let name = format!("sluice-{:?}", info.kind).to_lowercase();
         let worker_config = config.clone();
@@ -236,6 +244,7 @@ impl DeviceQueue {
         DeviceQueue {
             shared: Arc::new(Shared {
                 memory,
+                scratch,
                 tx,
                 published,
                 info,
@@ -259,6 +268,12 @@ impl DeviceQueue {
     /// The device-wide memory account: every tensor's reservation, whoever's.
     pub fn memory(&self) -> &Arc<MemoryAccount> {
         &self.shared.memory
+    }
+
+    /// Device memory `op` on `inputs` producing `out` takes besides its output while it
+    /// runs (see [`ScratchCharge`]).
+    pub fn scratch_bytes(&self, op: &Op, inputs: &[&TensorMeta], out: &TensorMeta) -> u64 {
+        (self.shared.scratch)(op, inputs, out)
     }
 
     /// A fresh tensor id.
@@ -297,8 +312,21 @@ impl DeviceQueue {
         inputs: Vec<(TensorId, TensorMeta)>,
         out: TensorMeta,
     ) {
+        self.launch_charged(inv, id, op, inputs, out, None);
+    }
+
+    /// [`DeviceQueue::launch`] holding the op's scratch reservation until it has run.
+    pub fn launch_charged(
+        &self,
+        inv: InvocationId,
+        id: TensorId,
+        op: Op,
+        inputs: Vec<(TensorId, TensorMeta)>,
+        out: TensorMeta,
+        scratch: Option<ScratchCharge>,
+    ) {
         let at = self.shared.config.clock.now();
-        self.send(Command::Work { inv, work: Work::Launch { id, op, inputs, out }, at });
+        self.send(Command::Work { inv, work: Work::Launch { id, op, inputs, out, scratch }, at });
     }
 
     /// Waits for tensor `id` and returns its little-endian bytes.
@@ -340,6 +368,12 @@ impl DeviceQueue {
         let (reply, rx) = oneshot::channel();
         self.send(Command::Status { reply });
         rx.blocking_recv().unwrap_or_else(|_| self.failed_status())
+    }
+
+    /// Times the device was lost and reset: copies of data on it made before the
+    /// count changed (cached weights) are gone and must be uploaded again.
+    pub fn resets(&self) -> u64 {
+        self.shared.published.resets.load(Ordering::Acquire)
     }
 
     /// Why the device thread stopped, if it has (a panic of the scheduler itself;

@@ -135,6 +135,21 @@ impl Queues {
         }
     }
 
+    /// Takes every work item waiting, the runtime's and every invocation's (a device
+    /// reset lost what they read); the invocations stay open and get their room back.
+    pub fn take_all(&mut self) -> Vec<Queued> {
+        let mut all: Vec<Queued> = self.system.drain(..).collect();
+        for i in self.invocations.values_mut() {
+            for item in i.items.drain(..) {
+                if let Some(room) = &i.room {
+                    room.release();
+                }
+                all.push(item);
+            }
+        }
+        all
+    }
+
     /// Work items waiting.
     pub fn queued(&self) -> usize {
         self.system.len() + self.invocations.values().map(|i| i.items.len()).sum::<usize>()

@@ -40,6 +40,10 @@ pub struct DeviceStatus {
     /// Backend panics caught since start: each failed one command (its invocation)
     /// and the device kept serving.
     pub contained_faults: u64,
+    /// Times the device was lost (a sticky GPU error) and reset since start.
+    pub resets: u64,
+    /// Why the device was lost the last time, if it ever was.
+    pub last_reset: Option<String>,
 }
 
 /// Whether a device's scheduler serves.
@@ -74,6 +78,8 @@ impl DeviceStatus {
             tenants: Vec::new(),
             health: DeviceHealth::Failed(why),
             contained_faults: 0,
+            resets: 0,
+            last_reset: None,
         }
     }
 }

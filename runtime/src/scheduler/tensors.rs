@@ -122,6 +122,26 @@ impl TensorTable {
         std::mem::take(&mut slot.readers)
     }
 
+    /// The device was reset: every buffer is gone. Each tensor not failed already
+    /// fails with `e` (so does every later op on it) and holds no memory any more; the
+    /// reads that waited are handed back, to be answered with `e`.
+    pub fn lose_all(&mut self, e: &ApiError) -> Vec<(TensorMeta, Reply)> {
+        let mut readers = Vec::new();
+        for slot in self.slots.values_mut() {
+            if !matches!(slot.state, TensorState::Failed(_)) {
+                slot.state = TensorState::Failed(e.clone());
+            }
+            slot.bytes = 0;
+            readers.append(&mut slot.readers);
+        }
+        self.resident_bytes = 0;
+        let ids: Vec<TensorId> = self.slots.keys().copied().collect();
+        for id in ids {
+            self.collect(id);
+        }
+        readers
+    }
+
     /// The contents of `id`, if it is in the table.
     pub fn state(&self, id: TensorId) -> Option<&TensorState> {
         self.slots.get(&id).map(|s| &s.state)
@@ -190,6 +210,7 @@ mod tests {
             op: Op::Unary(UnaryOp::Neg),
             inputs: vec![(TensorId(input), meta())],
             out: meta(),
+            scratch: None,
         }
     }
 

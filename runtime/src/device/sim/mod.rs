@@ -12,7 +12,9 @@
 //!   the end of the timeline;
 //! - [`SimBuilder::partition`]: the reserved lane gets its own timeline, and kernels
 //!   on the remainder take longer (fewer compute units);
-//! - [`SimBuilder::timed`]: kernels can be timed by the device (GPU events).
+//! - [`SimBuilder::timed`]: kernels can be timed by the device (GPU events);
+//! - [`SimDevice::loss`]: a chosen launch loses the device (a sticky GPU error) until
+//!   it is reset ([`loss`]).
 //!
 //! Every kernel is logged ([`Ran`]: op, rows, lane, simulated submission, start and
 //! end), and every launch passes a [`Gate`] the test holds, so a test can stop the
@@ -20,6 +22,7 @@
 //! wrapper timing a real device's kernels by op, for the benchmarks' breakdowns.
 
 mod gate;
+mod loss;
 pub mod profiling;
 
 use std::ops::Range;
@@ -30,11 +33,12 @@ use sluice_host_api::{Op, RowSplit, TensorMeta};
 
 use super::{
     Buffer, CpuDevice, Device, DeviceError, DeviceInfo, KernelClock, KernelTiming, Lane, Lanes, PartitionState,
-    RowSlicing, TimedLaunch,
+    RowSlicing, ScratchModel, TimedLaunch,
 };
 use crate::clock::Clock;
 
 pub use gate::Gate;
+pub use loss::Loss;
 
 /// What a kernel costs on the simulated device: a function of the op and its inputs.
 pub type CostFn = Arc<dyn Fn(&Op, &[(&Buffer, &TensorMeta)]) -> Duration + Send + Sync>;
@@ -152,6 +156,7 @@ impl SimBuilder {
             lane: Mutex::new(Lane::Whole),
             log: SimLog::default(),
             gate: Arc::new(Gate::default()),
+            loss: Arc::new(Loss::default()),
         }
     }
 }
@@ -172,6 +177,7 @@ pub struct SimDevice {
     lane: Mutex<Lane>,
     log: SimLog,
     gate: Arc<Gate>,
+    loss: Arc<Loss>,
 }
 
 /// Which timeline `lane` runs on.
@@ -205,6 +211,11 @@ impl SimDevice {
     /// The gate launches pass (open until the test closes it).
     pub fn gate(&self) -> Arc<Gate> {
         self.gate.clone()
+    }
+
+    /// The device's planned loss (none until the test plans one).
+    pub fn loss(&self) -> Arc<Loss> {
+        self.loss.clone()
     }
 
     fn current_lane(&self) -> Lane {
@@ -254,6 +265,7 @@ impl SimDevice {
         inputs: &[(&Buffer, &TensorMeta)],
         out: &TensorMeta,
     ) -> Result<(Buffer, Duration, Duration), DeviceError> {
+        self.loss.launch()?;
         let (start, end) = self.run(op, None, (self.cost)(op, inputs));
         Ok((self.cpu.launch(op, inputs, out)?, start, end))
     }
@@ -270,6 +282,7 @@ impl Device for SimDevice {
     }
 
     fn upload(&self, meta: &TensorMeta, bytes: &[u8]) -> Result<Buffer, DeviceError> {
+        self.loss.check()?;
         self.cpu.upload(meta, bytes)
     }
 
@@ -278,6 +291,7 @@ impl Device for SimDevice {
     }
 
     fn download(&self, buffer: &Buffer, meta: &TensorMeta) -> Result<Vec<u8>, DeviceError> {
+        self.loss.check()?;
         if self.streams {
             self.wait_for(Some(self.current_lane()));
         }
@@ -286,7 +300,15 @@ impl Device for SimDevice {
 
     fn synchronize(&self) -> Result<(), DeviceError> {
         self.wait_for(None);
-        Ok(())
+        self.loss.check()
+    }
+
+    fn scratch_model(&self) -> ScratchModel {
+        self.cpu.scratch_model()
+    }
+
+    fn recover(&self) -> Result<(), DeviceError> {
+        self.loss.recover()
     }
 
     fn is_async(&self) -> bool {
@@ -321,6 +343,7 @@ impl RowSlicing for SimDevice {
         out: &TensorMeta,
         rows: Range<usize>,
     ) -> Result<Buffer, DeviceError> {
+        self.loss.launch()?;
         let total = RowSplit::of(op, out).map_or(1, |s| s.rows.max(1));
         let whole = (self.cost)(op, inputs).as_nanos();
         let cost = Duration::from_nanos((whole * rows.len() as u128 / total as u128) as u64);
@@ -361,10 +384,11 @@ impl Lanes for SimDevice {
 
     fn synchronize_lane(&self, lane: Lane) -> Result<(), DeviceError> {
         self.wait_for(Some(lane));
-        Ok(())
+        self.loss.check()
     }
 
     fn lane_idle(&self, lane: Lane) -> Result<bool, DeviceError> {
+        self.loss.check()?;
         let timelines = *self.timelines.lock().unwrap_or_else(|e| e.into_inner());
         Ok(timelines[timeline(lane)] <= self.clock.now())
     }

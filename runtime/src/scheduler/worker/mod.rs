@@ -7,7 +7,8 @@
 //! [`Clock`](super::Clock).
 //!
 //! [`lanes`] decides where work runs and how much may be in flight on an asynchronous
-//! device; [`slicing`] cuts long best-effort kernels into row blocks.
+//! device; [`slicing`] cuts long best-effort kernels into row blocks; [`recover`]
+//! resets a lost device.
 
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -21,7 +22,7 @@ use sluice_host_api::{ApiError, ErrorCode, RowSplit, TensorMeta};
 use super::cost::{CostModel, KernelKey};
 use super::inflight::InFlight;
 use super::queues::Queues;
-use super::status::{DeviceHealth, DeviceStatus, Stats};
+use super::status::{DeviceStatus, Stats};
 use super::tensors::{ReadOutcome, Reply, TensorState, TensorTable};
 use super::work::{Queued, Work};
 use super::{Command, Policy, PriorityClass, Published, SchedulerConfig, TensorId};
@@ -29,6 +30,7 @@ use crate::device::{Buffer, Device, Lane};
 
 mod contain;
 mod lanes;
+mod recover;
 mod slicing;
 
 use contain::contain;
@@ -51,6 +53,8 @@ struct Actor {
     lane: Lane,
     /// Backend panics contained ([`contain`]), each failing one command.
     faults: Cell<u64>,
+    /// Losses of the device and its resets ([`recover`]).
+    recovery: recover::Recovery,
 }
 
 pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver<Command>, published: Arc<Published>) {
@@ -59,8 +63,9 @@ pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver
     if partitioned {
         tracing::info!(partition = %device.partition(), "latency work runs on the reserved partition");
     }
+    let recovery = recover::Recovery::default();
     let mut actor = Actor {
-        device,
+        device: recovery.watch(device),
         config,
         queues: Queues::default(),
         tensors: TensorTable::default(),
@@ -71,6 +76,7 @@ pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver
         partitioned,
         lane: Lane::Whole,
         faults: Cell::new(0),
+        recovery,
     };
     // A panic outside the backend's boundary is a bug of the scheduler itself: its
     // state can no longer be trusted, so the device stops, saying why (status then
@@ -88,18 +94,26 @@ fn serve(actor: &mut Actor, rx: &Receiver<Command>, published: &Published) {
         if actor.queues.is_idle() {
             // Nothing to run: let the device finish, so the window is measured.
             actor.drain();
+            actor.recover_if_lost(published);
             match wait(rx) {
                 Some(c) => actor.accept(c),
                 None => return,
             }
+            actor.recover_if_lost(published);
         }
         // Take what arrived before choosing, so the choice sees it.
-        take_arrived(rx, |c| actor.accept(c));
-        if actor.step() == Step::LaneBusy {
+        take_arrived(rx, |c| {
+            actor.accept(c);
+            actor.recover_if_lost(published);
+        });
+        let step = actor.step();
+        actor.recover_if_lost(published);
+        if step == Step::LaneBusy {
             // Best-effort work waits for room on its lane; meanwhile take commands, so
             // latency work arriving now is not held up by it.
             if let Some(c) = actor.config.clock.recv_timeout(rx, LANE_POLL) {
                 actor.accept(c);
+                actor.recover_if_lost(published);
             }
         }
         let load = actor.queues.queued() + actor.queues.open_invocations();
@@ -172,6 +186,7 @@ impl Actor {
             }
             Command::Work { inv, work, at } => {
                 self.tensors.queued(&work);
+                let Some(work) = self.refuse_if_failed(work) else { return };
                 if let Err(work) = self.queues.push(inv, work, at) {
                     self.cancel(work);
                 }
@@ -280,7 +295,7 @@ impl Actor {
                 self.complete(*id, result, self.lane);
                 (elapsed, true)
             }
-            Work::Launch { id, op, inputs, out } => {
+            Work::Launch { id, op, inputs, out, .. } => {
                 let id = *id;
                 let out_bytes = out.byte_len() as u64;
                 let args = match self.tensors.gather(inputs) {
@@ -362,8 +377,10 @@ impl Actor {
             busy_us: self.stats.busy.as_micros() as u64,
             preemption_latency: self.stats.preemption_latency(),
             tenants: self.queues.tenant_statuses(),
-            health: DeviceHealth::Healthy,
+            health: self.recovery.health(),
             contained_faults: self.faults.get(),
+            resets: self.recovery.resets().0,
+            last_reset: self.recovery.resets().1,
         }
     }
 }
