@@ -63,7 +63,7 @@ pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver
     if partitioned {
         tracing::info!(partition = %device.partition(), "latency work runs on the reserved partition");
     }
-    let recovery = recover::Recovery::default();
+    let recovery = recover::Recovery::new(published.clone());
     let mut actor = Actor {
         device: recovery.watch(device),
         config,
@@ -94,26 +94,26 @@ fn serve(actor: &mut Actor, rx: &Receiver<Command>, published: &Published) {
         if actor.queues.is_idle() {
             // Nothing to run: let the device finish, so the window is measured.
             actor.drain();
-            actor.recover_if_lost(published);
+            actor.recover_if_lost();
             match wait(rx) {
                 Some(c) => actor.accept(c),
                 None => return,
             }
-            actor.recover_if_lost(published);
+            actor.recover_if_lost();
         }
         // Take what arrived before choosing, so the choice sees it.
         take_arrived(rx, |c| {
             actor.accept(c);
-            actor.recover_if_lost(published);
+            actor.recover_if_lost();
         });
         let step = actor.step();
-        actor.recover_if_lost(published);
+        actor.recover_if_lost();
         if step == Step::LaneBusy {
             // Best-effort work waits for room on its lane; meanwhile take commands, so
             // latency work arriving now is not held up by it.
             if let Some(c) = actor.config.clock.recv_timeout(rx, LANE_POLL) {
                 actor.accept(c);
-                actor.recover_if_lost(published);
+                actor.recover_if_lost();
             }
         }
         let load = actor.queues.queued() + actor.queues.open_invocations();

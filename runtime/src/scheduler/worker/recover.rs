@@ -4,8 +4,9 @@
 //! [`Watched`] wraps the device and notes the first [`DeviceError::Lost`] any call
 //! returns. After each command and each step the actor checks the note
 //! ([`Actor::recover_if_lost`]) and, if the device was lost:
-//! - counts the reset (published first, so whoever sees a failure below also sees the
-//!   count: the engine then drops its cached weights, see `engine/artifacts.rs`);
+//! - counts the reset (published when the loss was noted, before the failed call's
+//!   error reached anyone, so whoever sees a failure also sees the count: the engine
+//!   then drops its cached weights, see `engine/artifacts.rs`);
 //! - fails every queued work item, whoever's, with `device-failure` saying the device
 //!   was reset (the invocations stay open: what they submit next runs on the new
 //!   device; what reads the lost tensors fails the same way);
@@ -31,11 +32,21 @@ use crate::scheduler::status::DeviceHealth;
 use crate::scheduler::work::Work;
 
 /// Why the device was lost, once a call said so; taken when the actor resets it.
-type LostNote = Arc<Mutex<Option<String>>>;
+#[derive(Clone, Default)]
+struct LostNote {
+    why: Arc<Mutex<Option<String>>>,
+    /// Where the loss is counted the moment it is noted, before the failed call's
+    /// error reaches anyone.
+    published: Arc<Published>,
+}
 
 fn note<T>(lost: &LostNote, result: Result<T, DeviceError>) -> Result<T, DeviceError> {
     if let Err(DeviceError::Lost(why)) = &result {
-        lost.lock().get_or_insert_with(|| why.clone());
+        let mut noted = lost.why.lock();
+        if noted.is_none() {
+            *noted = Some(why.clone());
+            lost.published.resets.fetch_add(1, Ordering::AcqRel);
+        }
     }
     result
 }
@@ -51,6 +62,11 @@ pub(super) struct Recovery {
 }
 
 impl Recovery {
+    /// Notes the losses of `device`, counting them in `published` at once.
+    pub(super) fn new(published: Arc<Published>) -> Recovery {
+        Recovery { lost: LostNote { why: Arc::default(), published }, ..Recovery::default() }
+    }
+
     /// Wraps `device` so that its losses are noted here.
     pub(super) fn watch(&self, device: Box<dyn Device>) -> Box<dyn Device> {
         Box::new(Watched { inner: device, lost: self.lost.clone() })
@@ -77,11 +93,11 @@ impl Recovery {
 
 impl Actor {
     /// Resets the device if a call since the last check lost it (see the module).
-    pub(super) fn recover_if_lost(&mut self, published: &Published) {
-        let Some(why) = self.recovery.lost.lock().take() else { return };
+    pub(super) fn recover_if_lost(&mut self) {
+        let Some(why) = self.recovery.lost.why.lock().take() else { return };
+        // Published when the loss was noted.
         self.recovery.resets += 1;
         self.recovery.last_reset = Some(why.clone());
-        published.resets.store(self.recovery.resets, Ordering::Release);
         tracing::error!(why, resets = self.recovery.resets, "the device was lost; failing its work and resetting it");
         let e = ApiError::new(
             ErrorCode::DeviceFailure,
@@ -100,7 +116,9 @@ impl Actor {
             self.recovery.failed = Some(why);
         }
         // A loss the reset's own calls noted is the one being handled.
-        self.recovery.lost.lock().take();
+        if self.recovery.lost.why.lock().take().is_some() {
+            self.recovery.lost.published.resets.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 
     /// Fails `work` at once when the device could not be reset; gives it back otherwise.
