@@ -101,6 +101,7 @@ pub struct SimBuilder {
     timed: bool,
     memory_bytes: Option<u64>,
     cpu_threads: usize,
+    scratch: Option<ScratchModel>,
 }
 
 impl SimBuilder {
@@ -137,6 +138,15 @@ impl SimBuilder {
         self
     }
 
+    /// The scratch memory its ops report (default: the CPU device's).
+    pub fn scratch(
+        mut self,
+        scratch: impl Fn(&Op, &[&TensorMeta], &TensorMeta) -> u64 + Send + Sync + 'static,
+    ) -> Self {
+        self.scratch = Some(Arc::new(scratch));
+        self
+    }
+
     /// Threads of the CPU device that computes the results (default 1).
     pub fn cpu_threads(mut self, threads: usize) -> Self {
         self.cpu_threads = threads;
@@ -144,8 +154,10 @@ impl SimBuilder {
     }
 
     pub fn build(self) -> SimDevice {
+        let cpu = CpuDevice::with_threads(self.cpu_threads);
         SimDevice {
-            cpu: CpuDevice::with_threads(self.cpu_threads),
+            scratch: self.scratch.unwrap_or_else(|| cpu.scratch_model()),
+            cpu,
             clock: self.clock,
             cost: self.cost,
             streams: self.streams,
@@ -171,6 +183,7 @@ pub struct SimDevice {
     remainder_slowdown: Option<f64>,
     timed: bool,
     memory_bytes: Option<u64>,
+    scratch: ScratchModel,
     /// Where the timelines end: the reserved lane's, and the shared one (the whole
     /// device and the remainder; every lane without a partition).
     timelines: Mutex<[Duration; 2]>,
@@ -200,6 +213,7 @@ impl SimDevice {
             timed: false,
             memory_bytes: None,
             cpu_threads: 1,
+            scratch: None,
         }
     }
 
@@ -304,7 +318,7 @@ impl Device for SimDevice {
     }
 
     fn scratch_model(&self) -> ScratchModel {
-        self.cpu.scratch_model()
+        self.scratch.clone()
     }
 
     fn recover(&self) -> Result<(), DeviceError> {
