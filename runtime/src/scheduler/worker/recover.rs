@@ -103,10 +103,11 @@ impl Actor {
             ErrorCode::DeviceFailure,
             format!("the device was reset after it was lost ({why}): the work and the tensors on it are gone"),
         );
+        // Nothing in flight is waited for or measured any more.
+        self.inflight = Default::default();
         for q in self.queues.take_all() {
             self.fail(q.work, e.clone());
         }
-        self.inflight = Default::default();
         for (meta, reply) in self.tensors.lose_all(&e) {
             let _ = (meta, reply.send(Err(e.clone())));
         }
