@@ -2,11 +2,10 @@
 
 use sluice_backend_cpu::CpuBuffer;
 use std::ops::Range;
-use std::sync::Arc;
 
 use sluice_host_api::{Op, TensorMeta};
 
-use super::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind, PartitionState, RowSlicing, ScratchModel};
+use super::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind, PartitionState, RowSlicing};
 
 /// The host CPU as a device. Kernels run in the device's own thread pool, so the
 /// number of cores they may take is a setting, and the rest stay free for the host
@@ -98,11 +97,6 @@ impl Device for CpuDevice {
             memory_bytes: self.memory_bytes,
             compute_units: self.pool.current_num_threads() as u32,
         }
-    }
-
-    fn scratch_model(&self) -> ScratchModel {
-        let threads = self.pool.current_num_threads();
-        Arc::new(move |op, inputs, out| sluice_backend_cpu::scratch_bytes(op, inputs, out, threads))
     }
 
     fn upload(&self, meta: &TensorMeta, bytes: &[u8]) -> Result<Buffer, DeviceError> {

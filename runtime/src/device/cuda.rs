@@ -10,7 +10,6 @@
 //! place (the backend's `recovery` module); buffers of the lost device are refused.
 
 use std::ops::Range;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::RwLock;
@@ -20,7 +19,7 @@ use sluice_host_api::{Op, TensorMeta};
 
 use super::{
     Buffer, Device, DeviceError, DeviceInfo, DeviceKind, KernelClock, KernelTiming, Lane, Lanes, PartitionState,
-    RowSlicing, ScratchModel, TimedLaunch,
+    RowSlicing, TimedLaunch,
 };
 
 pub use sluice_backend_cuda::CudaUnavailable;
@@ -126,8 +125,8 @@ impl Device for CudaDevice {
         r.map_err(|e| self.error(e))
     }
 
-    fn scratch_model(&self) -> ScratchModel {
-        Arc::new(sluice_backend_cuda::scratch_bytes)
+    fn scratch_bytes(&self, op: &Op, inputs: &[&TensorMeta], out: &TensorMeta) -> u64 {
+        sluice_backend_cuda::scratch_bytes(op, inputs, out)
     }
 
     fn recover(&self) -> Result<(), DeviceError> {

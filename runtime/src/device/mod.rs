@@ -17,7 +17,6 @@ mod select;
 pub mod sim;
 
 use std::fmt;
-use std::sync::Arc;
 
 use sluice_host_api::{ApiError, ErrorCode, Op, TensorMeta};
 
@@ -122,10 +121,6 @@ impl From<DeviceError> for ApiError {
     }
 }
 
-/// The scratch memory of an op from its input and output metadata
-/// ([`Device::scratch_model`]).
-pub type ScratchModel = Arc<dyn Fn(&Op, &[&TensorMeta], &TensorMeta) -> u64 + Send + Sync>;
-
 /// One device. Called from the device's scheduler thread only, in launch order.
 ///
 /// The trait is the core every device has; what only some devices can do (run a
@@ -160,14 +155,8 @@ pub trait Device: Send + Sync + 'static {
     /// broadcast copy, an im2col buffer), for the host to charge to the invocation's
     /// quota with the output; 0 for a device whose ops take none from device memory.
     fn scratch_bytes(&self, op: &Op, inputs: &[&TensorMeta], out: &TensorMeta) -> u64 {
-        (self.scratch_model())(op, inputs, out)
-    }
-
-    /// [`Device::scratch_bytes`] as a function of the shapes alone, which the host
-    /// keeps and calls from any thread when a guest launches an op (the scheduler
-    /// takes it before the device moves to its thread). None by default.
-    fn scratch_model(&self) -> ScratchModel {
-        Arc::new(|_: &Op, _: &[&TensorMeta], _: &TensorMeta| 0)
+        let _ = (op, inputs, out);
+        0
     }
 
     /// Resets a device that returned [`DeviceError::Lost`] and makes it usable again;

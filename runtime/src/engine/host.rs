@@ -14,7 +14,7 @@ use super::bindings::WitDtype;
 use super::bindings::sluice::gpu::{artifacts, fused, io, ops, tensors, types};
 use super::host_error::HostError;
 use super::state::{InvocationState, TensorHandle};
-use crate::scheduler::{ScratchCharge, TensorLease};
+use crate::scheduler::TensorLease;
 
 /// What an import that returns a WIT `result` returns: a refusal or a trap in the `Err`.
 type HostResult<T> = Result<T, HostError>;
@@ -31,21 +31,13 @@ impl InvocationState {
     async fn create(&mut self, meta: TensorMeta, source: Source) -> HostResult<Resource<TensorHandle>> {
         self.check_handle_room()?;
         let lease = TensorLease::reserve(&self.queue, &self.account, &meta).map_err(|e| self.refused(e))?;
-        // An op's scratch is reserved with its output, until it has run.
-        let scratch = match &source {
-            Source::Op(op, inputs) => {
-                let metas: Vec<&TensorMeta> = inputs.iter().map(|(_, m)| m).collect();
-                ScratchCharge::reserve(&self.queue, &self.account, op, &metas, &meta).map_err(|e| self.refused(e))?
-            }
-            Source::Bytes(_) => None,
-        };
         self.room.wait().await;
         let id = lease.id();
         match source {
             Source::Bytes(bytes) => self.queue.upload(self.invocation, id, meta.clone(), bytes),
             Source::Op(op, inputs) => {
                 self.launches += 1;
-                self.queue.launch_charged(self.invocation, id, op, inputs, meta.clone(), scratch);
+                self.queue.launch(self.invocation, id, op, inputs, meta.clone());
             }
         }
         let handle = self.table.push(TensorHandle::owned(lease, meta))?;

@@ -25,7 +25,6 @@ mod memory;
 mod pool;
 mod queues;
 mod room;
-mod scratch;
 mod status;
 mod tensors;
 mod work;
@@ -39,7 +38,7 @@ use crossbeam_channel::Sender;
 use sluice_host_api::{ApiError, Op, TensorMeta};
 use tokio::sync::oneshot;
 
-use crate::device::{Device, DeviceInfo, ScratchModel};
+use crate::device::{Device, DeviceInfo};
 use work::Work;
 
 pub use crate::clock::Clock;
@@ -48,7 +47,6 @@ pub use lease::TensorLease;
 pub use memory::MemoryAccount;
 pub use pool::{DevicePool, Placement, PlacementError};
 pub use room::QueueRoom;
-pub use scratch::ScratchCharge;
 pub use status::{DeviceHealth, DeviceStatus, LatencySummary, TenantStatus};
 
 /// Names one tensor on one device. Never reused within a process.
@@ -206,8 +204,6 @@ struct Shared {
     next_invocation: AtomicU64,
     /// Every tensor reserved on the device, against its memory less the headroom.
     memory: Arc<MemoryAccount>,
-    /// The scratch memory of the device's ops.
-    scratch: ScratchModel,
 }
 
 /// Handle to one device's scheduler. Cheap to clone.
@@ -225,7 +221,6 @@ impl DeviceQueue {
     /// Starts the actor thread that owns `device`.
     pub fn start_with(device: Box<dyn Device>, config: SchedulerConfig) -> DeviceQueue {
         let info = device.info();
-        let scratch = device.scratch_model();
         let (tx, rx) = crossbeam_channel::unbounded();
         let name = format!("sluice-{:?}", info.kind).to_lowercase();
         let worker_config = config.clone();
@@ -244,7 +239,6 @@ impl DeviceQueue {
         DeviceQueue {
             shared: Arc::new(Shared {
                 memory,
-                scratch,
                 tx,
                 published,
                 info,
@@ -268,12 +262,6 @@ impl DeviceQueue {
     /// The device-wide memory account: every tensor's reservation, whoever's.
     pub fn memory(&self) -> &Arc<MemoryAccount> {
         &self.shared.memory
-    }
-
-    /// Device memory `op` on `inputs` producing `out` takes besides its output while it
-    /// runs (see [`ScratchCharge`]).
-    pub fn scratch_bytes(&self, op: &Op, inputs: &[&TensorMeta], out: &TensorMeta) -> u64 {
-        (self.shared.scratch)(op, inputs, out)
     }
 
     /// A fresh tensor id.
@@ -312,21 +300,8 @@ impl DeviceQueue {
         inputs: Vec<(TensorId, TensorMeta)>,
         out: TensorMeta,
     ) {
-        self.launch_charged(inv, id, op, inputs, out, None);
-    }
-
-    /// [`DeviceQueue::launch`] holding the op's scratch reservation until it has run.
-    pub fn launch_charged(
-        &self,
-        inv: InvocationId,
-        id: TensorId,
-        op: Op,
-        inputs: Vec<(TensorId, TensorMeta)>,
-        out: TensorMeta,
-        scratch: Option<ScratchCharge>,
-    ) {
         let at = self.shared.config.clock.now();
-        self.send(Command::Work { inv, work: Work::Launch { id, op, inputs, out, scratch }, at });
+        self.send(Command::Work { inv, work: Work::Launch { id, op, inputs, out }, at });
     }
 
     /// Waits for tensor `id` and returns its little-endian bytes.

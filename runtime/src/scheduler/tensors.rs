@@ -210,7 +210,6 @@ mod tests {
             op: Op::Unary(UnaryOp::Neg),
             inputs: vec![(TensorId(input), meta())],
             out: meta(),
-            scratch: None,
         }
     }
 

@@ -7,25 +7,12 @@ use std::time::Duration;
 use sluice_host_api::{Op, TensorMeta};
 
 use super::TensorId;
-use super::scratch::ScratchCharge;
 use crate::device::Buffer;
 
 /// One unit of queued work.
 pub(crate) enum Work {
-    Upload {
-        id: TensorId,
-        meta: TensorMeta,
-        bytes: Vec<u8>,
-    },
-    Launch {
-        id: TensorId,
-        op: Op,
-        inputs: Vec<(TensorId, TensorMeta)>,
-        out: TensorMeta,
-        /// The op's scratch memory, reserved until it has run.
-        #[allow(dead_code, reason = "held, never read: dropping it once the op ran returns the reservation")]
-        scratch: Option<ScratchCharge>,
-    },
+    Upload { id: TensorId, meta: TensorMeta, bytes: Vec<u8> },
+    Launch { id: TensorId, op: Op, inputs: Vec<(TensorId, TensorMeta)>, out: TensorMeta },
 }
 
 impl Work {

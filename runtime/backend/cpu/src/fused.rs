@@ -236,7 +236,7 @@ pub(crate) fn attention(
 
 /// Query rows per attention tile: at most [`MAX_TILE`], fewer when that leaves threads
 /// idle (a multiple of 8 unless `sq` is smaller).
-pub(crate) fn tile_rows(b: usize, sq: usize, threads: usize) -> usize {
+fn tile_rows(b: usize, sq: usize, threads: usize) -> usize {
     let per_batch = threads.div_ceil(b.max(1)).max(1);
     let rows = sq.div_ceil(per_batch).next_multiple_of(8);
     rows.clamp(1, MAX_TILE).min(sq.max(1))

@@ -35,13 +35,11 @@ mod layout;
 mod matmul;
 mod nn;
 mod reduce;
-mod scratch;
 mod simd;
 
 pub use buffer::{CpuBuffer, Element};
 pub use elementwise::{gelu, gelu_tanh};
 pub use matmul::matmul_rows;
-pub use scratch::scratch_bytes;
 pub use simd::vector_width;
 use sluice_host_api::{Op, RowSplit, TensorMeta, infer};
 

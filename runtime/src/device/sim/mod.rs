@@ -33,7 +33,7 @@ use sluice_host_api::{Op, RowSplit, TensorMeta};
 
 use super::{
     Buffer, CpuDevice, Device, DeviceError, DeviceInfo, KernelClock, KernelTiming, Lane, Lanes, PartitionState,
-    RowSlicing, ScratchModel, TimedLaunch,
+    RowSlicing, TimedLaunch,
 };
 use crate::clock::Clock;
 
@@ -101,7 +101,6 @@ pub struct SimBuilder {
     timed: bool,
     memory_bytes: Option<u64>,
     cpu_threads: usize,
-    scratch: Option<ScratchModel>,
 }
 
 impl SimBuilder {
@@ -138,15 +137,6 @@ impl SimBuilder {
         self
     }
 
-    /// The scratch memory its ops report (default: the CPU device's).
-    pub fn scratch(
-        mut self,
-        scratch: impl Fn(&Op, &[&TensorMeta], &TensorMeta) -> u64 + Send + Sync + 'static,
-    ) -> Self {
-        self.scratch = Some(Arc::new(scratch));
-        self
-    }
-
     /// Threads of the CPU device that computes the results (default 1).
     pub fn cpu_threads(mut self, threads: usize) -> Self {
         self.cpu_threads = threads;
@@ -154,10 +144,8 @@ impl SimBuilder {
     }
 
     pub fn build(self) -> SimDevice {
-        let cpu = CpuDevice::with_threads(self.cpu_threads);
         SimDevice {
-            scratch: self.scratch.unwrap_or_else(|| cpu.scratch_model()),
-            cpu,
+            cpu: CpuDevice::with_threads(self.cpu_threads),
             clock: self.clock,
             cost: self.cost,
             streams: self.streams,
@@ -183,7 +171,6 @@ pub struct SimDevice {
     remainder_slowdown: Option<f64>,
     timed: bool,
     memory_bytes: Option<u64>,
-    scratch: ScratchModel,
     /// Where the timelines end: the reserved lane's, and the shared one (the whole
     /// device and the remainder; every lane without a partition).
     timelines: Mutex<[Duration; 2]>,
@@ -213,7 +200,6 @@ impl SimDevice {
             timed: false,
             memory_bytes: None,
             cpu_threads: 1,
-            scratch: None,
         }
     }
 
@@ -315,10 +301,6 @@ impl Device for SimDevice {
     fn synchronize(&self) -> Result<(), DeviceError> {
         self.wait_for(None);
         self.loss.check()
-    }
-
-    fn scratch_model(&self) -> ScratchModel {
-        self.scratch.clone()
     }
 
     fn recover(&self) -> Result<(), DeviceError> {

@@ -25,7 +25,7 @@ use sluice_host_api::{ApiError, ErrorCode, Op, TensorMeta};
 use super::Actor;
 use crate::device::{
     Buffer, Device, DeviceError, DeviceInfo, KernelClock, KernelTiming, Lane, Lanes, PartitionState, RowSlicing,
-    ScratchModel, TimedLaunch,
+    TimedLaunch,
 };
 use crate::scheduler::Published;
 use crate::scheduler::status::DeviceHealth;
@@ -174,10 +174,6 @@ impl Device for Watched {
 
     fn scratch_bytes(&self, op: &Op, inputs: &[&TensorMeta], out: &TensorMeta) -> u64 {
         self.inner.scratch_bytes(op, inputs, out)
-    }
-
-    fn scratch_model(&self) -> ScratchModel {
-        self.inner.scratch_model()
     }
 
     fn recover(&self) -> Result<(), DeviceError> {
