@@ -164,4 +164,17 @@ pub trait Device: Send + Sync + 'static {
     fn lanes(&self) -> Option<&dyn Lanes> {
         None
     }
+
+    /// How the device estimates the scratch and temporaries of a kernel (bytes it
+    /// allocates besides the output), so the engine charges them to the invocation
+    /// that launches it; `None`: it does not say (nothing is charged).
+    fn scratch(&self) -> Option<ScratchFn> {
+        None
+    }
 }
+
+/// A device's estimate of a kernel's scratch bytes: from the op, the inputs' and the
+/// output's metadata and the device's compute units (kernels that run in parallel
+/// hold one scratch block per unit). A plain function, so the engine can call it on
+/// its own thread, before the kernel is queued.
+pub type ScratchFn = fn(&Op, &[&TensorMeta], &TensorMeta, u32) -> u64;

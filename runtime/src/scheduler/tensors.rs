@@ -201,6 +201,7 @@ mod tests {
             op: Op::Unary(UnaryOp::Neg),
             inputs: vec![(TensorId(input), meta())],
             out: meta(),
+            scratch: None,
         }
     }
 

@@ -280,7 +280,7 @@ impl Actor {
                 self.complete(*id, result, self.lane);
                 (elapsed, true)
             }
-            Work::Launch { id, op, inputs, out } => {
+            Work::Launch { id, op, inputs, out, .. } => {
                 let id = *id;
                 let out_bytes = out.byte_len() as u64;
                 let args = match self.tensors.gather(inputs) {
