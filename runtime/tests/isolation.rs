@@ -79,10 +79,10 @@ struct Victim {
 /// Tenant A's invocation uploads a tensor and launches `flood` relus on it without
 /// reading anything (misbehave's `leak`), waiting for room before each submission as
 /// the engine does; the device is held at A's first kernel until A has queued all it
-/// may. Then tenant B submits one upload and one exp, and the device runs. Under FIFO,
-/// the worst case for B.
-fn victim_next_to_flood(max_queued: usize, flood: usize) -> Victim {
-    let config = SchedulerConfig { policy: Policy::Fifo, max_queued_per_invocation: max_queued, ..Default::default() };
+/// may. Then tenant B submits one upload and one exp, and the device runs. Both are
+/// latency class (the default); FIFO is the worst case for B.
+fn victim_next_to_flood(policy: Policy, max_queued: usize, flood: usize) -> Victim {
+    let config = SchedulerConfig { policy, max_queued_per_invocation: max_queued, ..Default::default() };
     let sim = sim(config, |d| d.cost(|_, _| KERNEL));
     sim.gate.close();
     let a = stream(&sim.queue, "tenant-a", PriorityClass::Latency);
@@ -127,7 +127,7 @@ fn victim_next_to_flood(max_queued: usize, flood: usize) -> Victim {
 fn a_flooding_invocation_delays_another_tenant_by_a_bounded_backlog() {
     let limit = 64;
     for flood in [500, 2000] {
-        let v = victim_next_to_flood(limit, flood);
+        let v = victim_next_to_flood(Policy::Fifo, limit, flood);
         // The kernel held at the gate, then at most the room's worth of A's work.
         assert!(
             v.flood_kernels_before <= limit + 1,
@@ -138,9 +138,20 @@ fn a_flooding_invocation_delays_another_tenant_by_a_bounded_backlog() {
     }
     // Without the bound (as before): B waits behind A's whole backlog, which grows
     // with the flood.
-    let unbounded = victim_next_to_flood(usize::MAX, 2000);
+    let unbounded = victim_next_to_flood(Policy::Fifo, usize::MAX, 2000);
     assert_eq!(unbounded.flood_kernels_before, 2000);
     assert!(unbounded.waited >= KERNEL * 2000, "{:?}", unbounded.waited);
+}
+
+#[test]
+fn under_fair_share_another_tenant_overtakes_a_flood() {
+    // The default policy, the default room: B's work runs ahead of A's backlog, after
+    // the kernel held at the gate and at most one more (the tie at B's start).
+    for flood in [500, 2000] {
+        let v = victim_next_to_flood(Policy::Priority, SchedulerConfig::default().max_queued_per_invocation, flood);
+        assert!(v.flood_kernels_before <= 2, "flood {flood}: B ran after {} of A's kernels", v.flood_kernels_before);
+        assert!(v.waited <= KERNEL * 3, "flood {flood}: B waited {:?}", v.waited);
+    }
 }
 
 #[test]
