@@ -38,13 +38,13 @@ fn stream(queue: &DeviceQueue, tenant: &str, class: PriorityClass) -> Invocation
     queue.begin(SchedulingInfo { tenant: tenant.into(), class, weight: 1 })
 }
 
-fn meta(n: u32) -> TensorMeta {
-    TensorMeta::new(DType::F32, vec![n]).unwrap()
+fn upload(queue: &DeviceQueue, inv: &InvocationGuard, data: &[f32]) -> (TensorId, TensorMeta) {
+    upload_shaped(queue, inv, &[data.len() as u32], data)
 }
 
-fn upload(queue: &DeviceQueue, inv: &InvocationGuard, data: &[f32]) -> (TensorId, TensorMeta) {
+fn upload_shaped(queue: &DeviceQueue, inv: &InvocationGuard, shape: &[u32], data: &[f32]) -> (TensorId, TensorMeta) {
     let id = queue.new_tensor_id();
-    let m = meta(data.len() as u32);
+    let m = TensorMeta::new(DType::F32, shape.to_vec()).unwrap();
     queue.upload(inv.id(), id, m.clone(), data.iter().flat_map(|v| v.to_le_bytes()).collect());
     (id, m)
 }
@@ -79,10 +79,10 @@ struct Victim {
 /// Tenant A's invocation uploads a tensor and launches `flood` relus on it without
 /// reading anything (misbehave's `leak`), waiting for room before each submission as
 /// the engine does; the device is held at A's first kernel until A has queued all it
-/// may. Then tenant B submits one upload and one exp, and the device runs. Under FIFO,
-/// the worst case for B.
-fn victim_next_to_flood(max_queued: usize, flood: usize) -> Victim {
-    let config = SchedulerConfig { policy: Policy::Fifo, max_queued_per_invocation: max_queued, ..Default::default() };
+/// may. Then tenant B submits one upload and one exp, and the device runs. Both are
+/// latency class (the default); FIFO is the worst case for B.
+fn victim_next_to_flood(policy: Policy, max_queued: usize, flood: usize) -> Victim {
+    let config = SchedulerConfig { policy, max_queued_per_invocation: max_queued, ..Default::default() };
     let sim = sim(config, |d| d.cost(|_, _| KERNEL));
     sim.gate.close();
     let a = stream(&sim.queue, "tenant-a", PriorityClass::Latency);
@@ -127,7 +127,7 @@ fn victim_next_to_flood(max_queued: usize, flood: usize) -> Victim {
 fn a_flooding_invocation_delays_another_tenant_by_a_bounded_backlog() {
     let limit = 64;
     for flood in [500, 2000] {
-        let v = victim_next_to_flood(limit, flood);
+        let v = victim_next_to_flood(Policy::Fifo, limit, flood);
         // The kernel held at the gate, then at most the room's worth of A's work.
         assert!(
             v.flood_kernels_before <= limit + 1,
@@ -138,9 +138,20 @@ fn a_flooding_invocation_delays_another_tenant_by_a_bounded_backlog() {
     }
     // Without the bound (as before): B waits behind A's whole backlog, which grows
     // with the flood.
-    let unbounded = victim_next_to_flood(usize::MAX, 2000);
+    let unbounded = victim_next_to_flood(Policy::Fifo, usize::MAX, 2000);
     assert_eq!(unbounded.flood_kernels_before, 2000);
     assert!(unbounded.waited >= KERNEL * 2000, "{:?}", unbounded.waited);
+}
+
+#[test]
+fn under_fair_share_another_tenant_overtakes_a_flood() {
+    // The default policy, the default room: B's work runs ahead of A's backlog, after
+    // the kernel held at the gate and at most one more (the tie at B's start).
+    for flood in [500, 2000] {
+        let v = victim_next_to_flood(Policy::Priority, SchedulerConfig::default().max_queued_per_invocation, flood);
+        assert!(v.flood_kernels_before <= 2, "flood {flood}: B ran after {} of A's kernels", v.flood_kernels_before);
+        assert!(v.waited <= KERNEL * 3, "flood {flood}: B waited {:?}", v.waited);
+    }
 }
 
 #[test]
@@ -224,4 +235,32 @@ fn status_reports_a_stopped_device_instead_of_panicking() {
     let inv = stream(&queue, "tenant-a", PriorityClass::Latency);
     let x = upload(&queue, &inv, &[1.0]);
     assert_eq!(read_f32(&queue, &x).unwrap_err().code, sluice_host_api::ErrorCode::DeviceFailure);
+}
+
+#[test]
+fn a_kernels_scratch_is_charged_to_its_invocation_until_it_ran() {
+    use sluice_host_api::{Conv2dArgs, ErrorCode, infer};
+    use sluice_runtime::scheduler::{MemoryAccount, Reservation};
+    let queue = DeviceQueue::start(Box::new(CpuDevice::with_threads(1)));
+    let inv = stream(&queue, "tenant-a", PriorityClass::Latency);
+    let x = upload_shaped(&queue, &inv, &[1, 2, 8, 8], &[1.0; 2 * 8 * 8]);
+    let w = upload_shaped(&queue, &inv, &[4, 2, 3, 3], &[0.5; 4 * 2 * 3 * 3]);
+    let op = Op::Conv2d(Conv2dArgs { stride: (1, 1), padding: (0, 0), dilation: (1, 1), groups: 1 });
+    let out = infer(&op, &[&x.1, &w.1]).unwrap();
+    // im2col on one thread: k = 2·3·3 rows by p = 6·6 columns of f32.
+    let bytes = queue.scratch_bytes(&op, &[&x.1, &w.1], &out);
+    assert_eq!(bytes, 18 * 36 * 4);
+    // An invocation whose account cannot hold the scratch is refused before queueing.
+    let small = MemoryAccount::new("small invocation", Some(bytes - 1), None);
+    let refused = Reservation::new(&small, queue.memory(), bytes).unwrap_err();
+    assert_eq!(refused.code, ErrorCode::QuotaExceeded);
+    assert_eq!((small.used(), queue.memory().used()), (0, 0), "a refusal holds nothing");
+    // Held from the launch until the kernel ran, then returned.
+    let account = MemoryAccount::new("invocation", None, None);
+    let scratch = Reservation::new(&account, queue.memory(), bytes).unwrap();
+    let id = queue.new_tensor_id();
+    queue.launch_charged(inv.id(), id, op, vec![x, w], out.clone(), Some(scratch));
+    assert_eq!(read_f32(&queue, &(id, out)).unwrap()[0], 9.0, "0.5 × 18 ones");
+    queue.status_blocking();
+    assert_eq!((account.used(), account.peak(), queue.memory().used()), (0, bytes, 0));
 }

@@ -14,7 +14,7 @@ use super::bindings::WitDtype;
 use super::bindings::sluice::gpu::{artifacts, fused, io, ops, tensors, types};
 use super::host_error::HostError;
 use super::state::{InvocationState, TensorHandle};
-use crate::scheduler::TensorLease;
+use crate::scheduler::{Reservation, TensorLease};
 
 /// What an import that returns a WIT `result` returns: a refusal or a trap in the `Err`.
 type HostResult<T> = Result<T, HostError>;
@@ -36,8 +36,19 @@ impl InvocationState {
         match source {
             Source::Bytes(bytes) => self.queue.upload(self.invocation, id, meta.clone(), bytes),
             Source::Op(op, inputs) => {
+                // The kernel's scratch is the invocation's too, until the kernel ran.
+                let metas: Vec<&TensorMeta> = inputs.iter().map(|(_, m)| m).collect();
+                let bytes = self.queue.scratch_bytes(&op, &metas, &meta);
+                let scratch = if bytes == 0 {
+                    None
+                } else {
+                    let scratch = Reservation::new(&self.account, self.queue.memory(), bytes).map_err(|e| {
+                        ApiError::new(e.code, format!("{} (the scratch memory of {})", e.message, op.name()))
+                    });
+                    Some(scratch.map_err(|e| self.refused(e))?)
+                };
                 self.launches += 1;
-                self.queue.launch(self.invocation, id, op, inputs, meta.clone());
+                self.queue.launch_charged(self.invocation, id, op, inputs, meta.clone(), scratch);
             }
         }
         let handle = self.table.push(TensorHandle::owned(lease, meta))?;

@@ -98,9 +98,17 @@ impl Engine {
         let ticker_stop = Arc::new(AtomicBool::new(false));
         let (engine, stop, tick) = (wasmtime.clone(), ticker_stop.clone(), config.epoch_tick);
         std::thread::Builder::new().name("sluice-epoch".into()).spawn(move || {
+            let started = std::time::Instant::now();
+            let mut ticked = 0;
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(tick);
-                engine.increment_epoch();
+                // A ticker that was descheduled (many runaway guests on few cores)
+                // catches up, so deadlines follow the wall clock, not its wake-ups.
+                let due = epochs_due(started.elapsed(), tick);
+                while ticked < due {
+                    engine.increment_epoch();
+                    ticked += 1;
+                }
             }
         })?;
         Ok(Engine { wasmtime, linker, config, ticker_stop, warm_total: Default::default() })
@@ -134,8 +142,27 @@ impl Engine {
     }
 }
 
+/// Epoch ticks due `elapsed` after the epoch clock started, one per `tick`.
+fn epochs_due(elapsed: Duration, tick: Duration) -> u64 {
+    (elapsed.as_nanos() / tick.as_nanos().max(1)) as u64
+}
+
 impl Drop for Engine {
     fn drop(&mut self) {
         self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_late_ticker_catches_up_with_the_wall_clock() {
+        let tick = Duration::from_millis(5);
+        assert_eq!(epochs_due(Duration::from_millis(4), tick), 0);
+        assert_eq!(epochs_due(Duration::from_millis(5), tick), 1);
+        // Woken 700 ms late: every tick of those 700 ms is due at once, not one.
+        assert_eq!(epochs_due(Duration::from_millis(705), tick), 141);
     }
 }

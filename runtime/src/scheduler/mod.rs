@@ -38,13 +38,13 @@ use crossbeam_channel::Sender;
 use sluice_host_api::{ApiError, Op, TensorMeta};
 use tokio::sync::oneshot;
 
-use crate::device::{Device, DeviceInfo};
+use crate::device::{Device, DeviceInfo, ScratchFn};
 use work::Work;
 
 pub use crate::clock::Clock;
 pub use cost::{CostModel, KernelKey};
 pub use lease::TensorLease;
-pub use memory::MemoryAccount;
+pub use memory::{MemoryAccount, Reservation};
 pub use pool::{DevicePool, Placement, PlacementError};
 pub use room::QueueRoom;
 pub use status::{DeviceHealth, DeviceStatus, LatencySummary, TenantStatus};
@@ -204,6 +204,8 @@ struct Shared {
     next_invocation: AtomicU64,
     /// Every tensor reserved on the device, against its memory less the headroom.
     memory: Arc<MemoryAccount>,
+    /// The device's scratch estimate, if it gives one.
+    scratch: Option<ScratchFn>,
 }
 
 /// Handle to one device's scheduler. Cheap to clone.
@@ -221,6 +223,7 @@ impl DeviceQueue {
     /// Starts the actor thread that owns `device`.
     pub fn start_with(device: Box<dyn Device>, config: SchedulerConfig) -> DeviceQueue {
         let info = device.info();
+        let scratch = device.scratch();
         let (tx, rx) = crossbeam_channel::unbounded();
         let name = format!("sluice-{:?}", info.kind).to_lowercase();
         let worker_config = config.clone();
@@ -239,6 +242,7 @@ impl DeviceQueue {
         DeviceQueue {
             shared: Arc::new(Shared {
                 memory,
+                scratch,
                 tx,
                 published,
                 info,
@@ -300,8 +304,29 @@ impl DeviceQueue {
         inputs: Vec<(TensorId, TensorMeta)>,
         out: TensorMeta,
     ) {
+        self.launch_charged(inv, id, op, inputs, out, None);
+    }
+
+    /// [`DeviceQueue::launch`], holding `scratch` (the kernel's scratch reserved for
+    /// its invocation, [`DeviceQueue::scratch_bytes`]) until the kernel has run.
+    pub fn launch_charged(
+        &self,
+        inv: InvocationId,
+        id: TensorId,
+        op: Op,
+        inputs: Vec<(TensorId, TensorMeta)>,
+        out: TensorMeta,
+        scratch: Option<Reservation>,
+    ) {
         let at = self.shared.config.clock.now();
-        self.send(Command::Work { inv, work: Work::Launch { id, op, inputs, out }, at });
+        self.send(Command::Work { inv, work: Work::Launch { id, op, inputs, out, scratch }, at });
+    }
+
+    /// Scratch and temporaries the device allocates running `op` on `inputs` (besides
+    /// its output), as its backend estimates them ([`Device::scratch`]); 0 if it does
+    /// not say.
+    pub fn scratch_bytes(&self, op: &Op, inputs: &[&TensorMeta], out: &TensorMeta) -> u64 {
+        self.shared.scratch.map_or(0, |f| f(op, inputs, out, self.shared.info.compute_units))
     }
 
     /// Waits for tensor `id` and returns its little-endian bytes.

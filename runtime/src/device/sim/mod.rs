@@ -33,7 +33,7 @@ use sluice_host_api::{Op, RowSplit, TensorMeta};
 
 use super::{
     Buffer, CpuDevice, Device, DeviceError, DeviceInfo, KernelClock, KernelTiming, Lane, Lanes, PartitionState,
-    RowSlicing, TimedLaunch,
+    RowSlicing, ScratchFn, TimedLaunch,
 };
 use crate::clock::Clock;
 
@@ -101,6 +101,7 @@ pub struct SimBuilder {
     timed: bool,
     memory_bytes: Option<u64>,
     cpu_threads: usize,
+    scratch: Option<ScratchFn>,
 }
 
 impl SimBuilder {
@@ -137,6 +138,12 @@ impl SimBuilder {
         self
     }
 
+    /// The scratch its ops report ([`Device::scratch`]; default: the CPU device's).
+    pub fn scratch(mut self, scratch: ScratchFn) -> Self {
+        self.scratch = Some(scratch);
+        self
+    }
+
     /// Threads of the CPU device that computes the results (default 1).
     pub fn cpu_threads(mut self, threads: usize) -> Self {
         self.cpu_threads = threads;
@@ -152,6 +159,7 @@ impl SimBuilder {
             remainder_slowdown: self.remainder_slowdown,
             timed: self.timed,
             memory_bytes: self.memory_bytes,
+            scratch: self.scratch,
             timelines: Mutex::new([Duration::ZERO; 2]),
             lane: Mutex::new(Lane::Whole),
             log: SimLog::default(),
@@ -171,6 +179,7 @@ pub struct SimDevice {
     remainder_slowdown: Option<f64>,
     timed: bool,
     memory_bytes: Option<u64>,
+    scratch: Option<ScratchFn>,
     /// Where the timelines end: the reserved lane's, and the shared one (the whole
     /// device and the remainder; every lane without a partition).
     timelines: Mutex<[Duration; 2]>,
@@ -200,6 +209,7 @@ impl SimDevice {
             timed: false,
             memory_bytes: None,
             cpu_threads: 1,
+            scratch: None,
         }
     }
 
@@ -305,6 +315,10 @@ impl Device for SimDevice {
 
     fn recover(&self) -> Result<(), DeviceError> {
         self.loss.recover()
+    }
+
+    fn scratch(&self) -> Option<ScratchFn> {
+        self.scratch.or_else(|| self.cpu.scratch())
     }
 
     fn is_async(&self) -> bool {

@@ -92,9 +92,11 @@ pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver
 fn serve(actor: &mut Actor, rx: &Receiver<Command>, published: &Published) {
     loop {
         if actor.queues.is_idle() {
-            // Nothing to run: let the device finish, so the window is measured.
+            // Nothing to run: let the device finish, so the window is measured, and
+            // give back what a burst grew the tables to.
             actor.drain();
             actor.recover_if_lost();
+            actor.tensors.shrink_after_burst();
             match wait(rx) {
                 Some(c) => actor.accept(c),
                 None => return,

@@ -25,7 +25,7 @@ use sluice_host_api::{ApiError, ErrorCode, Op, TensorMeta};
 use super::Actor;
 use crate::device::{
     Buffer, Device, DeviceError, DeviceInfo, KernelClock, KernelTiming, Lane, Lanes, PartitionState, RowSlicing,
-    TimedLaunch,
+    ScratchFn, TimedLaunch,
 };
 use crate::scheduler::Published;
 use crate::scheduler::status::DeviceHealth;
@@ -178,6 +178,10 @@ impl Device for Watched {
 
     fn recover(&self) -> Result<(), DeviceError> {
         self.inner.recover()
+    }
+
+    fn scratch(&self) -> Option<ScratchFn> {
+        self.inner.scratch()
     }
 
     fn is_async(&self) -> bool {
