@@ -14,7 +14,7 @@
 //!   on the remainder take longer (fewer compute units);
 //! - [`SimBuilder::timed`]: kernels can be timed by the device (GPU events);
 //! - [`SimDevice::loss`]: a chosen launch loses the device (a sticky GPU error) until
-//!   it is reset ([`loss`]).
+//!   it is reset ([`Loss`]).
 //!
 //! Every kernel is logged ([`Ran`]: op, rows, lane, simulated submission, start and
 //! end), and every launch passes a [`Gate`] the test holds, so a test can stop the
