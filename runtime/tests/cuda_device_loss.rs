@@ -3,14 +3,15 @@
 //! `SLUICE_FAKE_CUDA_FAIL_LAUNCH=3`, so the process's third kernel launch fails with an
 //! illegal address, a sticky error that loses the device. The `mlp` invocation that
 //! hits it fails with `device-failure`; the scheduler resets the GPU, and the next
-//! invocations run on it and give the right answer. Skipped (and counted) elsewhere.
+//! invocations run on it and give the right answer; the GPU's scratch estimate is what
+//! the queue charges. Skipped (and counted) elsewhere.
 
 mod common;
 
 #[path = "../../tests/src/skip.rs"]
 mod skip;
 
-use sluice_host_api::Code;
+use sluice_host_api::{Code, DType, Op, TensorMeta};
 use sluice_runtime::device::cuda::CudaDevice;
 use sluice_runtime::engine::{FunctionLimits, InvocationContext, IoData, IoTensor};
 use sluice_runtime::scheduler::{DeviceHealth, DeviceQueue, MemoryAccount};
@@ -52,6 +53,14 @@ fn an_invocation_that_loses_the_gpu_fails_and_the_next_ones_run() {
         let (IoData::F32(got), IoData::F32(want)) = (&got[0].data, &want[0].data) else { panic!("f32 outputs") };
         assert!(got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-5), "{got:?} vs {want:?}");
     }
+    // The GPU's exact scratch reaches the quota path: the queue charges attention's
+    // scores and probabilities with its output.
+    let q = TensorMeta::new(DType::F32, vec![1, 64, 32]).unwrap();
+    let attention = Op::Attention { heads: 2, scale: 0.25 };
+    let out = sluice_host_api::infer(&attention, &[&q, &q, &q]).unwrap();
+    let scratch = queue.scratch_bytes(&attention, &[&q, &q, &q], &out);
+    assert!(scratch >= 2 * 2 * 64 * 64 * 4, "{scratch}");
+    assert_eq!(scratch, sluice_backend_cuda::scratch_bytes(&attention, &[&q, &q, &q], &out));
     let status = queue.status_blocking();
     assert_eq!((status.resets, status.health), (1, DeviceHealth::Healthy));
     assert!(status.last_reset.is_some_and(|r| r.contains("ILLEGAL_ADDRESS")));
