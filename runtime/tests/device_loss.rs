@@ -135,3 +135,20 @@ fn a_device_that_cannot_be_reset_is_failed_and_refuses_work_at_once() {
     assert!(e.message.contains("could not be reset"), "{e:?}");
     assert_eq!(loss.recoveries(), 0);
 }
+
+#[test]
+fn placement_passes_over_a_device_lost_for_good() {
+    use sluice_runtime::scheduler::DevicePool;
+    let (lost, other) = (sim(|d| d), sim(|d| d));
+    let pool = DevicePool::new(vec![lost.queue.clone(), other.queue.clone()]);
+    assert_eq!(pool.place(1 << 10).unwrap().index(), 0, "both idle: the first");
+    lost.loss.at_launch(1);
+    lost.loss.refuse_recovery();
+    let a = stream(&lost.queue, "tenant-a");
+    let y = unary(&lost.queue, &a, UnaryOp::Neg, &upload(&lost.queue, &a, &[1.0]));
+    assert!(read(&lost.queue, &y).is_err());
+    drop(a);
+    lost.queue.status_blocking();
+    assert!(!lost.queue.serves() && other.queue.serves());
+    assert_eq!(pool.place(1 << 10).unwrap().index(), 1, "the lost device is passed over");
+}

@@ -193,6 +193,8 @@ pub(crate) struct Published {
     /// Times the device was lost and reset: counted before the work it lost fails, so
     /// whoever sees that failure also sees the reset.
     pub resets: AtomicU64,
+    /// The device was lost and could not be reset: it fails every work item.
+    pub unrecoverable: std::sync::atomic::AtomicBool,
 }
 
 struct Shared {
@@ -374,6 +376,12 @@ impl DeviceQueue {
     /// count changed (cached weights) are gone and must be uploaded again.
     pub fn resets(&self) -> u64 {
         self.shared.published.resets.load(Ordering::Acquire)
+    }
+
+    /// Whether the device runs work: not stopped, and not lost for good (see
+    /// [`DeviceHealth`]). Placement passes over a device that does not.
+    pub fn serves(&self) -> bool {
+        !self.shared.published.unrecoverable.load(Ordering::Acquire) && self.failure().is_none()
     }
 
     /// Why the device thread stopped, if it has (a panic of the scheduler itself;

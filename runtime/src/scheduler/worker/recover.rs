@@ -14,7 +14,8 @@
 //!   not failed already fails with that error) and forgets the work in flight;
 //! - calls [`Device::recover`]. If that fails the device is marked failed
 //!   ([`DeviceHealth::Failed`]) and from then on every submitted work item fails at
-//!   once with that reason, so no invocation waits on it.
+//!   once with that reason, so no invocation waits on it; placement passes over it
+//!   while another device serves.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -115,6 +116,7 @@ impl Actor {
             let why = format!("the device was lost ({why}) and could not be reset: {failed}");
             tracing::error!(why, "the device serves no more");
             self.recovery.failed = Some(why);
+            self.recovery.lost.published.unrecoverable.store(true, Ordering::Release);
         }
         // A loss the reset's own calls noted is the one being handled.
         if self.recovery.lost.why.lock().take().is_some() {
