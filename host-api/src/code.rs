@@ -66,11 +66,17 @@ pub enum Code {
     InsufficientDeviceMemory,
     /// The invocation exceeded the function's time limit.
     Timeout,
+    /// A device-memory quota (the tenant's, or the device's memory less its headroom)
+    /// or the invocation's limit on live tensor handles is full. 429: the tenant's
+    /// quota and the device's memory are shared with its and others' invocations in
+    /// flight, so the same request can succeed once they finish (a request that alone
+    /// needs more never will; the message names the limit).
+    QuotaExceeded,
 }
 
 impl Code {
     /// Every code, in declaration order.
-    pub const ALL: [Code; 24] = [
+    pub const ALL: [Code; 25] = [
         Code::InvalidRequest,
         Code::InvalidInput,
         Code::InvalidName,
@@ -95,6 +101,7 @@ impl Code {
         Code::ShuttingDown,
         Code::InsufficientDeviceMemory,
         Code::Timeout,
+        Code::QuotaExceeded,
     ];
 
     /// The code as it appears in error bodies and metric labels (snake_case).
@@ -124,6 +131,7 @@ impl Code {
             Code::ShuttingDown => "shutting_down",
             Code::InsufficientDeviceMemory => "insufficient_device_memory",
             Code::Timeout => "timeout",
+            Code::QuotaExceeded => "quota_exceeded",
         }
     }
 
@@ -138,7 +146,7 @@ impl Code {
             Code::AlreadyExists => 409,
             Code::PayloadTooLarge => 413,
             Code::UnsupportedMediaType => 415,
-            Code::TenantConcurrencyLimit | Code::ConcurrencyLimit => 429,
+            Code::TenantConcurrencyLimit | Code::ConcurrencyLimit | Code::QuotaExceeded => 429,
             Code::FunctionFailed
             | Code::FunctionTrapped
             | Code::MemoryLimitExceeded

@@ -275,10 +275,44 @@ async fn a_tenant_over_its_memory_quota_fails_alone() {
         host().engine.invoke(&image, ctx(&tenant_b), &input)
     );
     let err = a.unwrap_err();
-    let InvokeError::Failed { message, .. } = &err else { panic!("{err}") };
-    assert!(message.contains("quota-exceeded") && message.contains("tenant \"a\""), "{message}");
+    // Its own code (429 over HTTP), not `function_failed` (a 500) as before.
+    let InvokeError::QuotaExceeded { message, .. } = &err else { panic!("{err}") };
+    assert!(message.contains("quota") && message.contains("tenant \"a\""), "{message}");
+    assert_eq!(err.code(), sluice_host_api::Code::QuotaExceeded);
     assert_eq!(b.expect("tenant b is unaffected").outputs[0].shape, vec![4, 10]);
     assert_eq!((tenant_a.used(), tenant_b.used()), (0, 0), "everything returned");
+}
+
+#[tokio::test]
+async fn an_invocation_holding_too_many_tensor_handles_is_refused() {
+    // Every tensor costs a handle, even one of zero bytes; misbehave's leak holds 2000.
+    let engine = Engine::new(EngineConfig { max_live_tensors: 100, ..EngineConfig::default() }).unwrap();
+    let component = engine.compile(&common::component("misbehave")).unwrap();
+    let image = engine.prepare("misbehave", &component, ArtifactSet::empty(), FunctionLimits::default()).unwrap();
+    let (ctx, account) = context();
+    let err = engine.invoke(&image, ctx, &[text("mode", "leak")]).await.unwrap_err();
+    let InvokeError::QuotaExceeded { message, .. } = &err else { panic!("{err}") };
+    assert!(message.contains("100 tensor handles"), "{message}");
+    assert_eq!(account.used(), 0, "everything returned");
+    let (ctx, _) = context();
+    engine.invoke(&image, ctx, &[text("mode", "ok")]).await.expect("the next invocation succeeds");
+}
+
+#[tokio::test]
+async fn guest_cpu_time_is_measured_and_charged_to_the_tenant() {
+    // `loop` computes in Wasm without host calls until its deadline.
+    let limits = FunctionLimits { timeout: Duration::from_millis(200), ..FunctionLimits::default() };
+    let image = prepare("misbehave", limits);
+    let (mut ctx, _) = context();
+    ctx.scheduling.tenant = "cpu-burner".into();
+    let err = host().engine.invoke(&image, ctx, &[text("mode", "loop")]).await.unwrap_err();
+    assert!(matches!(err, InvokeError::Timeout { .. }), "{err}");
+    let status = host().queue.status().await;
+    let burner = status.tenants.iter().find(|t| t.tenant == "cpu-burner").expect("the tenant is known");
+    // Measured time, but a lower bound that holds on any machine: the guest ran
+    // until its deadline, so at least that long passed between its start and its end.
+    assert!(burner.guest_cpu_us >= 200_000, "{} µs charged", burner.guest_cpu_us);
+    assert_eq!(burner.kernels, 0, "charged without running a kernel");
 }
 
 #[tokio::test]

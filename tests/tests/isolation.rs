@@ -93,3 +93,32 @@ fn admin_manages_tenants_and_keys() {
     server.get("/v1/functions", &second_key).expect_error(401, "unauthorized");
     server.get("/v1/tenants/corp", ADMIN_KEY).expect_error(404, "not_found");
 }
+
+/// A tenant over its device-memory quota gets the quota's own code (429, retryable),
+/// not `function_failed` (500) as before; another tenant is served, and the status
+/// reports the device healthy with the tenant's guest CPU time.
+#[test]
+fn a_tenant_over_its_memory_quota_gets_quota_exceeded() {
+    let server = Server::start();
+    // 8 KiB: less than the mlp's 16 KiB first layer.
+    let settings = json!({ "id": "small", "settings": { "memory_quota_bytes": 8192 } });
+    let small = server.post_json("/v1/tenants", ADMIN_KEY, &settings).expect(201)["key"].as_str().unwrap().to_owned();
+    let other = server.create_tenant("other");
+    server.deploy(&small, "mlp", "mlp", "");
+    server.deploy(&other, "mlp", "mlp", "");
+    let input =
+        json!({ "inputs": [{ "name": "input", "shape": [1, 16], "datatype": "FP32", "data": vec![0.5f32; 16] }] });
+    let refused = server.post_json("/v1/functions/mlp/invoke", &small, &input);
+    let message = refused.expect_error(429, "quota_exceeded");
+    assert!(message.contains("quota") && message.contains("small"), "{message}");
+    assert!(refused.headers.contains_key("retry-after"), "{:?}", refused.headers);
+    server.post_json("/v1/functions/mlp/invoke", &other, &input).expect(200);
+
+    let status = server.status(&other);
+    let device = &status["devices"][0];
+    assert_eq!(device["health"], json!({ "state": "healthy" }), "{device}");
+    assert_eq!(device["contained_faults"], 0);
+    let tenant = &device["tenants"][0];
+    assert_eq!(tenant["tenant"], "other");
+    assert!(tenant["guest_cpu_us"].is_u64(), "{tenant}");
+}

@@ -89,6 +89,7 @@ fn metrics_count_outcomes_time_invocations_and_show_devices() {
         assert!(sample(&text, &format!("{family}{{device=\"0\"}}")).is_some(), "{family} missing:\n{text}");
     }
     assert_sample(&text, "sluice_device_active_invocations{device=\"0\"}", "0");
+    assert_sample(&text, "sluice_device_resets_total{device=\"0\"}", "0");
     assert!(sample(&text, "sluice_tenant_memory_used_bytes{tenant=\"acme\"}").is_some(), "{text}");
 
     // Admin only, errors in the usual JSON format.

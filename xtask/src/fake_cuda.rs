@@ -109,25 +109,37 @@ fn test(schedule: &str, extra: &[String]) -> Result<Counts> {
     }
     // The runtime's CUDA device recovering from a lost GPU, alone in its process: the
     // second kernel launch of the process fails (a sticky error, process-wide).
+    let lost_stdout = alone(schedule, &skip_log, &["--lib", "device::cuda::tests::"], 2, "CUDA device-loss")?;
+    // An engine invocation losing the GPU through the scheduler, which resets it; the
+    // next invocations run (the mlp component: build it if needed).
+    crate::build_functions::run(&[])?;
+    let reset_stdout = alone(schedule, &skip_log, &["--test", "cuda_device_loss"], 3, "scheduler's device-reset")?;
+    let lost_stdout = format!("{lost_stdout}\n{reset_stdout}");
+    let skipped = std::fs::read_to_string(&skip_log).unwrap_or_default().lines().count();
+    let counts = count(&format!("{stdout}\n{lost_stdout}"), skipped);
+    eprintln!("xtask: schedule {schedule}: {counts}");
+    Ok(counts)
+}
+
+/// Runs the runtime's tests selected by `select` alone in a process whose
+/// `fail_launch`-th kernel launch fails with an illegal address; returns their output.
+fn alone(schedule: &str, skip_log: &Path, select: &[&str], fail_launch: u32, what: &str) -> Result<String> {
     let mut r = cmd::cargo();
-    r.current_dir(cmd::repo_root()).args(["test", "-p", "sluice-runtime", "--lib", "device::cuda::tests::"]).args([
+    r.current_dir(cmd::repo_root()).args(["test", "-p", "sluice-runtime"]).args(select).args([
         "--",
         "--nocapture",
         "--test-threads=1",
     ]);
     env(&mut r, schedule)?;
-    r.env("SLUICE_SKIP_LOG", &skip_log).env("SLUICE_FAKE_CUDA_FAIL_LAUNCH", "2");
-    let lost = r.output().context("could not start cargo test")?;
-    let lost_stdout = String::from_utf8_lossy(&lost.stdout);
-    if !lost.status.success() {
-        eprint!("{}", String::from_utf8_lossy(&lost.stderr));
-        print!("{lost_stdout}");
-        bail!("the runtime's CUDA device-loss test failed on the fake device (schedule {schedule})");
+    r.env("SLUICE_SKIP_LOG", skip_log).env("SLUICE_FAKE_CUDA_FAIL_LAUNCH", fail_launch.to_string());
+    let out = r.output().context("could not start cargo test")?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        eprint!("{}", String::from_utf8_lossy(&out.stderr));
+        print!("{stdout}");
+        bail!("the runtime's {what} test failed on the fake device (schedule {schedule})");
     }
-    let skipped = std::fs::read_to_string(&skip_log).unwrap_or_default().lines().count();
-    let counts = count(&format!("{stdout}\n{lost_stdout}"), skipped);
-    eprintln!("xtask: schedule {schedule}: {counts}");
-    Ok(counts)
+    Ok(stdout)
 }
 
 /// Sums libtest's "N passed" lines; `skipped` of them skipped (the run's skip log).

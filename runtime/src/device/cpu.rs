@@ -3,9 +3,9 @@
 use sluice_backend_cpu::CpuBuffer;
 use std::ops::Range;
 
-use sluice_host_api::{Op, TensorMeta};
+use sluice_host_api::{DType, Op, TensorMeta};
 
-use super::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind, PartitionState, RowSlicing};
+use super::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind, PartitionState, RowSlicing, ScratchFn};
 
 /// The host CPU as a device. Kernels run in the device's own thread pool, so the
 /// number of cores they may take is a setting, and the rest stay free for the host
@@ -100,7 +100,13 @@ impl Device for CpuDevice {
     }
 
     fn upload(&self, meta: &TensorMeta, bytes: &[u8]) -> Result<Buffer, DeviceError> {
-        debug_assert_eq!(bytes.len(), meta.byte_len());
+        if bytes.len() != meta.byte_len() {
+            return Err(DeviceError::Failure(format!(
+                "{} bytes uploaded for a tensor of {} bytes",
+                bytes.len(),
+                meta.byte_len()
+            )));
+        }
         Ok(Buffer::Cpu(CpuBuffer::from_le_bytes(meta.dtype, bytes)))
     }
 
@@ -129,6 +135,42 @@ impl Device for CpuDevice {
 
     fn rows(&self) -> Option<&dyn RowSlicing> {
         Some(self)
+    }
+
+    fn scratch(&self) -> Option<ScratchFn> {
+        Some(scratch_bytes)
+    }
+}
+
+/// The CPU kernels' scratch, an upper estimate: f16/bf16 inputs of float kernels are
+/// read as f32 copies; a convolution that is not direct unrolls its input (im2col,
+/// one `k × p` block per thread); attention holds one block of scores (at most
+/// `sq × sk`) per thread; a bf16 matmul computes in an f32 copy of its output.
+fn scratch_bytes(op: &Op, inputs: &[&TensorMeta], out: &TensorMeta, threads: u32) -> u64 {
+    const F32: u64 = 4;
+    let threads = u64::from(threads.max(1));
+    let numel = |m: &TensorMeta| m.numel() as u64;
+    let dim = |m: Option<&&TensorMeta>, i: usize| m.and_then(|m| m.shape.get(i)).map_or(1, |&d| u64::from(d));
+    let floats_copied = || -> u64 {
+        inputs.iter().filter(|m| matches!(m.dtype, DType::F16 | DType::BF16)).map(|m| numel(m) * F32).sum()
+    };
+    match op {
+        Op::Conv2d(_) => {
+            // Weight [oc, cg, kh, kw]: k = cg·kh·kw; output [n, oc, oh, ow]: p = oh·ow.
+            let w = inputs.get(1);
+            let k = dim(w, 1) * dim(w, 2) * dim(w, 3);
+            let p = out.shape.iter().skip(2).map(|&d| u64::from(d)).product::<u64>();
+            floats_copied() + threads * k * p * F32
+        }
+        Op::Attention { .. } => {
+            let (sq, sk) = (dim(inputs.first(), 1), dim(inputs.get(1), 1));
+            floats_copied() + threads * sq * sk * F32
+        }
+        Op::Matmul(_) | Op::Linear { .. } if out.dtype == DType::BF16 => floats_copied() + numel(out) * F32,
+        Op::Matmul(_) | Op::Linear { .. } | Op::Softmax { .. } | Op::LayerNorm { .. } | Op::AddLayerNorm { .. } => {
+            floats_copied()
+        }
+        _ => 0,
     }
 }
 

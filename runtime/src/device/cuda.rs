@@ -19,7 +19,7 @@ use sluice_host_api::{Op, TensorMeta};
 
 use super::{
     Buffer, Device, DeviceError, DeviceInfo, DeviceKind, KernelClock, KernelTiming, Lane, Lanes, PartitionState,
-    RowSlicing, TimedLaunch,
+    RowSlicing, ScratchFn, TimedLaunch,
 };
 
 pub use sluice_backend_cuda::CudaUnavailable;
@@ -49,6 +49,12 @@ impl CudaDevice {
     fn error(&self, e: CudaError) -> DeviceError {
         error(self.inner.read().classify(e))
     }
+}
+
+/// The scratch an op takes on the GPU, exactly, in the caching allocator's blocks
+/// (`sluice_backend_cuda::scratch_bytes`): the same on every GPU whatever its SMs.
+fn scratch_bytes(op: &Op, inputs: &[&TensorMeta], out: &TensorMeta, _sms: u32) -> u64 {
+    sluice_backend_cuda::scratch_bytes(op, inputs, out)
 }
 
 fn gpu(buffer: &Buffer) -> Result<&CudaBuffer, DeviceError> {
@@ -125,8 +131,8 @@ impl Device for CudaDevice {
         r.map_err(|e| self.error(e))
     }
 
-    fn scratch_bytes(&self, op: &Op, inputs: &[&TensorMeta], out: &TensorMeta) -> u64 {
-        sluice_backend_cuda::scratch_bytes(op, inputs, out)
+    fn scratch(&self) -> Option<ScratchFn> {
+        Some(scratch_bytes)
     }
 
     fn recover(&self) -> Result<(), DeviceError> {

@@ -152,11 +152,10 @@ pub trait Device: Send + Sync + 'static {
     fn synchronize(&self) -> Result<(), DeviceError>;
 
     /// Device memory `launch` of `op` takes besides its output (attention scores, a
-    /// broadcast copy, an im2col buffer), for the host to charge to the invocation's
-    /// quota with the output; 0 for a device whose ops take none from device memory.
+    /// broadcast copy, an im2col buffer): [`Device::scratch`]'s estimate, 0 for a device
+    /// that gives none.
     fn scratch_bytes(&self, op: &Op, inputs: &[&TensorMeta], out: &TensorMeta) -> u64 {
-        let _ = (op, inputs, out);
-        0
+        self.scratch().map_or(0, |f| f(op, inputs, out, self.info().compute_units))
     }
 
     /// Resets a device that returned [`DeviceError::Lost`] and makes it usable again;
@@ -191,4 +190,17 @@ pub trait Device: Send + Sync + 'static {
     fn lanes(&self) -> Option<&dyn Lanes> {
         None
     }
+
+    /// How the device estimates the scratch and temporaries of a kernel (bytes it
+    /// allocates besides the output), so the engine charges them to the invocation
+    /// that launches it; `None`: it does not say (nothing is charged).
+    fn scratch(&self) -> Option<ScratchFn> {
+        None
+    }
 }
+
+/// A device's estimate of a kernel's scratch bytes: from the op, the inputs' and the
+/// output's metadata and the device's compute units (kernels that run in parallel
+/// hold one scratch block per unit). A plain function, so the engine can call it on
+/// its own thread, before the kernel is queued.
+pub type ScratchFn = fn(&Op, &[&TensorMeta], &TensorMeta, u32) -> u64;

@@ -7,7 +7,8 @@
 //! uploaded once (cast to the asked dtype on the device) and shared read-only by every
 //! invocation of the version: later `load-tensor` calls get a handle to the same
 //! device tensor. The weights are charged once to the account given at creation
-//! (the tenant's).
+//! (the tenant's). A device that was lost and reset since they were loaded
+//! ([`DeviceQueue::resets`]) no longer holds them: they are loaded again.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -38,6 +39,8 @@ pub struct ArtifactSet {
     account: Arc<MemoryAccount>,
     maps: Mutex<HashMap<String, Arc<memmap2::Mmap>>>,
     weights: Mutex<HashMap<WeightKey, (Arc<TensorLease>, TensorMeta)>>,
+    /// The device's resets when the weights were loaded.
+    weights_resets: AtomicU64,
     loaded: AtomicU64,
     loaded_bytes: AtomicU64,
     hits: AtomicU64,
@@ -51,6 +54,7 @@ impl ArtifactSet {
             account,
             maps: Mutex::new(HashMap::new()),
             weights: Mutex::new(HashMap::new()),
+            weights_resets: AtomicU64::new(0),
             loaded: AtomicU64::new(0),
             loaded_bytes: AtomicU64::new(0),
             hits: AtomicU64::new(0),
@@ -124,6 +128,13 @@ impl ArtifactSet {
         let key = (artifact.to_owned(), name.to_owned(), as_dtype);
         // Holding the lock while loading makes concurrent first loads wait for one copy.
         let mut weights = self.weights.lock();
+        // Read before anything is queued: a reset after this fails what is queued
+        // now, and the next load sees the count changed.
+        let resets = queue.resets();
+        if self.weights_resets.swap(resets, Ordering::Relaxed) != resets {
+            // The device was reset: the copies on it are gone.
+            weights.clear();
+        }
         if let Some((a, m)) = weights.get(&key) {
             self.hits.fetch_add(1, Ordering::Relaxed);
             return Ok((a.clone(), m.clone()));
@@ -203,5 +214,45 @@ mod tests {
         assert_eq!(got, want);
         let status = queue.status_blocking();
         assert_eq!((status.kernels, status.resident_tensors), (1, 1), "one cast; the upload is freed");
+    }
+
+    #[test]
+    fn weights_are_loaded_again_after_the_device_was_reset() {
+        use crate::device::sim::SimDevice;
+        use crate::scheduler::{Clock, PriorityClass, SchedulerConfig, SchedulingInfo};
+        use sluice_host_api::UnaryOp;
+
+        let dir = tempfile::tempdir().unwrap();
+        let bytes: Vec<u8> = [1.5f32, -2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let view = TensorView::new(safetensors::Dtype::F32, vec![2], &bytes).unwrap();
+        let path = dir.path().join("model.safetensors");
+        safetensors::serialize_to_file([("w", view)], None, &path).unwrap();
+        let account = MemoryAccount::new("weights", None, None);
+        let set = ArtifactSet::new(HashMap::from([("model".to_owned(), path)]), account.clone());
+        let clock = Clock::simulated();
+        let device = SimDevice::builder(clock.clone()).build();
+        let loss = device.loss();
+        let queue = DeviceQueue::start_with(Box::new(device), SchedulerConfig { clock, ..Default::default() });
+        // An invocation negating the shared weight.
+        let negate = |w: &TensorLease, meta: &TensorMeta| {
+            let inv = queue.begin(SchedulingInfo { tenant: "t".into(), class: PriorityClass::Latency, weight: 1 });
+            let y = queue.new_tensor_id();
+            queue.launch(inv.id(), y, Op::Unary(UnaryOp::Neg), vec![(w.id(), meta.clone())], meta.clone());
+            queue.read_blocking(y, meta.clone())
+        };
+        let (w, meta) = set.load_tensor(&queue, "model", "w", None).unwrap();
+        let want: Vec<u8> = [-1.5f32, 2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(negate(&w, &meta).unwrap(), want);
+        loss.at_launch(1);
+        let e = negate(&w, &meta).unwrap_err();
+        assert!(e.message.contains("device lost"), "{e:?}");
+        drop(w);
+        // The next invocation loads the weight again, onto the reset device.
+        let (w, meta) = set.load_tensor(&queue, "model", "w", None).unwrap();
+        assert_eq!((set.stats().weight_tensors_loaded, set.stats().weight_cache_hits), (2, 0));
+        assert_eq!(negate(&w, &meta).unwrap(), want);
+        let (_again, _) = set.load_tensor(&queue, "model", "w", None).unwrap();
+        assert_eq!(set.stats().weight_cache_hits, 1, "cached again until the next reset");
+        assert_eq!((queue.status_blocking().resets, account.used()), (1, 8));
     }
 }

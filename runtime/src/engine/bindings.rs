@@ -1,7 +1,9 @@
 //! Host bindings generated from the WIT package in `host-api/wit` ([`sluice_host_api::WIT_DIR`]).
 //!
-//! Every import may trap (resource-table faults are sandbox violations); only
-//! `tensor.read` is async, because it waits for the device. Imports that return the WIT
+//! Every import may trap (resource-table faults are sandbox violations). The imports
+//! that wait are async: `tensor.read` waits for the device, and the ones that queue
+//! work (uploads and launches) wait for room in the invocation's queue
+//! (backpressure). Imports that return the WIT
 //! `result<_, error>` return `Result<_, HostError>` instead (`trappable_error_type`):
 //! [`super::host_error::HostError`] decides whether the guest gets the `error` or traps.
 
@@ -11,6 +13,11 @@ wasmtime::component::bindgen!({
     world: "inference",
     imports: {
         "sluice:gpu/tensors.[method]tensor.read": async | trappable,
+        "sluice:gpu/tensors.[static]tensor.from-bytes": async | trappable,
+        "sluice:gpu/tensors.[static]tensor.from-f32": async | trappable,
+        "sluice:gpu/tensors.[static]tensor.from-i32": async | trappable,
+        "sluice:gpu/ops.launch": async | trappable,
+        "sluice:gpu/fused.launch": async | trappable,
         default: trappable,
     },
     exports: { default: async },

@@ -14,7 +14,7 @@ use super::bindings::WitDtype;
 use super::bindings::sluice::gpu::{artifacts, fused, io, ops, tensors, types};
 use super::host_error::HostError;
 use super::state::{InvocationState, TensorHandle};
-use crate::scheduler::TensorLease;
+use crate::scheduler::{Reservation, TensorLease};
 
 /// What an import that returns a WIT `result` returns: a refusal or a trap in the `Err`.
 type HostResult<T> = Result<T, HostError>;
@@ -26,16 +26,29 @@ enum Source {
 }
 
 impl InvocationState {
-    /// The single path by which a guest gets a new tensor: reserve memory, queue
-    /// the work, and hand back a handle.
-    fn create(&mut self, meta: TensorMeta, source: Source) -> HostResult<Resource<TensorHandle>> {
-        let lease = TensorLease::reserve(&self.queue, &self.account, &meta)?;
+    /// The single path by which a guest gets a new tensor: reserve memory, wait for
+    /// room in the invocation's queue, queue the work, and hand back a handle.
+    async fn create(&mut self, meta: TensorMeta, source: Source) -> HostResult<Resource<TensorHandle>> {
+        self.check_handle_room()?;
+        let lease = TensorLease::reserve(&self.queue, &self.account, &meta).map_err(|e| self.refused(e))?;
+        self.room.wait().await;
         let id = lease.id();
         match source {
             Source::Bytes(bytes) => self.queue.upload(self.invocation, id, meta.clone(), bytes),
             Source::Op(op, inputs) => {
+                // The kernel's scratch is the invocation's too, until the kernel ran.
+                let metas: Vec<&TensorMeta> = inputs.iter().map(|(_, m)| m).collect();
+                let bytes = self.queue.scratch_bytes(&op, &metas, &meta);
+                let scratch = if bytes == 0 {
+                    None
+                } else {
+                    let scratch = Reservation::new(&self.account, self.queue.memory(), bytes).map_err(|e| {
+                        ApiError::new(e.code, format!("{} (the scratch memory of {})", e.message, op.name()))
+                    });
+                    Some(scratch.map_err(|e| self.refused(e))?)
+                };
                 self.launches += 1;
-                self.queue.launch(self.invocation, id, op, inputs, meta.clone());
+                self.queue.launch_charged(self.invocation, id, op, inputs, meta.clone(), scratch);
             }
         }
         let handle = self.table.push(TensorHandle::owned(lease, meta))?;
@@ -43,7 +56,8 @@ impl InvocationState {
         Ok(handle)
     }
 
-    fn upload(&mut self, dtype: DType, shape: Vec<u32>, bytes: Vec<u8>) -> HostResult<Resource<TensorHandle>> {
+    async fn upload(&mut self, dtype: DType, shape: Vec<u32>, bytes: Vec<u8>) -> HostResult<Resource<TensorHandle>> {
+        self.enter_host();
         let meta = TensorMeta::new(dtype, shape)?;
         if bytes.len() != meta.byte_len() {
             return Err(ApiError::shape(format!(
@@ -55,7 +69,35 @@ impl InvocationState {
             ))
             .into());
         }
-        self.create(meta, Source::Bytes(bytes))
+        let handle = self.create(meta, Source::Bytes(bytes)).await?;
+        self.guest_cpu.leave_host();
+        Ok(handle)
+    }
+
+    /// A host import that may take time is entered (see [`super::guest_cpu`]).
+    fn enter_host(&mut self) {
+        self.guest_cpu.enter_host(&self.queue, self.invocation);
+    }
+
+    /// Refuses a new handle once the invocation holds its limit.
+    fn check_handle_room(&mut self) -> Result<(), ApiError> {
+        if self.live_tensors < self.max_live_tensors {
+            return Ok(());
+        }
+        let e = ApiError::new(
+            ErrorCode::QuotaExceeded,
+            format!("the invocation holds {} tensor handles, its limit; drop some first", self.live_tensors),
+        );
+        Err(self.refused(e))
+    }
+
+    /// Remembers the first quota refusal (the invocation's error if the guest then
+    /// fails), and passes the error on.
+    fn refused(&mut self, e: ApiError) -> ApiError {
+        if e.code == ErrorCode::QuotaExceeded && self.quota_refusal.is_none() {
+            self.quota_refusal = Some(e.message.clone());
+        }
+        e
     }
 
     fn handle(&self, r: &Resource<TensorHandle>) -> wasmtime::Result<&TensorHandle> {
@@ -74,18 +116,23 @@ impl io::Host for InvocationState {}
 impl tensors::Host for InvocationState {}
 
 impl tensors::HostTensor for InvocationState {
-    fn from_bytes(&mut self, dtype: WitDtype, shape: Vec<u32>, data: Vec<u8>) -> HostResult<Resource<TensorHandle>> {
-        self.upload(dtype.into(), shape, data)
+    async fn from_bytes(
+        &mut self,
+        dtype: WitDtype,
+        shape: Vec<u32>,
+        data: Vec<u8>,
+    ) -> HostResult<Resource<TensorHandle>> {
+        self.upload(dtype.into(), shape, data).await
     }
 
-    fn from_f32(&mut self, shape: Vec<u32>, data: Vec<f32>) -> HostResult<Resource<TensorHandle>> {
+    async fn from_f32(&mut self, shape: Vec<u32>, data: Vec<f32>) -> HostResult<Resource<TensorHandle>> {
         let bytes = bytemuck::cast_slice(&data).to_vec();
-        self.upload(DType::F32, shape, bytes)
+        self.upload(DType::F32, shape, bytes).await
     }
 
-    fn from_i32(&mut self, shape: Vec<u32>, data: Vec<i32>) -> HostResult<Resource<TensorHandle>> {
+    async fn from_i32(&mut self, shape: Vec<u32>, data: Vec<i32>) -> HostResult<Resource<TensorHandle>> {
         let bytes = bytemuck::cast_slice(&data).to_vec();
-        self.upload(DType::I32, shape, bytes)
+        self.upload(DType::I32, shape, bytes).await
     }
 
     fn dtype(&mut self, this: Resource<TensorHandle>) -> wasmtime::Result<WitDtype> {
@@ -97,6 +144,7 @@ impl tensors::HostTensor for InvocationState {
     }
 
     async fn read(&mut self, this: Resource<TensorHandle>) -> HostResult<Vec<u8>> {
+        self.enter_host();
         let handle = self.handle(&this)?;
         let (id, meta) = (handle.id, handle.meta.clone());
         if meta.byte_len() > self.limits.max_read_bytes {
@@ -110,7 +158,9 @@ impl tensors::HostTensor for InvocationState {
             )
             .into());
         }
-        Ok(self.queue.read(id, meta).await?)
+        let bytes = self.queue.read(id, meta).await?;
+        self.guest_cpu.leave_host();
+        Ok(bytes)
     }
 
     fn drop(&mut self, this: Resource<TensorHandle>) -> wasmtime::Result<()> {
@@ -122,24 +172,25 @@ impl tensors::HostTensor for InvocationState {
 }
 
 impl ops::Host for InvocationState {
-    fn launch(&mut self, op: ops::Op, inputs: Vec<Resource<TensorHandle>>) -> HostResult<Resource<TensorHandle>> {
-        self.launch_op(op.into(), &inputs)
+    async fn launch(&mut self, op: ops::Op, inputs: Vec<Resource<TensorHandle>>) -> HostResult<Resource<TensorHandle>> {
+        self.launch_op(op.into(), &inputs).await
     }
 }
 
 impl fused::Host for InvocationState {
-    fn launch(
+    async fn launch(
         &mut self,
         op: fused::FusedOp,
         inputs: Vec<Resource<TensorHandle>>,
     ) -> HostResult<Resource<TensorHandle>> {
-        self.launch_op(op.into(), &inputs)
+        self.launch_op(op.into(), &inputs).await
     }
 }
 
 impl InvocationState {
     /// Both launch imports: infer the output, then queue the op through [`Self::create`].
-    fn launch_op(&mut self, op: Op, inputs: &[Resource<TensorHandle>]) -> HostResult<Resource<TensorHandle>> {
+    async fn launch_op(&mut self, op: Op, inputs: &[Resource<TensorHandle>]) -> HostResult<Resource<TensorHandle>> {
+        self.enter_host();
         let mut args = Vec::with_capacity(inputs.len());
         for r in inputs {
             let h = self.handle(r)?;
@@ -147,7 +198,9 @@ impl InvocationState {
         }
         let metas: Vec<&TensorMeta> = args.iter().map(|(_, m)| m).collect();
         let out = infer(&op, &metas)?;
-        self.create(out, Source::Op(op, args))
+        let handle = self.create(out, Source::Op(op, args)).await?;
+        self.guest_cpu.leave_host();
+        Ok(handle)
     }
 }
 
@@ -162,7 +215,11 @@ impl artifacts::Host for InvocationState {
         name: String,
         as_dtype: Option<WitDtype>,
     ) -> HostResult<Resource<TensorHandle>> {
-        let (lease, meta) = self.artifacts.load_tensor(&self.queue, &artifact, &name, as_dtype.map(Into::into))?;
+        self.check_handle_room()?;
+        let (lease, meta) = self
+            .artifacts
+            .load_tensor(&self.queue, &artifact, &name, as_dtype.map(Into::into))
+            .map_err(|e| self.refused(e))?;
         let handle = self.table.push(TensorHandle::shared(lease, meta))?;
         self.live_tensors += 1;
         Ok(handle)

@@ -15,7 +15,7 @@ use super::bindings::{IoData, IoTensor, RunError};
 use super::component::{FunctionImage, FunctionLimits};
 use super::state::{InvocationState, Limiter};
 use super::warm::WarmInstance;
-use crate::scheduler::{DeviceQueue, InvocationId, MemoryAccount, SchedulingInfo};
+use crate::scheduler::{DeviceQueue, InvocationGuard, MemoryAccount, SchedulingInfo};
 
 /// Where an invocation runs and whom it is charged to.
 #[derive(Clone)]
@@ -42,6 +42,9 @@ pub struct InvocationOutput {
     pub launches: u64,
     /// Most device memory its tensors held at once.
     pub peak_device_bytes: u64,
+    /// Time the guest computed in Wasm between host calls (charged to its tenant's
+    /// fair share on the device).
+    pub guest_cpu: Duration,
 }
 
 /// Why an invocation failed. Each variant names the function and the limit.
@@ -61,6 +64,8 @@ pub enum InvokeError {
     OutputTooLarge { function: String, bytes: usize, limit: usize },
     #[error("function {function:?} passed more than {limit} bytes to the host in one call (its outputs or one upload)")]
     TransferTooLarge { function: String, limit: usize },
+    #[error("function {function:?} failed after the host refused it memory: {message}")]
+    QuotaExceeded { function: String, message: String },
 }
 
 fn stderr_suffix(stderr: &str) -> String {
@@ -77,6 +82,7 @@ impl InvokeError {
             InvokeError::Timeout { .. } => Code::Timeout,
             InvokeError::MemoryLimit { .. } => Code::MemoryLimitExceeded,
             InvokeError::OutputTooLarge { .. } | InvokeError::TransferTooLarge { .. } => Code::OutputTooLarge,
+            InvokeError::QuotaExceeded { .. } => Code::QuotaExceeded,
         }
     }
 }
@@ -123,12 +129,14 @@ impl Engine {
                 let state = store.data_mut();
                 state.queue = ctx.queue;
                 state.invocation = stream.id();
+                state.room = stream.room().clone();
                 state.account = ctx.account.clone();
                 state.stderr_from = state.stderr.contents().len();
                 state.launches = 0;
+                state.quota_refusal = None;
                 (store, Some(instance))
             }
-            None => (self.new_store(image, ctx, stream.id()), None),
+            None => (self.new_store(image, ctx, &stream), None),
         };
         let tick = self.config().epoch_tick.as_nanos().max(1);
         store.set_epoch_deadline((limits.timeout.as_nanos() / tick).max(1) as u64 + 1);
@@ -142,20 +150,36 @@ impl Engine {
                 None => image.pre.instantiate_async(&mut store).await?,
             };
             let instantiated = Instant::now();
+            store.data_mut().guest_cpu.start();
             let result = instance.call_run(&mut store, inputs).await;
             Ok::<_, wasmtime::Error>((instance, instantiated, result))
         };
         let outcome = tokio::time::timeout(limits.timeout, call).await;
+        let state = store.data_mut();
+        let guest_cpu = state.guest_cpu.finish(&state.queue, state.invocation);
         let (instance, instantiated, returned) = match outcome {
             Err(_elapsed) => return Err(InvokeError::Timeout { function, limit: limits.timeout }),
-            Ok(Err(e)) | Ok(Ok((_, _, Err(e)))) => return Err(classify_trap(&store, function, e, limits)),
+            Ok(Err(e)) | Ok(Ok((_, _, Err(e)))) => {
+                if let Some(message) = store.data().quota_refusal.clone() {
+                    return Err(InvokeError::QuotaExceeded { function, message });
+                }
+                return Err(classify_trap(&store, function, e, limits));
+            }
             Ok(Ok((instance, t, Ok(returned)))) => (instance, t, returned),
         };
         let finished = Instant::now();
         let launches = store.data().launches;
         let state = store.data();
+        let store_quota_refusal = state.quota_refusal.clone();
         if state.live_tensors == 0 && state.stderr.contents().len() + STDERR_ROOM_TO_KEEP <= STDERR_CAPTURE_BYTES {
             image.warm.give_back(WarmInstance { store, instance });
+        }
+        // A guest that fails after a quota refusal failed because of it: the quota's
+        // own code, not `function_failed`. (One that coped with it succeeded.)
+        if returned.is_err()
+            && let Some(message) = store_quota_refusal
+        {
+            return Err(InvokeError::QuotaExceeded { function, message });
         }
         let outputs = match returned {
             Ok(outputs) => outputs,
@@ -173,6 +197,7 @@ impl Engine {
             execute: finished - instantiated,
             launches,
             peak_device_bytes: account.peak(),
+            guest_cpu,
         })
     }
 
@@ -181,7 +206,7 @@ impl Engine {
         &self,
         image: &FunctionImage,
         ctx: InvocationContext,
-        invocation: InvocationId,
+        stream: &InvocationGuard,
     ) -> Store<InvocationState> {
         let limits = &image.limits;
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
@@ -191,7 +216,8 @@ impl Engine {
             wasi,
             limiter: Limiter { memory_bytes: limits.sandbox.memory_bytes, denied: None },
             queue: ctx.queue,
-            invocation,
+            invocation: stream.id(),
+            room: stream.room().clone(),
             account: ctx.account,
             artifacts: image.artifacts.clone(),
             limits: limits.sandbox.clone(),
@@ -199,6 +225,9 @@ impl Engine {
             stderr_from: 0,
             launches: 0,
             live_tensors: 0,
+            max_live_tensors: self.config().max_live_tensors,
+            quota_refusal: None,
+            guest_cpu: Default::default(),
         };
         let mut store = Store::new(self.wasmtime(), state);
         store.limiter(|s| &mut s.limiter);

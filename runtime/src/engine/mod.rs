@@ -11,6 +11,7 @@ mod artifacts;
 mod bindings;
 mod component;
 mod convert;
+mod guest_cpu;
 mod host;
 mod host_error;
 mod invoke;
@@ -46,7 +47,14 @@ pub struct EngineConfig {
     /// Instances of one function version kept warm between invocations (0: a fresh
     /// instance every time). Engine-wide, at most half of `max_instances` are kept.
     pub warm_instances_per_function: usize,
+    /// Tensor handles one invocation may hold at once. Every tensor costs a handle,
+    /// even one of zero bytes, which costs no memory quota.
+    pub max_live_tensors: usize,
 }
+
+/// Default of [`EngineConfig::max_live_tensors`]: far above what a model holds (MiniLM
+/// holds a few hundred), far below what would cost the host real memory.
+pub const DEFAULT_MAX_LIVE_TENSORS: usize = 16_384;
 
 impl Default for EngineConfig {
     fn default() -> Self {
@@ -55,6 +63,7 @@ impl Default for EngineConfig {
             max_memory_bytes: 1 << 30,
             epoch_tick: Duration::from_millis(5),
             warm_instances_per_function: 4,
+            max_live_tensors: DEFAULT_MAX_LIVE_TENSORS,
         }
     }
 }
@@ -91,9 +100,17 @@ impl Engine {
         let ticker_stop = Arc::new(AtomicBool::new(false));
         let (engine, stop, tick) = (wasmtime.clone(), ticker_stop.clone(), config.epoch_tick);
         std::thread::Builder::new().name("sluice-epoch".into()).spawn(move || {
+            let started = std::time::Instant::now();
+            let mut ticked = 0;
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(tick);
-                engine.increment_epoch();
+                // A ticker that was descheduled (many runaway guests on few cores)
+                // catches up, so deadlines follow the wall clock, not its wake-ups.
+                let due = epochs_due(started.elapsed(), tick);
+                while ticked < due {
+                    engine.increment_epoch();
+                    ticked += 1;
+                }
             }
         })?;
         Ok(Engine { wasmtime, linker, config, ticker_stop, warm_total: Default::default() })
@@ -127,8 +144,27 @@ impl Engine {
     }
 }
 
+/// Epoch ticks due `elapsed` after the epoch clock started, one per `tick`.
+fn epochs_due(elapsed: Duration, tick: Duration) -> u64 {
+    (elapsed.as_nanos() / tick.as_nanos().max(1)) as u64
+}
+
 impl Drop for Engine {
     fn drop(&mut self) {
         self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_late_ticker_catches_up_with_the_wall_clock() {
+        let tick = Duration::from_millis(5);
+        assert_eq!(epochs_due(Duration::from_millis(4), tick), 0);
+        assert_eq!(epochs_due(Duration::from_millis(5), tick), 1);
+        // Woken 700 ms late: every tick of those 700 ms is due at once, not one.
+        assert_eq!(epochs_due(Duration::from_millis(705), tick), 141);
     }
 }

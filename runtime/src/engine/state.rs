@@ -13,7 +13,8 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::artifacts::ArtifactSet;
-use crate::scheduler::{DeviceQueue, InvocationId, MemoryAccount, TensorId, TensorLease};
+use super::guest_cpu::GuestCpu;
+use crate::scheduler::{DeviceQueue, InvocationId, MemoryAccount, QueueRoom, TensorId, TensorLease};
 
 /// A device tensor held by a guest: its id, metadata and the lease that frees it.
 pub struct TensorHandle {
@@ -79,6 +80,8 @@ pub struct InvocationState {
     pub(crate) limiter: Limiter,
     pub(crate) queue: DeviceQueue,
     pub(crate) invocation: InvocationId,
+    /// The invocation's room in the device queue, waited on before each submission.
+    pub(crate) room: Arc<QueueRoom>,
     pub(crate) account: Arc<MemoryAccount>,
     pub(crate) artifacts: Arc<ArtifactSet>,
     pub(crate) limits: SandboxLimits,
@@ -90,6 +93,13 @@ pub struct InvocationState {
     pub(crate) launches: u64,
     /// Tensor handles the guest holds.
     pub(crate) live_tensors: usize,
+    /// Most tensor handles it may hold at once ([`super::EngineConfig::max_live_tensors`]).
+    pub(crate) max_live_tensors: usize,
+    /// The first quota refusal of this invocation (memory or handles), if any: a
+    /// guest failing after one is reported with the quota's code.
+    pub(crate) quota_refusal: Option<String>,
+    /// Time the guest computed between host calls.
+    pub(crate) guest_cpu: GuestCpu,
 }
 
 impl WasiView for InvocationState {

@@ -19,6 +19,9 @@
 //! | `sluice_compilations_total` | counter | — |
 //! | `sluice_device_queued`, `sluice_device_active_invocations`, `sluice_device_resident_bytes` | gauge | `device` |
 //! | `sluice_device_kernels_total`, `sluice_device_busy_seconds_total`, `sluice_device_preemptions_total`, `sluice_device_sliced_kernels_total` | counter | `device` |
+//! | `sluice_device_healthy` (1 or 0) | gauge | `device` |
+//! | `sluice_device_contained_faults_total` (backend panics that failed one command) | counter | `device` |
+//! | `sluice_device_resets_total` (losses of the device, each failing the work in flight, then a reset) | counter | `device` |
 //! | `sluice_tenant_device_seconds_total` | counter | `device`, `tenant`, `class` |
 //! | `sluice_tenant_memory_used_bytes`, `sluice_tenant_memory_quota_bytes` | gauge | `tenant` |
 //!
@@ -221,6 +224,12 @@ impl Metrics {
         let help = "Times latency work was picked while best-effort work waited";
         counter(&mut r, "device_preemptions", help, per_device(|d| d.preemptions));
         counter(&mut r, "device_sliced_kernels", "Best-effort kernels run in slices", per_device(|d| d.sliced_kernels));
+        let healthy = per_device(|d| u64::from(d.health == crate::scheduler::DeviceHealth::Healthy));
+        gauge(&mut r, "device_healthy", "Whether the device serves (1) or has stopped (0)", None, healthy);
+        let help = "Backend panics contained: each failed one command, the device kept serving";
+        counter(&mut r, "device_contained_faults", help, per_device(|d| d.contained_faults));
+        let help = "Times the device was lost (a sticky GPU error) and reset; its work in flight failed";
+        counter(&mut r, "device_resets", help, per_device(|d| d.resets));
         let tenant_time = devices().flat_map(|(l, d)| {
             d.tenants.iter().map(move |t| {
                 let class = match t.class {

@@ -69,7 +69,9 @@ pub struct PlatformConfig {
     pub tenant_max_concurrency: u32,
     /// The highest priority class of a tenant whose settings name none.
     pub default_priority: PriorityClass,
-    /// The device-memory quota of a tenant whose settings name none (`None`: unlimited).
+    /// The device-memory quota of a tenant whose settings name none (`None`: unlimited,
+    /// bounded only by the device's own account). `sluice serve` sets a share of the
+    /// device (`--default-memory-quota`, 25%).
     pub default_memory_quota_bytes: Option<u64>,
     /// Ceiling of any function's linear memory.
     pub max_memory_bytes: usize,
@@ -79,6 +81,9 @@ pub struct PlatformConfig {
     pub warm_instances_per_function: usize,
 }
 
+/// Default of [`PlatformConfig::default_memory_quota_bytes`]: quotas are on by default.
+pub const DEFAULT_TENANT_MEMORY_QUOTA_BYTES: u64 = 4 << 30;
+
 impl Default for PlatformConfig {
     fn default() -> Self {
         PlatformConfig {
@@ -86,10 +91,10 @@ impl Default for PlatformConfig {
             max_concurrency: 64,
             tenant_max_concurrency: 16,
             default_priority: PriorityClass::Batch,
-            default_memory_quota_bytes: None,
             max_memory_bytes: 1 << 30,
             scheduler: SchedulerConfig::default(),
             warm_instances_per_function: EngineConfig::default().warm_instances_per_function,
+            default_memory_quota_bytes: Some(DEFAULT_TENANT_MEMORY_QUOTA_BYTES),
         }
     }
 }

@@ -19,11 +19,16 @@ pub struct TensorLease {
 }
 
 impl TensorLease {
-    /// Reserves `meta`'s bytes in `account` for a new tensor on `queue`, or returns
-    /// the account's quota error.
+    /// Reserves `meta`'s bytes in `account` and in the device's account for a new
+    /// tensor on `queue`, or changes nothing and returns the quota error of the
+    /// account that is full.
     pub fn reserve(queue: &DeviceQueue, account: &Arc<MemoryAccount>, meta: &TensorMeta) -> Result<Self, ApiError> {
         let bytes = meta.byte_len() as u64;
         account.reserve(bytes)?;
+        if let Err(e) = queue.memory().reserve(bytes) {
+            account.release(bytes);
+            return Err(e);
+        }
         Ok(TensorLease { id: queue.new_tensor_id(), bytes, account: account.clone(), queue: queue.clone() })
     }
 
@@ -37,5 +42,6 @@ impl Drop for TensorLease {
     fn drop(&mut self) {
         self.queue.free(self.id);
         self.account.release(self.bytes);
+        self.queue.memory().release(self.bytes);
     }
 }

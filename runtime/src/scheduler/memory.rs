@@ -82,6 +82,41 @@ impl MemoryAccount {
     }
 }
 
+/// Bytes held in an account and in the device's for as long as it lives: a
+/// kernel's scratch and temporaries, charged to the invocation that launches it from
+/// the launch until the kernel has run (the actor drops it with the work item).
+#[derive(Debug)]
+pub struct Reservation {
+    bytes: u64,
+    account: Arc<MemoryAccount>,
+    device: Arc<MemoryAccount>,
+}
+
+impl Reservation {
+    /// Reserves `bytes` in `account` and in `device`, or changes nothing and returns
+    /// the quota error of the account that is full.
+    pub fn new(account: &Arc<MemoryAccount>, device: &Arc<MemoryAccount>, bytes: u64) -> Result<Self, ApiError> {
+        account.reserve(bytes)?;
+        if let Err(e) = device.reserve(bytes) {
+            account.release(bytes);
+            return Err(e);
+        }
+        Ok(Reservation { bytes, account: account.clone(), device: device.clone() })
+    }
+
+    /// The bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.account.release(self.bytes);
+        self.device.release(self.bytes);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,5 +135,18 @@ mod tests {
         assert!(inv.reserve(30).is_err());
         inv.release(60);
         assert_eq!((tenant.used(), inv.used(), inv.peak()), (0, 0, 60));
+    }
+
+    #[test]
+    fn a_reservation_holds_both_accounts_until_dropped() {
+        let device = MemoryAccount::new("device", Some(100), None);
+        let inv = MemoryAccount::new("invocation", Some(80), None);
+        let r = Reservation::new(&inv, &device, 70).unwrap();
+        assert_eq!((inv.used(), device.used(), r.bytes()), (70, 70, 70));
+        let other = MemoryAccount::new("other", None, None);
+        assert!(Reservation::new(&other, &device, 40).is_err(), "the device is full");
+        assert_eq!(other.used(), 0, "a refusal changes nothing");
+        drop(r);
+        assert_eq!((inv.used(), device.used()), (0, 0));
     }
 }

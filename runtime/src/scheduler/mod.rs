@@ -24,6 +24,7 @@ mod lease;
 mod memory;
 mod pool;
 mod queues;
+mod room;
 mod status;
 mod tensors;
 mod work;
@@ -37,15 +38,16 @@ use crossbeam_channel::Sender;
 use sluice_host_api::{ApiError, Op, TensorMeta};
 use tokio::sync::oneshot;
 
-use crate::device::{Device, DeviceInfo};
+use crate::device::{Device, DeviceInfo, ScratchFn};
 use work::Work;
 
 pub use crate::clock::Clock;
 pub use cost::{CostModel, KernelKey};
 pub use lease::TensorLease;
-pub use memory::MemoryAccount;
+pub use memory::{MemoryAccount, Reservation};
 pub use pool::{DevicePool, Placement, PlacementError};
-pub use status::{DeviceStatus, LatencySummary, TenantStatus};
+pub use room::QueueRoom;
+pub use status::{DeviceHealth, DeviceStatus, LatencySummary, TenantStatus};
 
 /// Names one tensor on one device. Never reused within a process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -111,10 +113,24 @@ pub struct SchedulerConfig {
     /// best-effort throughput (on the CPU benchmark, 60 % → 18 % of solo with a 25 ms
     /// hold, for no gain in preemption latency there).
     pub latency_hold: Duration,
+    /// Work items (uploads and launches) one invocation may have queued at once; a
+    /// guest submitting more waits until the device has taken some (backpressure on
+    /// that guest alone), so no invocation builds a queue others wait behind.
+    pub max_queued_per_invocation: usize,
+    /// Device memory kept free of tensor reservations (for the backend's scratch,
+    /// its own state and the process). Every tensor on the device is reserved in
+    /// the device's account ([`DeviceQueue::memory`]), whose limit is the device's
+    /// memory less this (less at most a quarter of it, on a small device).
+    pub memory_headroom_bytes: u64,
     /// Where the scheduler reads time: the monotonic clock, or a simulated one that
     /// only moves when told (tests and benchmarks on [`crate::device::sim`]).
     pub clock: Clock,
 }
+
+/// Default of [`SchedulerConfig::max_queued_per_invocation`]: deep enough that a
+/// model's launches run back to back (a MiniLM forward pass is a few hundred ops),
+/// shallow enough that the work of every invocation on a device stays short.
+pub const DEFAULT_MAX_QUEUED_PER_INVOCATION: usize = 256;
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
@@ -123,6 +139,8 @@ impl Default for SchedulerConfig {
             preemption_budget: Duration::from_micros(100),
             fill_depth: Duration::from_millis(2),
             latency_hold: Duration::ZERO,
+            max_queued_per_invocation: DEFAULT_MAX_QUEUED_PER_INVOCATION,
+            memory_headroom_bytes: 512 << 20,
             clock: Clock::monotonic(),
         }
     }
@@ -133,6 +151,7 @@ pub(crate) enum Command {
     Begin {
         inv: InvocationId,
         info: SchedulingInfo,
+        room: Arc<QueueRoom>,
     },
     End {
         inv: InvocationId,
@@ -151,6 +170,11 @@ pub(crate) enum Command {
     Free {
         id: TensorId,
     },
+    /// Host CPU time the invocation's guest computed, charged to its tenant's share.
+    ChargeGuestCpu {
+        inv: InvocationId,
+        elapsed: Duration,
+    },
     /// Answer once every kernel queued before has run.
     Status {
         reply: oneshot::Sender<DeviceStatus>,
@@ -164,6 +188,13 @@ pub(crate) struct Published {
     pub load: AtomicU64,
     /// Bytes of resident tensors.
     pub resident_bytes: AtomicU64,
+    /// Why the device thread stopped, once it has.
+    pub failure: std::sync::Mutex<Option<String>>,
+    /// Times the device was lost and reset: counted before the work it lost fails, so
+    /// whoever sees that failure also sees the reset.
+    pub resets: AtomicU64,
+    /// The device was lost and could not be reset: it fails every work item.
+    pub unrecoverable: std::sync::atomic::AtomicBool,
 }
 
 struct Shared {
@@ -173,6 +204,10 @@ struct Shared {
     config: SchedulerConfig,
     next_tensor: AtomicU64,
     next_invocation: AtomicU64,
+    /// Every tensor reserved on the device, against its memory less the headroom.
+    memory: Arc<MemoryAccount>,
+    /// The device's scratch estimate, if it gives one.
+    scratch: Option<ScratchFn>,
 }
 
 /// Handle to one device's scheduler. Cheap to clone.
@@ -190,6 +225,7 @@ impl DeviceQueue {
     /// Starts the actor thread that owns `device`.
     pub fn start_with(device: Box<dyn Device>, config: SchedulerConfig) -> DeviceQueue {
         let info = device.info();
+        let scratch = device.scratch();
         let (tx, rx) = crossbeam_channel::unbounded();
         let name = format!("sluice-{:?}", info.kind).to_lowercase();
         let worker_config = config.clone();
@@ -199,8 +235,16 @@ impl DeviceQueue {
             .name(name)
             .spawn(move || worker::run(device, worker_config, rx, worker_published))
             .expect("spawning the device thread");
+        let headroom = config.memory_headroom_bytes.min(info.memory_bytes / 4);
+        let memory = MemoryAccount::new(
+            format!("the {} device's memory", info.name),
+            Some(info.memory_bytes.saturating_sub(headroom)),
+            None,
+        );
         DeviceQueue {
             shared: Arc::new(Shared {
+                memory,
+                scratch,
                 tx,
                 published,
                 info,
@@ -221,6 +265,11 @@ impl DeviceQueue {
         &self.shared.config
     }
 
+    /// The device-wide memory account: every tensor's reservation, whoever's.
+    pub fn memory(&self) -> &Arc<MemoryAccount> {
+        &self.shared.memory
+    }
+
     /// A fresh tensor id.
     pub fn new_tensor_id(&self) -> TensorId {
         TensorId(self.shared.next_tensor.fetch_add(1, Ordering::Relaxed))
@@ -233,11 +282,13 @@ impl DeviceQueue {
     }
 
     /// Opens a stream of work for one invocation; dropping the guard ends it and
-    /// cancels whatever it still has queued.
+    /// cancels whatever it still has queued. Submitters wait for the guard's
+    /// [`InvocationGuard::room`] before each upload or launch.
     pub fn begin(&self, info: SchedulingInfo) -> InvocationGuard {
         let inv = InvocationId(self.shared.next_invocation.fetch_add(1, Ordering::Relaxed));
-        self.send(Command::Begin { inv, info });
-        InvocationGuard { inv, queue: self.clone() }
+        let room = Arc::new(QueueRoom::new(self.shared.config.max_queued_per_invocation));
+        self.send(Command::Begin { inv, info, room: room.clone() });
+        InvocationGuard { inv, room, queue: self.clone() }
     }
 
     /// Queues an upload of `bytes` (exactly `meta.byte_len()`) as tensor `id`.
@@ -255,8 +306,29 @@ impl DeviceQueue {
         inputs: Vec<(TensorId, TensorMeta)>,
         out: TensorMeta,
     ) {
+        self.launch_charged(inv, id, op, inputs, out, None);
+    }
+
+    /// [`DeviceQueue::launch`], holding `scratch` (the kernel's scratch reserved for
+    /// its invocation, [`DeviceQueue::scratch_bytes`]) until the kernel has run.
+    pub fn launch_charged(
+        &self,
+        inv: InvocationId,
+        id: TensorId,
+        op: Op,
+        inputs: Vec<(TensorId, TensorMeta)>,
+        out: TensorMeta,
+        scratch: Option<Reservation>,
+    ) {
         let at = self.shared.config.clock.now();
-        self.send(Command::Work { inv, work: Work::Launch { id, op, inputs, out }, at });
+        self.send(Command::Work { inv, work: Work::Launch { id, op, inputs, out, scratch }, at });
+    }
+
+    /// Scratch and temporaries the device allocates running `op` on `inputs` (besides
+    /// its output), as its backend estimates them ([`Device::scratch`]); 0 if it does
+    /// not say.
+    pub fn scratch_bytes(&self, op: &Op, inputs: &[&TensorMeta], out: &TensorMeta) -> u64 {
+        self.shared.scratch.map_or(0, |f| f(op, inputs, out, self.shared.info.compute_units))
     }
 
     /// Waits for tensor `id` and returns its little-endian bytes.
@@ -273,35 +345,73 @@ impl DeviceQueue {
         rx.blocking_recv().unwrap_or_else(|_| Err(device_gone()))
     }
 
+    /// Charges `elapsed` of host CPU time, which the invocation's guest spent
+    /// computing between host calls, to its tenant's fair share, as if it were device
+    /// time: a tenant burning the host's cores yields device time to the others.
+    pub fn charge_guest_cpu(&self, inv: InvocationId, elapsed: Duration) {
+        self.send(Command::ChargeGuestCpu { inv, elapsed });
+    }
+
     /// Releases tensor `id` once no queued kernel needs it.
     pub fn free(&self, id: TensorId) {
         self.send(Command::Free { id });
     }
 
-    /// Waits until every kernel queued before has run, and returns the status.
+    /// The status, taken after the commands sent before. Never fails: a device whose
+    /// thread has stopped reports [`DeviceHealth::Failed`] with the reason.
     pub async fn status(&self) -> DeviceStatus {
         let (reply, rx) = oneshot::channel();
         self.send(Command::Status { reply });
-        rx.await.expect("the device thread has stopped")
+        rx.await.unwrap_or_else(|_| self.failed_status())
     }
 
     /// Blocking variant of [`DeviceQueue::status`].
     pub fn status_blocking(&self) -> DeviceStatus {
         let (reply, rx) = oneshot::channel();
         self.send(Command::Status { reply });
-        rx.blocking_recv().expect("the device thread has stopped")
+        rx.blocking_recv().unwrap_or_else(|_| self.failed_status())
+    }
+
+    /// Times the device was lost and reset: copies of data on it made before the
+    /// count changed (cached weights) are gone and must be uploaded again.
+    pub fn resets(&self) -> u64 {
+        self.shared.published.resets.load(Ordering::Acquire)
+    }
+
+    /// Whether the device runs work: not stopped, and not lost for good (see
+    /// [`DeviceHealth`]). Placement passes over a device that does not.
+    pub fn serves(&self) -> bool {
+        !self.shared.published.unrecoverable.load(Ordering::Acquire) && self.failure().is_none()
+    }
+
+    /// Why the device thread stopped, if it has (a panic of the scheduler itself;
+    /// backend panics are contained and fail one command each).
+    pub fn failure(&self) -> Option<String> {
+        self.shared.published.failure.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn failed_status(&self) -> DeviceStatus {
+        let why = self.failure().unwrap_or_else(|| "the device thread has stopped".into());
+        let config = &self.shared.config;
+        DeviceStatus::failed(self.shared.info.clone(), config.policy, config.preemption_budget.as_micros() as u64, why)
     }
 }
 
 /// An open invocation on a device; ends it when dropped.
 pub struct InvocationGuard {
     inv: InvocationId,
+    room: Arc<QueueRoom>,
     queue: DeviceQueue,
 }
 
 impl InvocationGuard {
     pub fn id(&self) -> InvocationId {
         self.inv
+    }
+
+    /// The invocation's room in the device queue: wait on it before each submission.
+    pub fn room(&self) -> &Arc<QueueRoom> {
+        &self.room
     }
 }
 

@@ -63,12 +63,17 @@ impl DevicePool {
 
     /// Places `weight_bytes` of weights on the least-loaded device with room for
     /// them: the fewest queued kernels and open invocations, then the fewest placed
-    /// bytes.
+    /// bytes. A device that does not serve (lost for good, or stopped) is passed over
+    /// while another one serves.
     pub fn place(self: &Arc<Self>, weight_bytes: u64) -> Result<Placement, PlacementError> {
         let mut placed = self.placed.lock();
         let mut best: Option<((u64, u64), usize)> = None;
         let mut largest_free = 0;
+        let any_serves = self.queues.iter().any(DeviceQueue::serves);
         for (i, q) in self.queues.iter().enumerate() {
+            if any_serves && !q.serves() {
+                continue;
+            }
             let used = placed[i].max(q.shared.published.resident_bytes.load(Ordering::Relaxed));
             let free = q.info().memory_bytes.saturating_sub(used);
             largest_free = largest_free.max(free);

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::status::TenantStatus;
 use super::work::{Queued, Work};
-use super::{InvocationId, Policy, PriorityClass, SchedulingInfo};
+use super::{InvocationId, Policy, PriorityClass, QueueRoom, SchedulingInfo};
 
 struct Invocation {
     tenant: usize,
@@ -19,6 +19,8 @@ struct Invocation {
     items: VecDeque<Queued>,
     /// Whether a work item of this invocation has been taken (for preemption latency).
     started: bool,
+    /// Its submitters' room, given back as its items are taken.
+    room: Option<Arc<QueueRoom>>,
 }
 
 struct Tenant {
@@ -28,6 +30,8 @@ struct Tenant {
     /// Device time divided by weight, in nanoseconds: fair share runs the lowest.
     vtime: f64,
     device_ns: u64,
+    /// Host CPU time its guests computed (charged to `vtime` like device time).
+    guest_cpu_ns: u64,
     kernels: u64,
     active: usize,
 }
@@ -63,7 +67,7 @@ pub(super) struct Taken {
 }
 
 impl Queues {
-    pub fn begin(&mut self, inv: InvocationId, info: SchedulingInfo) {
+    pub fn begin(&mut self, inv: InvocationId, info: SchedulingInfo, room: Option<Arc<QueueRoom>>) {
         let key = (info.tenant.clone(), info.class);
         let index = *self.tenant_index.entry(key).or_insert_with(|| {
             self.tenants.push(Tenant {
@@ -72,6 +76,7 @@ impl Queues {
                 weight: info.weight.max(1),
                 vtime: 0.0,
                 device_ns: 0,
+                guest_cpu_ns: 0,
                 kernels: 0,
                 active: 0,
             });
@@ -95,7 +100,7 @@ impl Queues {
         t.weight = info.weight.max(1);
         t.active += 1;
         self.invocations
-            .insert(inv, Invocation { tenant: index, class: info.class, items: VecDeque::new(), started: false });
+            .insert(inv, Invocation { tenant: index, class: info.class, items: VecDeque::new(), started: false, room });
     }
 
     /// Ends an invocation at `now` and returns the work it still had queued.
@@ -128,6 +133,21 @@ impl Queues {
             }
             None => Err(q.work),
         }
+    }
+
+    /// Takes every work item waiting, the runtime's and every invocation's (a device
+    /// reset lost what they read); the invocations stay open and get their room back.
+    pub fn take_all(&mut self) -> Vec<Queued> {
+        let mut all: Vec<Queued> = self.system.drain(..).collect();
+        for i in self.invocations.values_mut() {
+            for item in i.items.drain(..) {
+                if let Some(room) = &i.room {
+                    room.release();
+                }
+                all.push(item);
+            }
+        }
+        all
     }
 
     /// Work items waiting.
@@ -216,6 +236,9 @@ impl Queues {
             Pick::Invocation(id) => {
                 let i = self.invocations.get_mut(&id)?;
                 let item = i.items.pop_front()?;
+                if let Some(room) = &i.room {
+                    room.release();
+                }
                 let first = !std::mem::replace(&mut i.started, true);
                 Some(Taken {
                     item,
@@ -265,6 +288,16 @@ impl Queues {
         }
     }
 
+    /// Charges host CPU time the invocation's guest computed to its tenant's share.
+    pub fn charge_guest_cpu(&mut self, inv: InvocationId, elapsed: Duration) {
+        if let Some(i) = self.invocations.get(&inv) {
+            let t = &mut self.tenants[i.tenant];
+            let ns = elapsed.as_nanos() as u64;
+            t.guest_cpu_ns += ns;
+            t.vtime += ns as f64 / t.weight as f64;
+        }
+    }
+
     /// Every tenant's queues and charges, by name.
     pub fn tenant_statuses(&self) -> Vec<TenantStatus> {
         let mut tenants: Vec<TenantStatus> = self
@@ -282,6 +315,7 @@ impl Queues {
                     active_invocations: active,
                     kernels: t.kernels,
                     device_time_us: t.device_ns / 1000,
+                    guest_cpu_us: t.guest_cpu_ns / 1000,
                 }
             })
             .collect();
@@ -308,8 +342,8 @@ mod tests {
     fn latency_before_batch_and_fifo_ignores_classes() {
         let mut q = Queues::default();
         let (be, ls) = (InvocationId(1), InvocationId(2));
-        q.begin(be, info("a", PriorityClass::Batch, 1));
-        q.begin(ls, info("b", PriorityClass::Latency, 1));
+        q.begin(be, info("a", PriorityClass::Batch, 1), None);
+        q.begin(ls, info("b", PriorityClass::Latency, 1), None);
         let now = Duration::ZERO;
         assert!(q.push(be, work(), now).is_ok());
         assert!(q.push(ls, work(), now).is_ok());
@@ -323,8 +357,8 @@ mod tests {
     fn fair_share_follows_weights_and_idle_tenants_earn_no_credit() {
         let mut q = Queues::default();
         let (a, b) = (InvocationId(1), InvocationId(2));
-        q.begin(a, info("a", PriorityClass::Batch, 3));
-        q.begin(b, info("b", PriorityClass::Batch, 1));
+        q.begin(a, info("a", PriorityClass::Batch, 3), None);
+        q.begin(b, info("b", PriorityClass::Batch, 1), None);
         let now = Duration::ZERO;
         for _ in 0..4000 {
             let _ = q.push(a, work(), now);
@@ -339,15 +373,42 @@ mod tests {
         let share_a = time("a") / (time("a") + time("b"));
         assert!((share_a - 0.75).abs() < 0.01, "{share_a}");
         // A newcomer starts at the active minimum, not at zero.
-        q.begin(InvocationId(3), info("c", PriorityClass::Batch, 1));
+        q.begin(InvocationId(3), info("c", PriorityClass::Batch, 1), None);
         let floor = q.tenants[0].vtime.min(q.tenants[1].vtime);
         assert!(q.tenants[2].vtime >= floor);
     }
 
     #[test]
+    fn a_tenant_burning_guest_cpu_loses_share() {
+        let mut q = Queues::default();
+        let (a, b) = (InvocationId(1), InvocationId(2));
+        q.begin(a, info("a", PriorityClass::Batch, 1), None);
+        q.begin(b, info("b", PriorityClass::Batch, 1), None);
+        for _ in 0..4000 {
+            let _ = q.push(a, work(), Duration::ZERO);
+            let _ = q.push(b, work(), Duration::ZERO);
+        }
+        // Each kernel takes 10 µs of device time; A's guest computes 30 µs on the
+        // host before each of its launches.
+        for _ in 0..4000 {
+            let taken = q.take(q.pick(Policy::Priority).unwrap()).unwrap();
+            if taken.inv == a {
+                q.charge_guest_cpu(a, Duration::from_micros(30));
+            }
+            q.charge(taken.inv, Duration::from_micros(10), true);
+        }
+        let status = q.tenant_statuses();
+        let (sa, sb) = (&status[0], &status[1]);
+        let share_a = sa.kernels as f64 / (sa.kernels + sb.kernels) as f64;
+        assert!((share_a - 0.2).abs() < 0.01, "A ran {share_a} of the kernels (without the charge: 0.5)");
+        assert_eq!(sa.guest_cpu_us, 30 * sa.kernels);
+        assert_eq!(sb.guest_cpu_us, 0);
+    }
+
+    #[test]
     fn work_of_ended_invocations_is_refused_and_returned() {
         let mut q = Queues::default();
-        q.begin(InvocationId(1), info("a", PriorityClass::Latency, 1));
+        q.begin(InvocationId(1), info("a", PriorityClass::Latency, 1), None);
         let _ = q.push(InvocationId(1), work(), Duration::ZERO);
         assert_eq!(q.end(InvocationId(1), Duration::ZERO).len(), 1);
         assert!(q.push(InvocationId(1), work(), Duration::ZERO).is_err());
@@ -358,7 +419,7 @@ mod tests {
     fn take_reports_whose_work_it_is_and_put_back_keeps_the_order() {
         let mut q = Queues::default();
         let ls = InvocationId(1);
-        q.begin(ls, info("a", PriorityClass::Latency, 1));
+        q.begin(ls, info("a", PriorityClass::Latency, 1), None);
         for _ in 0..2 {
             let _ = q.push(ls, work(), Duration::from_micros(5));
         }
@@ -377,7 +438,7 @@ mod tests {
     fn the_latency_hold_runs_on_the_given_clock() {
         let mut q = Queues::default();
         let hold = Duration::from_millis(25);
-        q.begin(InvocationId(1), info("a", PriorityClass::Latency, 1));
+        q.begin(InvocationId(1), info("a", PriorityClass::Latency, 1), None);
         assert!(q.latency_expected(Duration::ZERO, Duration::ZERO));
         q.end(InvocationId(1), Duration::from_millis(10));
         assert!(q.latency_expected(hold, Duration::from_millis(34)));

@@ -35,6 +35,53 @@ pub struct DeviceStatus {
     /// Arrival of a latency invocation's first kernel → that kernel starting.
     pub preemption_latency: LatencySummary,
     pub tenants: Vec<TenantStatus>,
+    /// Whether the device serves.
+    pub health: DeviceHealth,
+    /// Backend panics caught since start: each failed one command (its invocation)
+    /// and the device kept serving.
+    pub contained_faults: u64,
+    /// Times the device was lost (a sticky GPU error) and reset since start.
+    pub resets: u64,
+    /// Why the device was lost the last time, if it ever was.
+    pub last_reset: Option<String>,
+}
+
+/// Whether a device's scheduler serves.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase", tag = "state", content = "reason")]
+pub enum DeviceHealth {
+    /// It runs work.
+    Healthy,
+    /// It stopped: why. Every invocation on it fails.
+    Failed(String),
+}
+
+impl DeviceStatus {
+    /// The status of a device whose scheduler stopped for `why`: what the handle
+    /// knows without it, and no counters.
+    pub(super) fn failed(device: DeviceInfo, policy: Policy, preemption_budget_us: u64, why: String) -> DeviceStatus {
+        DeviceStatus {
+            device,
+            policy,
+            preemption_budget_us,
+            partition: PartitionState::Unavailable { reason: "the device stopped".into() },
+            queued: 0,
+            active_invocations: 0,
+            resident_tensors: 0,
+            resident_bytes: 0,
+            kernels: 0,
+            uploads: 0,
+            sliced_kernels: 0,
+            preemptions: 0,
+            busy_us: 0,
+            preemption_latency: LatencySummary::default(),
+            tenants: Vec::new(),
+            health: DeviceHealth::Failed(why),
+            contained_faults: 0,
+            resets: 0,
+            last_reset: None,
+        }
+    }
 }
 
 /// Distribution of recent latencies, in microseconds.
@@ -70,6 +117,9 @@ pub struct TenantStatus {
     pub kernels: u64,
     /// Measured device time of its kernels, in microseconds.
     pub device_time_us: u64,
+    /// Host CPU time its guests computed between host calls, in microseconds
+    /// (charged to its fair share like device time).
+    pub guest_cpu_us: u64,
 }
 
 /// How many preemption-latency samples a device keeps.

@@ -48,6 +48,9 @@ pub(super) enum ReadOutcome {
     Failed(Reply, ApiError),
 }
 
+/// Table capacity (slots) above which an idle device shrinks a mostly empty table.
+const SHRINK_ABOVE: usize = 1024;
+
 /// Every tensor of one device.
 #[derive(Default)]
 pub(super) struct TensorTable {
@@ -59,6 +62,14 @@ impl TensorTable {
     /// Tensors in the table.
     pub fn len(&self) -> usize {
         self.slots.len()
+    }
+
+    /// Gives back the table's memory after a burst: a table far emptier than its
+    /// capacity shrinks (it keeps what a burst of tensors grew it to otherwise).
+    pub fn shrink_after_burst(&mut self) {
+        if self.slots.capacity() > SHRINK_ABOVE && self.slots.capacity() > 4 * self.slots.len() {
+            self.slots.shrink_to(2 * self.slots.len());
+        }
     }
 
     /// Bytes of the buffers held.
@@ -120,6 +131,26 @@ impl TensorTable {
             Err(e) => TensorState::Failed(e),
         };
         std::mem::take(&mut slot.readers)
+    }
+
+    /// The device was reset: every buffer is gone. Each tensor not failed already
+    /// fails with `e` (so does every later op on it) and holds no memory any more; the
+    /// reads that waited are handed back, to be answered with `e`.
+    pub fn lose_all(&mut self, e: &ApiError) -> Vec<(TensorMeta, Reply)> {
+        let mut readers = Vec::new();
+        for slot in self.slots.values_mut() {
+            if !matches!(slot.state, TensorState::Failed(_)) {
+                slot.state = TensorState::Failed(e.clone());
+            }
+            slot.bytes = 0;
+            readers.append(&mut slot.readers);
+        }
+        self.resident_bytes = 0;
+        let ids: Vec<TensorId> = self.slots.keys().copied().collect();
+        for id in ids {
+            self.collect(id);
+        }
+        readers
     }
 
     /// The contents of `id`, if it is in the table.
@@ -190,6 +221,7 @@ mod tests {
             op: Op::Unary(UnaryOp::Neg),
             inputs: vec![(TensorId(input), meta())],
             out: meta(),
+            scratch: None,
         }
     }
 
@@ -221,6 +253,22 @@ mod tests {
         assert_eq!((table.len(), table.resident_bytes()), (1, 8), "tensor 1 is gone once the kernel ran");
         table.free(TensorId(2));
         assert_eq!((table.len(), table.resident_bytes()), (0, 0));
+    }
+
+    #[test]
+    fn the_table_shrinks_after_a_burst() {
+        let mut table = TensorTable::default();
+        for id in 1..=10_000 {
+            table.queued(&upload(id));
+            table.complete(TensorId(id), Ok((buffer(), 8)), Lane::Whole);
+        }
+        for id in 1..=9_990 {
+            table.free(TensorId(id));
+        }
+        let grown = table.slots.capacity();
+        table.shrink_after_burst();
+        assert!(table.slots.capacity() < grown / 4, "{} slots kept of {grown}", table.slots.capacity());
+        assert_eq!((table.len(), table.resident_bytes()), (10, 80), "the live tensors stay");
     }
 
     #[test]

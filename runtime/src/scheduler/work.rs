@@ -6,13 +6,26 @@ use std::time::Duration;
 
 use sluice_host_api::{Op, TensorMeta};
 
-use super::TensorId;
+use super::{Reservation, TensorId};
 use crate::device::Buffer;
 
 /// One unit of queued work.
 pub(crate) enum Work {
-    Upload { id: TensorId, meta: TensorMeta, bytes: Vec<u8> },
-    Launch { id: TensorId, op: Op, inputs: Vec<(TensorId, TensorMeta)>, out: TensorMeta },
+    Upload {
+        id: TensorId,
+        meta: TensorMeta,
+        bytes: Vec<u8>,
+    },
+    Launch {
+        id: TensorId,
+        op: Op,
+        inputs: Vec<(TensorId, TensorMeta)>,
+        out: TensorMeta,
+        /// The kernel's scratch, charged to its invocation until the item is dropped
+        /// (run or cancelled).
+        #[expect(dead_code, reason = "held only for its Drop, which returns the reservation")]
+        scratch: Option<Reservation>,
+    },
 }
 
 impl Work {

@@ -12,7 +12,9 @@
 //!   the end of the timeline;
 //! - [`SimBuilder::partition`]: the reserved lane gets its own timeline, and kernels
 //!   on the remainder take longer (fewer compute units);
-//! - [`SimBuilder::timed`]: kernels can be timed by the device (GPU events).
+//! - [`SimBuilder::timed`]: kernels can be timed by the device (GPU events);
+//! - [`SimDevice::loss`]: a chosen launch loses the device (a sticky GPU error) until
+//!   it is reset ([`Loss`]).
 //!
 //! Every kernel is logged ([`Ran`]: op, rows, lane, simulated submission, start and
 //! end), and every launch passes a [`Gate`] the test holds, so a test can stop the
@@ -20,6 +22,7 @@
 //! wrapper timing a real device's kernels by op, for the benchmarks' breakdowns.
 
 mod gate;
+mod loss;
 pub mod profiling;
 
 use std::ops::Range;
@@ -30,11 +33,12 @@ use sluice_host_api::{Op, RowSplit, TensorMeta};
 
 use super::{
     Buffer, CpuDevice, Device, DeviceError, DeviceInfo, KernelClock, KernelTiming, Lane, Lanes, PartitionState,
-    RowSlicing, TimedLaunch,
+    RowSlicing, ScratchFn, TimedLaunch,
 };
 use crate::clock::Clock;
 
 pub use gate::Gate;
+pub use loss::Loss;
 
 /// What a kernel costs on the simulated device: a function of the op and its inputs.
 pub type CostFn = Arc<dyn Fn(&Op, &[(&Buffer, &TensorMeta)]) -> Duration + Send + Sync>;
@@ -97,6 +101,7 @@ pub struct SimBuilder {
     timed: bool,
     memory_bytes: Option<u64>,
     cpu_threads: usize,
+    scratch: Option<ScratchFn>,
 }
 
 impl SimBuilder {
@@ -133,6 +138,12 @@ impl SimBuilder {
         self
     }
 
+    /// The scratch its ops report ([`Device::scratch`]; default: the CPU device's).
+    pub fn scratch(mut self, scratch: ScratchFn) -> Self {
+        self.scratch = Some(scratch);
+        self
+    }
+
     /// Threads of the CPU device that computes the results (default 1).
     pub fn cpu_threads(mut self, threads: usize) -> Self {
         self.cpu_threads = threads;
@@ -148,10 +159,12 @@ impl SimBuilder {
             remainder_slowdown: self.remainder_slowdown,
             timed: self.timed,
             memory_bytes: self.memory_bytes,
+            scratch: self.scratch,
             timelines: Mutex::new([Duration::ZERO; 2]),
             lane: Mutex::new(Lane::Whole),
             log: SimLog::default(),
             gate: Arc::new(Gate::default()),
+            loss: Arc::new(Loss::default()),
         }
     }
 }
@@ -166,12 +179,14 @@ pub struct SimDevice {
     remainder_slowdown: Option<f64>,
     timed: bool,
     memory_bytes: Option<u64>,
+    scratch: Option<ScratchFn>,
     /// Where the timelines end: the reserved lane's, and the shared one (the whole
     /// device and the remainder; every lane without a partition).
     timelines: Mutex<[Duration; 2]>,
     lane: Mutex<Lane>,
     log: SimLog,
     gate: Arc<Gate>,
+    loss: Arc<Loss>,
 }
 
 /// Which timeline `lane` runs on.
@@ -194,6 +209,7 @@ impl SimDevice {
             timed: false,
             memory_bytes: None,
             cpu_threads: 1,
+            scratch: None,
         }
     }
 
@@ -205,6 +221,11 @@ impl SimDevice {
     /// The gate launches pass (open until the test closes it).
     pub fn gate(&self) -> Arc<Gate> {
         self.gate.clone()
+    }
+
+    /// The device's planned loss (none until the test plans one).
+    pub fn loss(&self) -> Arc<Loss> {
+        self.loss.clone()
     }
 
     fn current_lane(&self) -> Lane {
@@ -254,6 +275,7 @@ impl SimDevice {
         inputs: &[(&Buffer, &TensorMeta)],
         out: &TensorMeta,
     ) -> Result<(Buffer, Duration, Duration), DeviceError> {
+        self.loss.launch()?;
         let (start, end) = self.run(op, None, (self.cost)(op, inputs));
         Ok((self.cpu.launch(op, inputs, out)?, start, end))
     }
@@ -270,6 +292,7 @@ impl Device for SimDevice {
     }
 
     fn upload(&self, meta: &TensorMeta, bytes: &[u8]) -> Result<Buffer, DeviceError> {
+        self.loss.check()?;
         self.cpu.upload(meta, bytes)
     }
 
@@ -278,6 +301,7 @@ impl Device for SimDevice {
     }
 
     fn download(&self, buffer: &Buffer, meta: &TensorMeta) -> Result<Vec<u8>, DeviceError> {
+        self.loss.check()?;
         if self.streams {
             self.wait_for(Some(self.current_lane()));
         }
@@ -286,7 +310,15 @@ impl Device for SimDevice {
 
     fn synchronize(&self) -> Result<(), DeviceError> {
         self.wait_for(None);
-        Ok(())
+        self.loss.check()
+    }
+
+    fn recover(&self) -> Result<(), DeviceError> {
+        self.loss.recover()
+    }
+
+    fn scratch(&self) -> Option<ScratchFn> {
+        self.scratch.or_else(|| self.cpu.scratch())
     }
 
     fn is_async(&self) -> bool {
@@ -321,6 +353,7 @@ impl RowSlicing for SimDevice {
         out: &TensorMeta,
         rows: Range<usize>,
     ) -> Result<Buffer, DeviceError> {
+        self.loss.launch()?;
         let total = RowSplit::of(op, out).map_or(1, |s| s.rows.max(1));
         let whole = (self.cost)(op, inputs).as_nanos();
         let cost = Duration::from_nanos((whole * rows.len() as u128 / total as u128) as u64);
@@ -361,10 +394,11 @@ impl Lanes for SimDevice {
 
     fn synchronize_lane(&self, lane: Lane) -> Result<(), DeviceError> {
         self.wait_for(Some(lane));
-        Ok(())
+        self.loss.check()
     }
 
     fn lane_idle(&self, lane: Lane) -> Result<bool, DeviceError> {
+        self.loss.check()?;
         let timelines = *self.timelines.lock().unwrap_or_else(|e| e.into_inner());
         Ok(timelines[timeline(lane)] <= self.clock.now())
     }

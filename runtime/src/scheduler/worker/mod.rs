@@ -7,8 +7,11 @@
 //! [`Clock`](super::Clock).
 //!
 //! [`lanes`] decides where work runs and how much may be in flight on an asynchronous
-//! device; [`slicing`] cuts long best-effort kernels into row blocks.
+//! device; [`slicing`] cuts long best-effort kernels into row blocks; [`recover`]
+//! resets a lost device.
 
+use std::cell::Cell;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -25,8 +28,13 @@ use super::work::{Queued, Work};
 use super::{Command, Policy, PriorityClass, Published, SchedulerConfig, TensorId};
 use crate::device::{Buffer, Device, Lane};
 
+mod contain;
 mod lanes;
+mod recover;
 mod slicing;
+
+use contain::contain;
+pub(super) use contain::panic_message;
 
 struct Actor {
     device: Box<dyn Device>,
@@ -43,6 +51,10 @@ struct Actor {
     partitioned: bool,
     /// The lane the device is directed to.
     lane: Lane,
+    /// Backend panics contained ([`contain`]), each failing one command.
+    faults: Cell<u64>,
+    /// Losses of the device and its resets ([`recover`]).
+    recovery: recover::Recovery,
 }
 
 pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver<Command>, published: Arc<Published>) {
@@ -51,8 +63,9 @@ pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver
     if partitioned {
         tracing::info!(partition = %device.partition(), "latency work runs on the reserved partition");
     }
+    let recovery = recover::Recovery::new(published.clone());
     let mut actor = Actor {
-        device,
+        device: recovery.watch(device),
         config,
         queues: Queues::default(),
         tensors: TensorTable::default(),
@@ -62,25 +75,47 @@ pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver
         inflight: Default::default(),
         partitioned,
         lane: Lane::Whole,
+        faults: Cell::new(0),
+        recovery,
     };
+    // A panic outside the backend's boundary is a bug of the scheduler itself: its
+    // state can no longer be trusted, so the device stops, saying why (status then
+    // reports it as failed, and every waiting read gets an error).
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| serve(&mut actor, &rx, &published))) {
+        let why = panic_message(payload.as_ref());
+        tracing::error!(why, "the device scheduler panicked; the device stops");
+        *published.failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+    }
+}
+
+/// The actor's loop: until every handle is gone.
+fn serve(actor: &mut Actor, rx: &Receiver<Command>, published: &Published) {
     loop {
         if actor.queues.is_idle() {
-            // Nothing to run: let the device finish, so the window is measured.
+            // Nothing to run: let the device finish, so the window is measured, and
+            // give back what a burst grew the tables to.
             actor.drain();
-            match wait(&rx) {
+            actor.recover_if_lost();
+            actor.tensors.shrink_after_burst();
+            match wait(rx) {
                 Some(c) => actor.accept(c),
                 None => return,
             }
+            actor.recover_if_lost();
         }
-        // Take everything that arrived before choosing, so the choice sees it.
-        while let Ok(c) = rx.try_recv() {
+        // Take what arrived before choosing, so the choice sees it.
+        take_arrived(rx, |c| {
             actor.accept(c);
-        }
-        if actor.step() == Step::LaneBusy {
+            actor.recover_if_lost();
+        });
+        let step = actor.step();
+        actor.recover_if_lost();
+        if step == Step::LaneBusy {
             // Best-effort work waits for room on its lane; meanwhile take commands, so
             // latency work arriving now is not held up by it.
-            if let Some(c) = actor.config.clock.recv_timeout(&rx, LANE_POLL) {
+            if let Some(c) = actor.config.clock.recv_timeout(rx, LANE_POLL) {
                 actor.accept(c);
+                actor.recover_if_lost();
             }
         }
         let load = actor.queues.queued() + actor.queues.open_invocations();
@@ -125,6 +160,19 @@ fn wait(rx: &Receiver<Command>) -> Option<Command> {
     }
 }
 
+/// Accepts the commands that had arrived when called, and no more: guests submitting
+/// faster than the actor accepts cannot keep it from running work (before, it drained
+/// the channel until empty, and two flooding guests kept it accepting for seconds
+/// while everyone's queued work waited).
+fn take_arrived(rx: &Receiver<Command>, mut accept: impl FnMut(Command)) {
+    for _ in 0..rx.len() {
+        match rx.try_recv() {
+            Ok(c) => accept(c),
+            Err(_) => break,
+        }
+    }
+}
+
 impl Actor {
     fn now(&self) -> Duration {
         self.config.clock.now()
@@ -132,7 +180,7 @@ impl Actor {
 
     fn accept(&mut self, command: Command) {
         match command {
-            Command::Begin { inv, info } => self.queues.begin(inv, info),
+            Command::Begin { inv, info, room } => self.queues.begin(inv, info, Some(room)),
             Command::End { inv } => {
                 for q in self.queues.end(inv, self.now()) {
                     self.cancel(q.work);
@@ -140,6 +188,7 @@ impl Actor {
             }
             Command::Work { inv, work, at } => {
                 self.tensors.queued(&work);
+                let Some(work) = self.refuse_if_failed(work) else { return };
                 if let Err(work) = self.queues.push(inv, work, at) {
                     self.cancel(work);
                 }
@@ -150,13 +199,15 @@ impl Actor {
                     // A download waits for its lane anyway; account for it first.
                     self.drain_lane(lane);
                     self.enter(lane);
-                    let _ = reply.send(self.device.download(&buffer, &meta).map_err(ApiError::from));
+                    let downloaded = contain(&self.faults, "a download", || self.device.download(&buffer, &meta));
+                    let _ = reply.send(downloaded.map_err(ApiError::from));
                 }
                 ReadOutcome::Failed(reply, e) => {
                     let _ = reply.send(Err(e));
                 }
             },
             Command::Free { id } => self.tensors.free(id),
+            Command::ChargeGuestCpu { inv, elapsed } => self.queues.charge_guest_cpu(inv, elapsed),
             Command::Status { reply } => {
                 let _ = reply.send(self.status());
             }
@@ -177,7 +228,9 @@ impl Actor {
     fn answer(&self, id: TensorId, readers: Vec<(TensorMeta, Reply)>) {
         for (meta, reply) in readers {
             let answer = match self.tensors.state(id) {
-                Some(TensorState::Ready(b)) => self.device.download(b, &meta).map_err(ApiError::from),
+                Some(TensorState::Ready(b)) => {
+                    contain(&self.faults, "a download", || self.device.download(b, &meta)).map_err(ApiError::from)
+                }
                 Some(TensorState::Failed(e)) => Err(e.clone()),
                 Some(TensorState::Pending) | None => unreachable!("just produced"),
             };
@@ -236,14 +289,15 @@ impl Actor {
         match &q.work {
             Work::Upload { id, meta, .. } => {
                 let started = self.now();
-                let result =
-                    self.device.upload_owned(meta, owned).map(|b| (b, meta.byte_len() as u64)).map_err(ApiError::from);
+                let result = contain(&self.faults, "an upload", || self.device.upload_owned(meta, owned))
+                    .map(|b| (b, meta.byte_len() as u64))
+                    .map_err(ApiError::from);
                 let elapsed = self.now().saturating_sub(started);
                 self.stats.uploads += 1;
                 self.complete(*id, result, self.lane);
                 (elapsed, true)
             }
-            Work::Launch { id, op, inputs, out } => {
+            Work::Launch { id, op, inputs, out, .. } => {
                 let id = *id;
                 let out_bytes = out.byte_len() as u64;
                 let args = match self.tensors.gather(inputs) {
@@ -271,7 +325,7 @@ impl Actor {
                     && let Some(timing) = self.device.timing()
                 {
                     // Long kernels (and each shape's first) are timed by the device.
-                    match timing.launch_timed(op, &args, out) {
+                    match contain(&self.faults, "a launch", || timing.launch_timed(op, &args, out)) {
                         Ok((buffer, c)) => {
                             clock = Some(c);
                             Some(Ok(buffer))
@@ -279,7 +333,10 @@ impl Actor {
                         Err(e) => Some(Err(e.into())),
                     }
                 } else {
-                    Some(self.device.launch(op, &args, out).map_err(ApiError::from))
+                    Some(
+                        contain(&self.faults, "a launch", || self.device.launch(op, &args, out))
+                            .map_err(ApiError::from),
+                    )
                 };
                 let mut elapsed = self.now().saturating_sub(started);
                 let Some(result) = outcome else { return (elapsed, false) };
@@ -322,6 +379,34 @@ impl Actor {
             busy_us: self.stats.busy.as_micros() as u64,
             preemption_latency: self.stats.preemption_latency(),
             tenants: self.queues.tenant_statuses(),
+            health: self.recovery.health(),
+            contained_faults: self.faults.get(),
+            resets: self.recovery.resets().0,
+            last_reset: self.recovery.resets().1,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::TensorId;
+
+    #[test]
+    fn intake_stops_at_what_had_arrived() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        for i in 0..10 {
+            tx.send(Command::Free { id: TensorId(i) }).unwrap();
+        }
+        // A submitter faster than the actor: each accepted command brings another.
+        let mut accepted = 0;
+        take_arrived(&rx, |_| {
+            accepted += 1;
+            if accepted < 1000 {
+                tx.send(Command::Free { id: TensorId(accepted) }).unwrap();
+            }
+        });
+        assert_eq!(accepted, 10, "only the commands there when the intake began");
+        assert_eq!(rx.len(), 10, "the rest waits for the next intake");
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sluice_host_api::{ApiError, Op, RowSplit, TensorMeta};
 
-use super::Actor;
+use super::{Actor, contain};
 use crate::device::Buffer;
 use crate::scheduler::work::SliceProgress;
 
@@ -44,9 +44,11 @@ impl Actor {
         let Some(slicing) = self.device.rows() else {
             // The device cannot slice: run the rest whole.
             self.enqueued_slice(estimate.mul_f64(left as f64 / m as f64));
-            return Some(self.device.launch(op, inputs, out).map_err(ApiError::from));
+            return Some(
+                contain(&self.faults, "a launch", || self.device.launch(op, inputs, out)).map_err(ApiError::from),
+            );
         };
-        match slicing.launch_rows(op, inputs, out, range) {
+        match contain(&self.faults, "a row slice", || slicing.launch_rows(op, inputs, out, range)) {
             Err(e) => return Some(Err(e.into())),
             Ok(b) => p.parts.push((b, split.block(rows))),
         }
@@ -63,7 +65,10 @@ impl Actor {
         // The blocks concatenate to the output seen as rows (the same elements).
         let refs: Vec<(&Buffer, &TensorMeta)> = parts.iter().map(|(b, m)| (b, m)).collect();
         let concat = Op::Concat { axis: split.axis as u32 };
-        Some(self.device.launch(&concat, &refs, split.whole()).map_err(ApiError::from))
+        Some(
+            contain(&self.faults, "a launch", || self.device.launch(&concat, &refs, split.whole()))
+                .map_err(ApiError::from),
+        )
     }
 
     /// Counts a slice just enqueued on an asynchronous device as work in flight on the

@@ -35,7 +35,8 @@ pub fn grpc_code(code: Code) -> tonic::Code {
         | Code::TenantConcurrencyLimit
         | Code::ConcurrencyLimit
         | Code::MemoryLimitExceeded
-        | Code::InsufficientDeviceMemory => tonic::Code::ResourceExhausted,
+        | Code::InsufficientDeviceMemory
+        | Code::QuotaExceeded => tonic::Code::ResourceExhausted,
         Code::ShuttingDown => tonic::Code::Unavailable,
         Code::Timeout => tonic::Code::DeadlineExceeded,
         Code::FunctionFailed
