@@ -60,6 +60,9 @@ pub enum Code {
     DataDirInUse,
     /// The function returned more output than allowed.
     OutputTooLarge,
+    /// The function passed more bytes to the host in one call (its outputs, or one
+    /// upload) than the function's output limit plus 1 MiB; it was stopped there.
+    TransferTooLarge,
     /// The server is draining.
     ShuttingDown,
     /// No device has room for the function's weights.
@@ -76,7 +79,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in declaration order.
-    pub const ALL: [Code; 25] = [
+    pub const ALL: [Code; 26] = [
         Code::InvalidRequest,
         Code::InvalidInput,
         Code::InvalidName,
@@ -98,6 +101,7 @@ impl Code {
         Code::Corrupt,
         Code::DataDirInUse,
         Code::OutputTooLarge,
+        Code::TransferTooLarge,
         Code::ShuttingDown,
         Code::InsufficientDeviceMemory,
         Code::Timeout,
@@ -128,6 +132,7 @@ impl Code {
             Code::Corrupt => "corrupt",
             Code::DataDirInUse => "data_dir_in_use",
             Code::OutputTooLarge => "output_too_large",
+            Code::TransferTooLarge => "transfer_too_large",
             Code::ShuttingDown => "shutting_down",
             Code::InsufficientDeviceMemory => "insufficient_device_memory",
             Code::Timeout => "timeout",
@@ -154,7 +159,7 @@ impl Code {
             | Code::Storage
             | Code::Corrupt
             | Code::DataDirInUse => 500,
-            Code::OutputTooLarge => 502,
+            Code::OutputTooLarge | Code::TransferTooLarge => 502,
             Code::ShuttingDown | Code::InsufficientDeviceMemory => 503,
             Code::Timeout => 504,
         }

@@ -132,6 +132,7 @@ impl Bench {
             queue: self.queue.clone(),
             account: MemoryAccount::new("bench", None, None),
             scheduling: SchedulingInfo { tenant: "bench".into(), class: PriorityClass::Latency, weight: 1 },
+            timeout: None,
         };
         self.rt.block_on(engine.invoke(image, ctx, inputs)).unwrap_or_else(|e| panic!("{}: {e}", image.name()))
     }

@@ -34,6 +34,7 @@ fn an_invocation_that_loses_the_gpu_fails_and_the_next_ones_run() {
             queue: queue.clone(),
             account: MemoryAccount::new("invocation", None, None),
             scheduling: common::scheduling(),
+            timeout: None,
         };
         rt.block_on(common::host().engine.invoke(&image, ctx, &input))
     };

@@ -175,7 +175,7 @@ async fn misbehave_huge_output_is_refused() {
     limits.sandbox.memory_bytes = 768 << 20;
     let err = misbehave("huge-output", limits).await.unwrap_err();
     assert!(matches!(err, InvokeError::TransferTooLarge { limit, .. } if limit == 65 << 20), "{err}");
-    assert_eq!(err.code(), "output_too_large");
+    assert_eq!(err.code(), "transfer_too_large");
 }
 
 #[tokio::test]
@@ -269,6 +269,7 @@ async fn a_tenant_over_its_memory_quota_fails_alone() {
         queue: host().queue.clone(),
         account: MemoryAccount::new("invocation", None, Some(tenant.clone())),
         scheduling: common::scheduling(),
+        timeout: None,
     };
     let (a, b) = tokio::join!(
         host().engine.invoke(&image, ctx(&tenant_a), &input),

@@ -63,7 +63,8 @@ fn image() -> FunctionImage {
 
 async fn embed(image: &FunctionImage, texts: &[&str]) -> (Vec<f32>, Vec<i64>, u64) {
     let account = MemoryAccount::new("test", None, None);
-    let ctx = InvocationContext { queue: host().queue.clone(), account, scheduling: common::scheduling() };
+    let ctx =
+        InvocationContext { queue: host().queue.clone(), account, scheduling: common::scheduling(), timeout: None };
     let inputs = vec![
         IoTensor {
             name: "text".into(),

@@ -166,11 +166,16 @@ fn outputs_and_parameters() {
     // are not parameter values (an array) or a class that does not exist are refused.
     for parameters in [
         json!({ "priority": 2 }),
-        json!({ "priority": 0, "sequence_id": 5, "timeout": 100000, "x-custom": "y", "flag": true }),
+        json!({ "priority": 0, "sequence_id": 5, "timeout": 600000000, "x-custom": "y", "flag": true }),
     ] {
         server.post_json("/v2/models/echo/infer", &key, &two(json!({ "parameters": parameters }))).expect(200);
     }
-    for (parameters, needle) in [(json!({ "priority": "urgent" }), "priority"), (json!({ "p": [1] }), "\"p\"")] {
+    for (parameters, needle) in [
+        (json!({ "priority": "urgent" }), "priority"),
+        (json!({ "p": [1] }), "\"p\""),
+        (json!({ "timeout": -5 }), "timeout"),
+        (json!({ "timeout": "soon" }), "timeout"),
+    ] {
         let e = server
             .post_json("/v2/models/echo/infer", &key, &two(json!({ "parameters": parameters })))
             .expect_error(400, "invalid_request");

@@ -127,6 +127,7 @@ pub fn ctx(queue: &DeviceQueue, tenant: &str, class: PriorityClass) -> Invocatio
         queue: queue.clone(),
         account: MemoryAccount::new("invocation", None, None),
         scheduling: SchedulingInfo { tenant: tenant.into(), class, weight: 1 },
+        timeout: None,
     }
 }
 

@@ -61,7 +61,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let scheduling = SchedulingInfo { tenant: "local".into(), class: PriorityClass::Latency, weight: 1 };
-    let ctx = InvocationContext { queue, account: MemoryAccount::new("invocation", None, Some(account)), scheduling };
+    let ctx = InvocationContext {
+        queue,
+        account: MemoryAccount::new("invocation", None, Some(account)),
+        scheduling,
+        timeout: None,
+    };
     let output = rt.block_on(engine.invoke(&image, ctx, &request.inputs))?;
     let outputs = oip::select_outputs(output.outputs, &request.outputs)?;
     let response = oip::json::response_json(&oip::InferResponse {

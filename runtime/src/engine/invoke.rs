@@ -26,6 +26,9 @@ pub struct InvocationContext {
     pub account: Arc<MemoryAccount>,
     /// Tenant, priority class and weight, for the scheduler.
     pub scheduling: SchedulingInfo,
+    /// A shorter time limit the caller asks for; the function's own limit applies when
+    /// this is `None` or longer.
+    pub timeout: Option<Duration>,
 }
 
 /// The outputs of a successful invocation and what it cost.
@@ -81,7 +84,8 @@ impl InvokeError {
             InvokeError::Trapped { .. } => Code::FunctionTrapped,
             InvokeError::Timeout { .. } => Code::Timeout,
             InvokeError::MemoryLimit { .. } => Code::MemoryLimitExceeded,
-            InvokeError::OutputTooLarge { .. } | InvokeError::TransferTooLarge { .. } => Code::OutputTooLarge,
+            InvokeError::OutputTooLarge { .. } => Code::OutputTooLarge,
+            InvokeError::TransferTooLarge { .. } => Code::TransferTooLarge,
             InvokeError::QuotaExceeded { .. } => Code::QuotaExceeded,
         }
     }
@@ -120,6 +124,7 @@ impl Engine {
         let started = Instant::now();
         let function = image.name.clone();
         let limits = &image.limits;
+        let timeout = ctx.timeout.map_or(limits.timeout, |t| t.min(limits.timeout));
         // Declared before the store, so dropped after it: the invocation's handles
         // are freed first, then its stream ends and cancels whatever is still queued.
         let stream = ctx.queue.begin(ctx.scheduling.clone());
@@ -139,7 +144,7 @@ impl Engine {
             None => (self.new_store(image, ctx, &stream), None),
         };
         let tick = self.config().epoch_tick.as_nanos().max(1);
-        store.set_epoch_deadline((limits.timeout.as_nanos() / tick).max(1) as u64 + 1);
+        store.set_epoch_deadline((timeout.as_nanos() / tick).max(1) as u64 + 1);
         store.epoch_deadline_trap();
         store.set_hostcall_fuel(limits.max_output_bytes + TRANSFER_SLACK_BYTES);
 
@@ -154,16 +159,16 @@ impl Engine {
             let result = instance.call_run(&mut store, inputs).await;
             Ok::<_, wasmtime::Error>((instance, instantiated, result))
         };
-        let outcome = tokio::time::timeout(limits.timeout, call).await;
+        let outcome = tokio::time::timeout(timeout, call).await;
         let state = store.data_mut();
         let guest_cpu = state.guest_cpu.finish(&state.queue, state.invocation);
         let (instance, instantiated, returned) = match outcome {
-            Err(_elapsed) => return Err(InvokeError::Timeout { function, limit: limits.timeout }),
+            Err(_elapsed) => return Err(InvokeError::Timeout { function, limit: timeout }),
             Ok(Err(e)) | Ok(Ok((_, _, Err(e)))) => {
                 if let Some(message) = store.data().quota_refusal.clone() {
                     return Err(InvokeError::QuotaExceeded { function, message });
                 }
-                return Err(classify_trap(&store, function, e, limits));
+                return Err(classify_trap(&store, function, e, limits, timeout));
             }
             Ok(Ok((instance, t, Ok(returned)))) => (instance, t, returned),
         };
@@ -240,13 +245,14 @@ fn classify_trap(
     function: String,
     e: wasmtime::Error,
     limits: &FunctionLimits,
+    timeout: Duration,
 ) -> InvokeError {
     let state = store.data();
     if let Some(requested) = state.limiter.denied {
         return InvokeError::MemoryLimit { function, limit: state.limiter.memory_bytes, requested };
     }
     if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
-        return InvokeError::Timeout { function, limit: limits.timeout };
+        return InvokeError::Timeout { function, limit: timeout };
     }
     // wasmtime reports exhausted hostcall fuel as a plain error; its text is the
     // only signal it gives.

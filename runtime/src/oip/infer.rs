@@ -7,11 +7,15 @@
 //! - `priority`: `"batch"` or `"latency"`, or Triton's integer levels (`0`: the
 //!   function's own; `1`: the highest, i.e. the function's own; `2` and above: batch).
 //!   A request may only lower its class, never raise it above the function's.
+//! - `timeout`: Triton's request timeout, in microseconds (`0`: none). It shortens the
+//!   function's own time limit, never extends it; past it the invocation is stopped and
+//!   fails with `timeout` (504).
 //!
-//! Every other parameter (Triton's `timeout`, `sequence_id`, the HTTP transport's
-//! `binary_data_output`, …) is ignored here without error.
+//! Every other parameter (`sequence_id`, the HTTP transport's `binary_data_output`, …)
+//! is ignored here without error.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use sluice_registry::{FunctionVersion, PriorityClass};
 
@@ -38,11 +42,12 @@ pub async fn infer(
         )));
     }
     let priority = requested_priority(&parameters)?;
+    let timeout = requested_timeout(&parameters)?;
     let check = |f: &LoadedFunction, inputs: &[IoTensor]| match &f.signature {
         Some(signature) => check_request(signature, inputs, &requested).map_err(|e| PlatformError::InvalidRequest(e.0)),
         None => Ok(()),
     };
-    let options = InvokeOptions { version, priority, check: Some(&check) };
+    let options = InvokeOptions { version, priority, check: Some(&check), timeout };
     let Invocation { function, output, queue } = platform.invoke_with(tenant, name, inputs, options).await?;
     let outputs = select_outputs(output.outputs, &requested).map_err(|e| PlatformError::InvalidRequest(e.0))?;
     Ok(InferResponse {
@@ -71,6 +76,20 @@ fn requested_priority(parameters: &Parameters) -> Result<Option<PriorityClass>, 
             _ => Some(PriorityClass::Batch),
         },
     })
+}
+
+/// The time limit the request asks for, if any (Triton's `timeout`, in microseconds).
+fn requested_timeout(parameters: &Parameters) -> Result<Option<Duration>, PlatformError> {
+    match parameters.get("timeout") {
+        None => Ok(None),
+        Some(v) => match v.as_u64() {
+            Some(0) => Ok(None),
+            Some(us) => Ok(Some(Duration::from_micros(us))),
+            None => Err(PlatformError::InvalidRequest(format!(
+                "parameter \"timeout\" must be a non-negative integer (microseconds), not {v:?}"
+            ))),
+        },
+    }
 }
 
 /// A model (function) as the protocol's metadata, readiness and config endpoints see it.

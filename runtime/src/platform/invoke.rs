@@ -45,6 +45,8 @@ pub struct InvokeOptions<'a> {
     pub priority: Option<sluice_registry::PriorityClass>,
     /// Checks the inputs against the version that will run, before any guest code runs.
     pub check: Option<InputCheck<'a>>,
+    /// A time limit the request asks for; it can shorten the function's, never extend it.
+    pub timeout: Option<Duration>,
 }
 
 /// Counts an invocation as in flight while alive.
@@ -133,6 +135,7 @@ impl Platform {
                 )),
                 weight: clamp_weight(tenant_rt.policy.weight, function.version.options.weight),
             },
+            timeout: options.timeout,
         };
         // The guest runs on a host thread of its class's OS priority (see `guest_threads`).
         let class = ctx.scheduling.class;

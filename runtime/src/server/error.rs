@@ -17,9 +17,9 @@
 //! | 409 | `already_exists` |
 //! | 413 | `payload_too_large` |
 //! | 415 | `unsupported_media_type` |
-//! | 429 | `tenant_concurrency_limit`, `concurrency_limit` (with `Retry-After`) |
+//! | 429 | `tenant_concurrency_limit`, `concurrency_limit`, `quota_exceeded` (with `Retry-After`) |
 //! | 500 | `function_failed`, `function_trapped`, `memory_limit_exceeded`, `internal`, `storage`, `corrupt`, `data_dir_in_use` |
-//! | 502 | `output_too_large` |
+//! | 502 | `output_too_large`, `transfer_too_large` |
 //! | 503 | `shutting_down`, `insufficient_device_memory` (no device can hold the weights) |
 //! | 504 | `timeout` |
 

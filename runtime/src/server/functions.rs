@@ -184,6 +184,7 @@ pub async fn put_artifact(
     let job =
         blocking(move || platform.put_artifact(&tenant, &name, &artifact, ChannelReader { rx, buf: Bytes::new() }));
     let (too_large, broken) = (AtomicBool::new(false), AtomicBool::new(false));
+    let mut refused_early = false;
     let mut body = body;
     let mut total = 0u64;
     while let Some(frame) = body.frame().await {
@@ -205,7 +206,8 @@ pub async fn put_artifact(
             break;
         }
         if tx.send(Ok(chunk)).await.is_err() {
-            break; // the registry refused before reading (e.g. unknown function)
+            refused_early = true; // the registry refused before reading (e.g. unknown function)
+            break;
         }
     }
     drop(tx);
@@ -216,7 +218,17 @@ pub async fn put_artifact(
     if broken.load(Ordering::Relaxed) && result.is_err() {
         return Err(HttpError::bad_request("the request body could not be read"));
     }
-    Ok(created(&result?))
+    match result {
+        Ok(version) => Ok(created(&version)),
+        // The rest of the body was never read, so the connection cannot carry another
+        // request: say so, or a keep-alive client sends its next one into a closed socket.
+        Err(e) if refused_early => {
+            let mut response = HttpError::from(e).into_response();
+            response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+            Ok(response)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 pub async fn invoke(

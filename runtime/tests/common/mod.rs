@@ -50,7 +50,15 @@ pub fn prepare(name: &str, limits: FunctionLimits) -> FunctionImage {
 /// A context charging a fresh account (returned too, to check it drains to zero).
 pub fn context() -> (InvocationContext, Arc<MemoryAccount>) {
     let account = MemoryAccount::new("test invocation", None, None);
-    (InvocationContext { queue: host().queue.clone(), account: account.clone(), scheduling: scheduling() }, account)
+    (
+        InvocationContext {
+            queue: host().queue.clone(),
+            account: account.clone(),
+            scheduling: scheduling(),
+            timeout: None,
+        },
+        account,
+    )
 }
 
 /// Scheduling of a test invocation: one tenant, latency class.

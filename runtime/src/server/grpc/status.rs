@@ -45,7 +45,8 @@ pub fn grpc_code(code: Code) -> tonic::Code {
         | Code::Storage
         | Code::Corrupt
         | Code::DataDirInUse
-        | Code::OutputTooLarge => tonic::Code::Internal,
+        | Code::OutputTooLarge
+        | Code::TransferTooLarge => tonic::Code::Internal,
     }
 }
 
