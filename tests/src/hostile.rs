@@ -6,7 +6,8 @@
 //! (`oom`), quota-breaking (`leak` under a 1 MiB quota) and trapping (`trap`) tenants
 //! driven by many concurrent clients; it reports the victim's p50/p99 both ways, every
 //! response counted by tenant, status and code, the 5xx nobody should see, and the
-//! server's resident memory before and after.
+//! server's resident memory: cold, at the start of the measured load (after a short
+//! warm-up burst of it), right after, and settled.
 //!
 //! [`crash_loop`]: deploys and artifact uploads in a loop, the server killed with
 //! SIGKILL in the middle of them, restarted on the same data directory; every deploy or
@@ -50,8 +51,26 @@ pub struct HostileReport {
     pub counts: BTreeMap<String, u64>,
     /// Responses no tenant should get: any victim error, any 5xx a hostile tenant's mode does not explain.
     pub unexpected: Vec<String>,
-    /// Server RSS in KiB: before the load, right after it, after a settling pause.
-    pub rss_kib: (u64, u64, u64),
+    /// Server RSS in KiB: before any hostile request (`cold`), at the start of the
+    /// measured load (after a short warm-up burst of the same load and a settling
+    /// pause), right after the load, and after a settling pause.
+    pub rss: RssKib,
+}
+
+/// The server's resident set at the points [`hostile_load`] looks, in KiB.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RssKib {
+    pub cold: u64,
+    pub start: u64,
+    pub after_load: u64,
+    pub settled: u64,
+}
+
+impl RssKib {
+    /// Settled against start: 1.0 is back where the measured load began.
+    pub fn settled_ratio(&self) -> f64 {
+        self.settled as f64 / self.start.max(1) as f64
+    }
 }
 
 impl HostileReport {
@@ -74,8 +93,15 @@ impl HostileReport {
             self.unexpected.len(),
             self.unexpected.iter().take(5).collect::<Vec<_>>()
         );
-        let (a, b, c) = self.rss_kib;
-        println!("server RSS: before {} MiB, after load {} MiB, settled {} MiB", a / 1024, b / 1024, c / 1024);
+        let r = self.rss;
+        println!(
+            "server RSS: cold {} MiB, start {} MiB (after a warm-up burst), after load {} MiB, settled {} MiB ({:.2}× start)",
+            r.cold / 1024,
+            r.start / 1024,
+            r.after_load / 1024,
+            r.settled / 1024,
+            r.settled_ratio()
+        );
     }
 }
 
@@ -146,15 +172,50 @@ pub fn hostile_load(server: &Server, load: Duration, clients: usize, solo_reques
     drop(warm);
     let solo = percentiles(victim_run(server, &victim, solo_requests, None, &unexpected));
     let pid = server.pid();
-    let rss_before = rss_kib(pid);
+    let cold = rss_kib(pid);
+    // A short burst of the same load first, so that what the server keeps for good
+    // (compiled code, warm instances, tenant state, threads) is there when the measured
+    // load starts; its responses are checked, not counted.
+    let warm_up = (load / 10).clamp(Duration::from_millis(300), Duration::from_secs(3));
+    hostile_burst(server, &keys, clients, warm_up, None, &Mutex::new(BTreeMap::new()), &unexpected);
+    std::thread::sleep(SETTLE);
+    let start = rss_kib(pid);
 
     let counts = Mutex::new(BTreeMap::<String, u64>::new());
+    let loaded = hostile_burst(server, &keys, clients, load, Some(&victim), &counts, &unexpected);
+    let after_load = rss_kib(pid);
+    std::thread::sleep(SETTLE);
+    let settled = rss_kib(pid);
+    HostileReport {
+        solo,
+        victim_requests: loaded.len(),
+        loaded: percentiles(loaded),
+        counts: counts.into_inner().unwrap(),
+        unexpected: unexpected.into_inner().unwrap(),
+        rss: RssKib { cold, start, after_load, settled },
+    }
+}
+
+/// Long enough for the server's idle heap trim (it looks every 2 s) to have run.
+const SETTLE: Duration = Duration::from_secs(5);
+
+/// `clients` hostile clients round-robin over the [`HOSTILE`] tenants for `load`,
+/// counting their responses; with `victim`, the victim's latencies meanwhile.
+fn hostile_burst(
+    server: &Server,
+    keys: &[String],
+    clients: usize,
+    load: Duration,
+    victim: Option<&str>,
+    counts: &Mutex<BTreeMap<String, u64>>,
+    unexpected: &Mutex<Vec<String>>,
+) -> Vec<Duration> {
     let stop = AtomicBool::new(false);
-    let loaded = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         for c in 0..clients {
             let (tenant, mode, allowed) = HOSTILE[c % HOSTILE.len()];
             let key = keys[c % HOSTILE.len()].clone();
-            let (counts, unexpected, stop) = (&counts, &unexpected, &stop);
+            let stop = &stop;
             s.spawn(move || {
                 let body = serde_json::to_vec(&misbehave_request(mode)).expect("json");
                 let Ok(mut conn) = RawConn::connect(server.addr()) else { return };
@@ -177,22 +238,11 @@ pub fn hostile_load(server: &Server, load: Duration, clients: usize, solo_reques
                 }
             });
         }
-        let measured = s.spawn(|| victim_run(server, &victim, usize::MAX, Some(&stop), &unexpected));
+        let measured = victim.map(|key| s.spawn(|| victim_run(server, key, usize::MAX, Some(&stop), unexpected)));
         std::thread::sleep(load);
         stop.store(true, Ordering::Relaxed);
-        measured.join().expect("victim thread")
-    });
-    let rss_after = rss_kib(pid);
-    std::thread::sleep(Duration::from_secs(2));
-    let rss_settled = rss_kib(pid);
-    HostileReport {
-        solo,
-        victim_requests: loaded.len(),
-        loaded: percentiles(loaded),
-        counts: counts.into_inner().unwrap(),
-        unexpected: unexpected.into_inner().unwrap(),
-        rss_kib: (rss_before, rss_after, rss_settled),
-    }
+        measured.map(|m| m.join().expect("victim thread")).unwrap_or_default()
+    })
 }
 
 /// What [`crash_loop`] checked.
