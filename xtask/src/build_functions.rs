@@ -4,15 +4,16 @@
 //! The build runs in `functions/` (its own workspace and `functions/target`), with
 //! `RUSTFLAGS`/`CARGO_ENCODED_RUSTFLAGS` removed so host-only flags never reach the
 //! wasm build. Outputs: `functions/target/wasm32-wasip2/release/<crate_name>.wasm`,
-//! where `<crate_name>` is the package name with `-` replaced by `_`.
+//! where `<crate_name>` is the package name with `-` replaced by `_`. Python functions
+//! (`functions/<name>/app.py`) are built beside them by [`crate::python_functions`].
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
-use crate::cmd;
 use crate::setup::{self, WASM_TARGET};
+use crate::{cmd, python_functions};
 
 /// The first 8 bytes of a component: `\0asm`, version 0x0d, layer 1.
 const COMPONENT_MAGIC: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
@@ -50,6 +51,11 @@ pub fn run(args: &[String]) -> Result<Vec<PathBuf>> {
         let path = out_dir.join(format!("{package}.wasm"));
         let size = check_component(&path)?;
         println!("{:>10} bytes  {}", size, path.display());
+        built.push(path);
+    }
+    for path in python_functions::build(&out_dir)? {
+        let size = check_component(&path)?;
+        println!("{:>10} bytes  {}  (Python)", size, path.display());
         built.push(path);
     }
     Ok(built)

@@ -33,23 +33,30 @@ pub fn run(args: &[String]) -> Result<()> {
 
 /// The environment's interpreter, creating the environment if it does not exist.
 pub fn ensure() -> Result<PathBuf> {
-    let requirements = cmd::repo_root().join(REQUIREMENTS);
-    let text = std::fs::read(&requirements).with_context(|| format!("reading {}", requirements.display()))?;
-    let venv = cache_dir()?.join(format!("venv-clients-{:016x}", fnv1a(&text)));
+    ensure_venv("clients", REQUIREMENTS).context("installing the Python clients from PyPI")
+}
+
+/// The interpreter of the virtual environment `venv-<kind>-<hash>` in the cache,
+/// installed from the requirements file `requirements` (relative to the repository
+/// root) once; `<hash>` is of the file's content, so a change to it makes a new one.
+pub fn ensure_venv(kind: &str, requirements: &str) -> Result<PathBuf> {
+    let path = cmd::repo_root().join(requirements);
+    let text = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    let venv = cache_dir()?.join(format!("venv-{kind}-{:016x}", fnv1a(&text)));
     let python = venv.join("bin/python");
     // Written last: an interrupted install leaves no marker and is redone.
     let done = venv.join(".sluice-installed");
     if !done.is_file() {
         let system = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-        eprintln!("xtask: creating {} from {REQUIREMENTS} (once)", venv.display());
+        eprintln!("xtask: creating {} from {requirements} (once)", venv.display());
         cmd::run(Command::new(&system).args(["-m", "venv", "--clear"]).arg(&venv))
             .with_context(|| format!("creating a Python virtual environment with `{system}`"))?;
         cmd::run(
             Command::new(&python)
                 .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"])
-                .arg(&requirements),
+                .arg(&path),
         )
-        .context("installing the Python clients from PyPI")?;
+        .with_context(|| format!("installing {requirements} from PyPI"))?;
         std::fs::write(&done, &text).with_context(|| format!("writing {}", done.display()))?;
     }
     Ok(python)

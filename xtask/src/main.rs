@@ -13,6 +13,7 @@ mod fake_cuda;
 mod fetch_model;
 mod fetch_nvrtc;
 mod lint;
+mod python_functions;
 mod serve;
 mod setup;
 mod skips;

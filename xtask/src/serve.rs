@@ -4,7 +4,8 @@
 //! Builds the guests and a release `sluice`, fetches the model, starts `sluice serve`
 //! (sled in `./sluice-data`, the GPU if one is usable, else the CPU), creates the tenant
 //! `demo`, deploys `echo`, `mlp`, `minilm-embed` (with its weights, vocabulary and
-//! config) and `gemm-burn` (batch class) unless they are already there, prints a key
+//! config), `gemm-burn` (batch class) and the Python functions `echo-py` and `mlp-py`
+//! unless they are already there, prints a key
 //! and a few curl commands, and then runs until Ctrl-C.
 //!
 //! `--addr`, `--grpc-listen`, `--data-dir` and `--device` are passed to `sluice serve`
@@ -141,6 +142,9 @@ pub fn run(args: &[String]) -> Result<()> {
             ],
         ),
         ("gemm-burn", vec![wasm("gemm_burn"), "--priority".into(), "batch".into()]),
+        // Written in Python (functions/*/app.py, the Python guest SDK).
+        ("echo-py", vec![wasm("echo_py")]),
+        ("mlp-py", vec![wasm("mlp_py")]),
     ];
     for (name, rest) in &examples {
         if client(&sluice, &url, &key, &["functions", "get", name]).is_some() {
@@ -154,7 +158,7 @@ pub fn run(args: &[String]) -> Result<()> {
     }
 
     println!(
-        "\nsluice is serving on {url} (gRPC on {grpc}) with echo, mlp, minilm-embed and gemm-burn (tenant `demo`).\n\
+        "\nsluice is serving on {url} (gRPC on {grpc}) with echo, mlp, minilm-embed, gemm-burn, and echo-py and mlp-py in Python (tenant `demo`).\n\
          admin key: {admin}\n\
          demo key:  {key}\n\n\
          try:\n  \

@@ -1,0 +1,41 @@
+"""sluice's guest SDK for Python: write an inference function in plain Python, built
+into a WebAssembly component with componentize-py (`cargo xtask build-functions`).
+
+Every tensor op is a call into the host's device API, exactly as from the Rust SDK
+(`guest-sdk/`): the host schedules each kernel, the guest holds only handles. No NumPy
+inside the guest: inputs and outputs are plain Python lists, the compute runs on the
+host.
+
+    from sluice_guest import export, Inputs, IoTensor, Tensor
+
+    def run(inputs: Inputs):
+        x = inputs["input"].expect("FP32").to_tensor()
+        return [IoTensor.from_tensor("output", x.relu())]
+
+    WitWorld = export(run)
+"""
+
+from wit_world.imports.ops import PoolKind, ReduceOp, UnaryOp
+from wit_world.imports.types import Dtype, ErrorCode
+
+from .errors import Failed, HostError, InvalidInput
+from .function import export
+from .io import Inputs, IoTensor
+from .tensor import Tensor, load_tensor, read_artifact
+
+__all__ = [
+    "Dtype",
+    "ErrorCode",
+    "Failed",
+    "HostError",
+    "Inputs",
+    "InvalidInput",
+    "IoTensor",
+    "PoolKind",
+    "ReduceOp",
+    "Tensor",
+    "UnaryOp",
+    "export",
+    "load_tensor",
+    "read_artifact",
+]

@@ -1,0 +1,98 @@
+//! Python functions: every `functions/<name>/app.py` is built into a component with
+//! componentize-py (pinned in `guest-sdk/python/requirements-build.txt`, installed once
+//! into a virtual environment in the cache), against the WIT world in `host-api/wit`
+//! and with the Python guest SDK (`guest-sdk/python`) on its path.
+//!
+//! Outputs go beside the Rust functions' components:
+//! `functions/target/wasm32-wasip2/<profile>/<name with - as _>.wasm`. A component newer
+//! than every input (the function's directory, the SDK, the WIT) is not rebuilt: a build
+//! takes ~20 s (it pre-initialises the interpreter).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::SystemTime;
+
+use anyhow::{Context, Result, bail};
+
+use crate::{clients_venv, cmd};
+
+/// The requirements of the build tool, relative to the repository root.
+pub const REQUIREMENTS: &str = "guest-sdk/python/requirements-build.txt";
+
+/// The module componentize-py imports in each function's directory.
+const APP: &str = "app";
+
+/// Builds every Python function into `out_dir`; returns the components' paths.
+pub fn build(out_dir: &Path) -> Result<Vec<PathBuf>> {
+    let root = cmd::repo_root();
+    let functions = python_functions(&root.join("functions"))?;
+    if functions.is_empty() {
+        return Ok(Vec::new());
+    }
+    let python = clients_venv::ensure_venv("componentize-py", REQUIREMENTS)?;
+    let tool = python.with_file_name("componentize-py");
+    let (wit, sdk) = (root.join("host-api/wit"), root.join("guest-sdk/python"));
+    fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let mut built = Vec::new();
+    for dir in functions {
+        let name = dir.file_name().and_then(|n| n.to_str()).context("a function directory without a name")?;
+        let out = out_dir.join(format!("{}.wasm", name.replace('-', "_")));
+        let inputs_changed = newest(&[&dir, &sdk, &wit])?;
+        let fresh = fs::metadata(&out).and_then(|m| m.modified()).is_ok_and(|built| built > inputs_changed);
+        if !fresh {
+            eprintln!("xtask: building the Python function {name} with componentize-py");
+            let mut build = Command::new(&tool);
+            build
+                .arg("-d")
+                .arg(&wit)
+                .args(["-w", "inference", "componentize", APP, "-p"])
+                .arg(&dir)
+                .arg("-p")
+                .arg(&sdk)
+                .arg("-o")
+                .arg(&out)
+                // Its cache of generated bindings goes to a scratch directory, not the tree.
+                .current_dir(std::env::temp_dir());
+            cmd::run(&mut build).with_context(|| format!("building {}", dir.display()))?;
+        }
+        built.push(out);
+    }
+    Ok(built)
+}
+
+/// The directories under `functions` that hold an `app.py`, sorted.
+fn python_functions(functions: &Path) -> Result<Vec<PathBuf>> {
+    let mut dirs = Vec::new();
+    for entry in fs::read_dir(functions).with_context(|| format!("reading {}", functions.display()))? {
+        let path = entry?.path();
+        if path.join(format!("{APP}.py")).is_file() {
+            dirs.push(path);
+        }
+    }
+    dirs.sort();
+    Ok(dirs)
+}
+
+/// The latest modification time of any file under `roots` (Python caches skipped).
+fn newest(roots: &[&Path]) -> Result<SystemTime> {
+    let mut latest = SystemTime::UNIX_EPOCH;
+    let mut stack: Vec<PathBuf> = roots.iter().map(|p| p.to_path_buf()).collect();
+    while let Some(path) = stack.pop() {
+        let meta = fs::metadata(&path).with_context(|| format!("reading {}", path.display()))?;
+        if meta.is_dir() {
+            if path.file_name().is_some_and(|n| n == "__pycache__") {
+                continue;
+            }
+            for entry in fs::read_dir(&path)? {
+                stack.push(entry?.path());
+            }
+        } else {
+            latest = latest.max(meta.modified()?);
+        }
+    }
+    if latest == SystemTime::UNIX_EPOCH {
+        bail!("no files under {roots:?}");
+    }
+    Ok(latest)
+}
