@@ -28,6 +28,10 @@
 //! Examples only run inside the sluice host: see `functions/echo` (IO round-trip) and
 //! `functions/mlp` (a small classifier) for complete, tested functions.
 //!
+//! The same API exists for Python over the same WIT world: `guest-sdk/python` (the
+//! `sluice_guest` package, built into components by componentize-py; see its README
+//! and `functions/echo-py`, `functions/mlp-py`, `functions/minilm-embed-py`).
+//!
 //! A function may declare its signature (input and output names, datatypes, shapes)
 //! with [`signature!`]; the host then reports it and refuses requests that do not match
 //! before the function runs.

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 
 pub mod fixtures;
 pub mod hostile;
+pub mod minilm;
 pub mod skip;
 
 /// The admin key every test server starts with.

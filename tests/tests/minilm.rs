@@ -6,80 +6,20 @@
 //! Needs the model (`cargo xtask fetch-model`, run by `cargo xtask test`); fails, and
 //! says so, without it.
 
-use serde_json::{Value, json};
-use sluice_tests::fixtures::required_model_dir as model_dir;
-use sluice_tests::{Server, repo_root};
+use serde_json::json;
+use sluice_tests::Server;
+use sluice_tests::minilm::{check_against_reference, output, request};
 
 fn deploy_minilm(server: &Server, key: &str) {
-    server.deploy(key, "minilm-embed", "minilm_embed", "timeout_ms=60000");
-    let dir = model_dir();
-    for (artifact, file) in [("model", "model.safetensors"), ("vocab", "vocab.txt"), ("config", "config.json")] {
-        let bytes = std::fs::read(dir.join(file)).unwrap();
-        server.put_bytes(&format!("/v1/functions/minilm-embed/artifacts/{artifact}"), key, bytes).expect(201);
-    }
-}
-
-fn request(texts: &[&str]) -> Value {
-    json!({ "inputs": [
-        { "name": "text", "shape": [texts.len()], "datatype": "BYTES", "data": texts },
-        { "name": "return_tokens", "shape": [1], "datatype": "UINT8", "data": [1] },
-    ]})
-}
-
-fn output<'a>(response: &'a Value, name: &str) -> &'a Value {
-    response["outputs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["name"] == name)
-        .unwrap_or_else(|| panic!("no output {name}"))
-}
-
-fn floats(v: &Value) -> Vec<f64> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
-}
-
-fn check(text: &str, got: &[f64], want: &[f64]) {
-    let dot: f64 = got.iter().zip(want).map(|(a, b)| a * b).sum();
-    let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
-    let cosine = dot / (norm(got) * norm(want));
-    let max_abs = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
-    assert!(cosine >= 0.9999 && max_abs <= 1e-4, "{text:?}: cosine {cosine}, max abs diff {max_abs}");
+    sluice_tests::minilm::deploy(server, key, "minilm-embed", "minilm_embed");
 }
 
 #[test]
 fn minilm_over_http_matches_the_reference() {
-    let reference: Value =
-        serde_json::from_slice(&std::fs::read(repo_root().join("tests/data/minilm_ref_visible.json")).unwrap())
-            .unwrap();
-    let records = reference["records"].as_array().unwrap();
-    assert_eq!(records.len(), 16);
     let server = Server::start();
     let key = server.create_tenant("acme");
     deploy_minilm(&server, &key);
-
-    for r in records {
-        let text = r["text"].as_str().unwrap();
-        let out = server.post_json("/v2/models/minilm-embed/infer", &key, &request(&[text])).expect(200);
-        let ids = output(&out, "input_ids");
-        assert_eq!(ids["data"], r["input_ids"], "{text:?}: token ids");
-        let e = output(&out, "embedding");
-        assert_eq!(e["shape"], json!([1, 384]));
-        check(text, &floats(&e["data"]), &floats(&r["embedding"]));
-    }
-
-    let texts: Vec<&str> = records.iter().map(|r| r["text"].as_str().unwrap()).collect();
-    let out = server.post_json("/v2/models/minilm-embed/infer", &key, &request(&texts)).expect(200);
-    let ids = output(&out, "input_ids");
-    let seq = ids["shape"][1].as_u64().unwrap() as usize;
-    let all_ids = ids["data"].as_array().unwrap();
-    let embeddings = floats(&output(&out, "embedding")["data"]);
-    for (i, r) in records.iter().enumerate() {
-        let want = r["input_ids"].as_array().unwrap();
-        assert_eq!(&all_ids[i * seq..i * seq + want.len()], &want[..], "{:?}: batched ids", texts[i]);
-        assert!(all_ids[i * seq + want.len()..(i + 1) * seq].iter().all(|x| x == 0), "padding is 0");
-        check(texts[i], &embeddings[i * 384..(i + 1) * 384], &floats(&r["embedding"]));
-    }
+    check_against_reference(&server, &key, "minilm-embed");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Python functions (`functions/*/app.py`, built by componentize-py with the Python guest
 //! SDK in `guest-sdk/python`) deployed and invoked over real HTTP like any component:
-//! each must answer exactly as its Rust twin does, and its errors must be the protocol's.
+//! each must answer exactly as its Rust twin does, and its errors must be the protocol's;
+//! the Python MiniLM (its own pure-Python WordPiece) must match the reference embeddings.
 
 use serde_json::{Value, json};
 use sluice_tests::Server;
@@ -60,4 +61,12 @@ fn a_python_functions_errors_are_the_protocols() {
     // The instance that refused still serves.
     let ok = call(json!({ "name": "input", "shape": [1, 16], "datatype": "FP32", "data": vec![0.25; 16] })).expect(200);
     assert_eq!(ok["outputs"][0]["shape"], json!([1, 10]));
+}
+
+#[test]
+fn the_python_minilm_matches_the_reference_one_by_one_and_batched() {
+    let server = Server::start();
+    let key = server.create_tenant("py");
+    sluice_tests::minilm::deploy(&server, &key, "minilm-embed-py", "minilm_embed_py");
+    sluice_tests::minilm::check_against_reference(&server, &key, "minilm-embed-py");
 }

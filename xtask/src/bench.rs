@@ -1,12 +1,14 @@
 //! `cargo xtask bench`: the CPU benchmarks, from a fresh machine.
 //!
 //! Set-up first (the guest components, the model), then
-//! `cargo bench -p sluice-runtime --bench engine --bench minilm --bench scheduling` with `SLUICE_MODEL_DIR`
+//! `cargo bench -p sluice-runtime --bench engine --bench minilm --bench scheduling --bench
+//! python_guest` with `SLUICE_MODEL_DIR`
 //! set. `engine` measures the host-side cost of an op launch and the instantiation
 //! time; `minilm` runs all-MiniLM-L6-v2 through sluice on the CPU side by side with a
 //! NumPy reference (it creates `target/bench-venv` with numpy on first use);
 //! `scheduling` co-locates a latency and a best-effort tenant under each policy and
-//! measures the scheduler's overhead. Extra
+//! measures the scheduler's overhead; `python_guest` sets Python functions beside Rust
+//! ones (size, compile, instantiation, op launch, MiniLM 1 × 128). Extra
 //! arguments go to `cargo bench`. Then the Open Inference Protocol's transports through
 //! a real server (`cargo run --release -p sluice-tests --bin oip-bench`: JSON HTTP, binary
 //! HTTP and gRPC on `echo` and MiniLM batch 32, with the server's decode and encode time).
@@ -23,6 +25,7 @@ pub fn run(args: &[String]) -> Result<()> {
         cmd::cargo()
             .current_dir(cmd::repo_root())
             .args(["bench", "-p", "sluice-runtime", "--bench", "engine", "--bench", "minilm", "--bench", "scheduling"])
+            .args(["--bench", "python_guest"])
             .args(args)
             .env("SLUICE_MODEL_DIR", &model_dir),
     )?;

@@ -4,8 +4,8 @@
 //! Builds the guests and a release `sluice`, fetches the model, starts `sluice serve`
 //! (sled in `./sluice-data`, the GPU if one is usable, else the CPU), creates the tenant
 //! `demo`, deploys `echo`, `mlp`, `minilm-embed` (with its weights, vocabulary and
-//! config), `gemm-burn` (batch class) and the Python functions `echo-py` and `mlp-py`
-//! unless they are already there, prints a key
+//! config), `gemm-burn` (batch class) and the Python functions `echo-py`, `mlp-py` and
+//! `minilm-embed-py` unless they are already there, prints a key
 //! and a few curl commands, and then runs until Ctrl-C.
 //!
 //! `--addr`, `--grpc-listen`, `--data-dir` and `--device` are passed to `sluice serve`
@@ -145,6 +145,18 @@ pub fn run(args: &[String]) -> Result<()> {
         // Written in Python (functions/*/app.py, the Python guest SDK).
         ("echo-py", vec![wasm("echo_py")]),
         ("mlp-py", vec![wasm("mlp_py")]),
+        (
+            "minilm-embed-py",
+            vec![
+                wasm("minilm_embed_py"),
+                "--artifact".into(),
+                artifact("model", "model.safetensors"),
+                "--artifact".into(),
+                artifact("vocab", "vocab.txt"),
+                "--artifact".into(),
+                artifact("config", "config.json"),
+            ],
+        ),
     ];
     for (name, rest) in &examples {
         if client(&sluice, &url, &key, &["functions", "get", name]).is_some() {
@@ -158,7 +170,7 @@ pub fn run(args: &[String]) -> Result<()> {
     }
 
     println!(
-        "\nsluice is serving on {url} (gRPC on {grpc}) with echo, mlp, minilm-embed, gemm-burn, and echo-py and mlp-py in Python (tenant `demo`).\n\
+        "\nsluice is serving on {url} (gRPC on {grpc}) with echo, mlp, minilm-embed, gemm-burn, and echo-py, mlp-py and minilm-embed-py in Python (tenant `demo`).\n\
          admin key: {admin}\n\
          demo key:  {key}\n\n\
          try:\n  \

@@ -8,6 +8,7 @@ fails the invocation like `Failed`. Any other exception fails it too, with its t
 and message.
 """
 
+from componentize_py_types import Err
 from wit_world.imports import types
 
 
@@ -30,8 +31,6 @@ class HostError(Exception):
 
 def host_call(call, *args):
     """Runs a generated binding, turning the host's `Err(types.Error)` into `HostError`."""
-    from componentize_py_types import Err
-
     try:
         return call(*args)
     except Err as e:

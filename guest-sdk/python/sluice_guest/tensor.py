@@ -9,7 +9,7 @@ before anything is queued: a bad call raises `HostError` (`shape-mismatch`, …)
 import struct
 from typing import List, Optional, Sequence
 
-from wit_world.imports import fused, ops, tensors, types
+from wit_world.imports import artifacts, fused, ops, tensors, types
 
 from .errors import HostError, host_call
 
@@ -275,13 +275,9 @@ def _format(dtype: "types.Dtype"):
 def load_tensor(artifact: str, name: str, as_dtype: Optional["types.Dtype"] = None) -> Tensor:
     """One tensor of a safetensors artifact uploaded with the function (loaded once per
     function version and device, shared read-only)."""
-    from wit_world.imports import artifacts
-
     return Tensor(host_call(artifacts.load_tensor, artifact, name, as_dtype))
 
 
 def read_artifact(artifact: str) -> bytes:
     """The raw bytes of an artifact (a vocabulary, a config)."""
-    from wit_world.imports import artifacts
-
     return host_call(artifacts.read, artifact)
