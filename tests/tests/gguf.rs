@@ -1,0 +1,110 @@
+//! The real SmolLM2-135M-Instruct GGUF file (`cargo xtask fetch-llm`) through the host's
+//! GGUF reader and its artifacts: the tensor index (30 blocks, shapes and types), the
+//! tokenizer and hyper-parameters in the metadata, the metadata's JSON for the guest,
+//! and `load-tensor` of an f32 norm onto the CPU device, byte for byte. Skips (class
+//! "SmolLM2 model") when the file has not been fetched, except under CI.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use sluice_runtime::device::CpuDevice;
+use sluice_runtime::engine::ArtifactSet;
+use sluice_runtime::engine::gguf::{GgmlType, Gguf, Value};
+use sluice_runtime::scheduler::{DeviceQueue, MemoryAccount};
+use sluice_tests::fixtures::llm_gguf;
+
+fn parse(path: &Path) -> (Vec<u8>, Gguf) {
+    let bytes = std::fs::read(path).unwrap();
+    let g = Gguf::parse(&bytes).unwrap();
+    (bytes, g)
+}
+
+#[test]
+fn the_tensor_index_has_30_llama_blocks_of_the_right_shapes_and_types() {
+    let Some(path) = llm_gguf() else { return };
+    let (bytes, g) = parse(&path);
+    assert_eq!((g.version, g.alignment), (3, 32));
+    // 30 blocks × 9 tensors, token_embd and output_norm; the output head is tied.
+    assert_eq!(g.tensors.len(), 30 * 9 + 2);
+    assert!(g.tensor("output.weight").is_none());
+    let check = |name: &str, shape: &[u64], t: GgmlType| {
+        let info = g.tensor(name).unwrap_or_else(|| panic!("no tensor {name}"));
+        assert_eq!((info.shape().as_slice(), info.ggml_type), (shape, t), "{name}");
+    };
+    check("token_embd.weight", &[49152, 576], GgmlType::Q8_0);
+    check("output_norm.weight", &[576], GgmlType::F32);
+    for b in 0..30 {
+        let n = |t: &str| format!("blk.{b}.{t}.weight");
+        check(&n("attn_norm"), &[576], GgmlType::F32);
+        check(&n("ffn_norm"), &[576], GgmlType::F32);
+        check(&n("attn_q"), &[576, 576], GgmlType::Q4_1);
+        check(&n("attn_k"), &[192, 576], GgmlType::Q4_1);
+        check(&n("attn_v"), &[192, 576], GgmlType::Q4_1);
+        check(&n("attn_output"), &[576, 576], GgmlType::Q4_1);
+        check(&n("ffn_gate"), &[1536, 576], GgmlType::Q4_1);
+        check(&n("ffn_up"), &[1536, 576], GgmlType::Q4_1);
+        check(&n("ffn_down"), &[576, 1536], GgmlType::Q4_1);
+    }
+    let count = |t: GgmlType| g.tensors.iter().filter(|i| i.ggml_type == t).count();
+    assert_eq!((count(GgmlType::Q4_1), count(GgmlType::Q8_0), count(GgmlType::F32)), (210, 1, 61));
+    // The tensors tile the data section in order, without overlap, up to the end.
+    let mut infos: Vec<_> = g.tensors.iter().collect();
+    infos.sort_by_key(|i| i.offset);
+    for pair in infos.windows(2) {
+        assert!(pair[0].offset + pair[0].byte_len <= pair[1].offset, "{} overlaps {}", pair[0].name, pair[1].name);
+    }
+    let last = infos.last().unwrap();
+    assert!(last.offset + last.byte_len <= bytes.len() as u64);
+    let weight_bytes: u64 = g.tensors.iter().map(|i| i.byte_len).sum();
+    assert!((95_000_000..98_362_432).contains(&weight_bytes), "{weight_bytes} bytes of weights");
+}
+
+#[test]
+fn the_metadata_holds_the_hyper_parameters_and_the_tokenizer() {
+    let Some(path) = llm_gguf() else { return };
+    let (_, g) = parse(&path);
+    let u = |k: &str| g.get(k).and_then(Value::as_u64).unwrap_or_else(|| panic!("no integer {k}"));
+    let f = |k: &str| g.get(k).and_then(Value::as_f64).unwrap_or_else(|| panic!("no float {k}"));
+    assert_eq!(g.get("general.architecture").and_then(Value::as_str), Some("llama"));
+    assert_eq!(u("llama.block_count"), 30);
+    assert_eq!(u("llama.embedding_length"), 576);
+    assert_eq!(u("llama.feed_forward_length"), 1536);
+    assert_eq!(u("llama.attention.head_count"), 9);
+    assert_eq!(u("llama.attention.head_count_kv"), 3);
+    assert_eq!(u("llama.context_length"), 8192);
+    assert_eq!(f("llama.rope.freq_base"), 100000.0);
+    assert!((f("llama.attention.layer_norm_rms_epsilon") - 1e-5).abs() < 1e-9);
+    assert_eq!(g.get("tokenizer.ggml.model").and_then(Value::as_str), Some("gpt2"));
+    let tokens = g.get("tokenizer.ggml.tokens").and_then(Value::as_array).unwrap();
+    assert_eq!(tokens.len(), 49152);
+    assert_eq!(tokens[2].as_str(), Some("<|im_end|>"));
+    let merges = g.get("tokenizer.ggml.merges").and_then(Value::as_array).unwrap();
+    assert_eq!(merges.len(), 48900);
+    assert!(merges.iter().all(|m| m.as_str().is_some_and(|s| s.split(' ').count() == 2)));
+    assert_eq!(u("tokenizer.ggml.eos_token_id"), 2);
+    let template = g.get("tokenizer.chat_template").and_then(Value::as_str).unwrap();
+    assert!(template.contains("<|im_start|>"), "{template}");
+}
+
+#[test]
+fn the_guest_gets_the_metadata_as_json_and_the_tensors_load_on_the_device() {
+    let Some(path) = llm_gguf() else { return };
+    let account = MemoryAccount::new("weights", None, None);
+    let set = ArtifactSet::new(HashMap::from([("model".to_owned(), path.clone())]), account.clone());
+    let json: serde_json::Value = serde_json::from_str(&set.metadata("model", 64 << 20).unwrap()).unwrap();
+    assert_eq!(json["llama.block_count"], 30);
+    assert_eq!(json["tokenizer.ggml.tokens"].as_array().unwrap().len(), 49152);
+    assert_eq!(json["tokenizer.ggml.merges"][0].as_str().map(|m| m.contains(' ')), Some(true));
+    let e = set.metadata("model", 1000).unwrap_err();
+    assert!(e.message.contains("more than the 1000"), "{e:?}");
+
+    let queue = DeviceQueue::start(Box::new(CpuDevice::with_threads(1)));
+    let (lease, meta) = set.load_tensor(&queue, "model", "blk.7.ffn_norm.weight", None).unwrap();
+    assert_eq!(meta.shape, vec![576]);
+    let (bytes, g) = parse(&path);
+    let want = g.data(&bytes, g.tensor("blk.7.ffn_norm.weight").unwrap());
+    assert_eq!(queue.read_blocking(lease.id(), meta).unwrap(), want);
+    assert_eq!(account.used(), 576 * 4);
+    let Err(e) = set.load_tensor(&queue, "model", "no.such.weight", None) else { panic!("loaded a missing tensor") };
+    assert!(e.message.contains("no tensor named"), "{e:?}");
+}
