@@ -34,7 +34,8 @@ impl Tensor {
     }
 
     /// Uploads little-endian element bytes: `bytes.len()` must be
-    /// `product(shape) * dtype.size_of()`.
+    /// `product(shape) * dtype.size_of()` (for a block format, its blocks:
+    /// `product(shape) / 32` blocks of `dtype.block_bytes()`).
     pub fn from_bytes(dtype: DType, shape: &[u32], bytes: &[u8]) -> Result<Tensor> {
         Ok(Tensor::from_raw(RawTensor::from_bytes(dtype.into(), shape, bytes)?))
     }
@@ -72,7 +73,7 @@ impl Tensor {
     /// A tensor of zeros (all-zero bits are zero in every dtype).
     pub fn zeros(dtype: DType, shape: &[u32]) -> Result<Tensor> {
         let n = checked_numel(shape)?;
-        let bytes = n.checked_mul(dtype.size_of()).ok_or_else(too_large)?;
+        let bytes = (n / dtype.block_len()).checked_mul(dtype.block_bytes()).ok_or_else(too_large)?;
         Tensor::from_bytes(dtype, shape, &vec![0u8; bytes])
     }
 

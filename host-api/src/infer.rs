@@ -8,7 +8,11 @@ use crate::{
 ///
 /// This is the whole validation of a launch: a backend may assume that every op it
 /// receives passed `infer` with the same inputs.
+///
+/// Block-quantized tensors ([`DType::is_quantized`]) are weights: only three places
+/// take one, each with f32 on the other side ([`quantized_inputs`]).
 pub fn infer(op: &Op, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
+    quantized_inputs(op, inputs)?;
     match op {
         Op::Matmul(args) => {
             let [a, b] = arity::<2>(op, inputs)?;
@@ -58,7 +62,9 @@ pub fn infer(op: &Op, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
         }
         Op::Embedding => {
             let [table, ids] = arity::<2>(op, inputs)?;
-            float(op, table)?;
+            if !table.dtype.is_quantized() {
+                float(op, table)?;
+            }
             if table.rank() != 2 {
                 return Err(ApiError::shape(format!(
                     "embedding table must be 2-D [vocab, dim], got {:?}",
@@ -70,7 +76,7 @@ pub fn infer(op: &Op, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
             }
             let mut shape = ids.shape.clone();
             shape.push(table.shape[1]);
-            TensorMeta::new(table.dtype, shape)
+            TensorMeta::new(dequantized(table.dtype), shape)
         }
         Op::Reduce(args) => {
             let [x] = arity::<1>(op, inputs)?;
@@ -188,7 +194,9 @@ fn linear(op: &Op, transpose_w: bool, inputs: &[&TensorMeta]) -> Result<TensorMe
         [x, w, b] => (*x, *w, Some(*b)),
         _ => return Err(wrong_arity(op, "2 or 3", inputs.len())),
     };
-    same_dtype(op, x, w)?;
+    if !w.dtype.is_quantized() {
+        same_dtype(op, x, w)?;
+    }
     float(op, x)?;
     rank_at_least(op, x, 1)?;
     if w.rank() != 2 {
@@ -392,6 +400,42 @@ fn arity<'a, const N: usize>(op: &Op, inputs: &[&'a TensorMeta]) -> Result<[&'a 
     inputs.try_into().map_err(|_| wrong_arity(op, &N.to_string(), inputs.len()))
 }
 
+/// Where a block-quantized input may appear: the weight of a `linear` with
+/// `transpose-w` (`[n, k]`, blocks along k) beside f32 activations, the table of an
+/// `embedding` (rows come out dequantized, f32), and the input of a `cast` to f32
+/// (dequantization). Nothing is cast *to* a block format on the device.
+fn quantized_inputs(op: &Op, inputs: &[&TensorMeta]) -> Result<(), ApiError> {
+    if let Op::Cast(to) = op
+        && to.is_quantized()
+    {
+        return Err(ApiError::dtype(format!(
+            "cast cannot produce the block format {to}; upload quantized data instead"
+        )));
+    }
+    for (i, t) in inputs.iter().enumerate().filter(|(_, t)| t.dtype.is_quantized()) {
+        let allowed = match op {
+            Op::Linear { transpose_w: true, .. } => i == 1 && inputs[0].dtype == DType::F32,
+            Op::Embedding => i == 0,
+            Op::Cast(DType::F32) => true,
+            _ => false,
+        };
+        if !allowed {
+            return Err(ApiError::dtype(format!(
+                "{} cannot take the block-quantized {} as input {i}: only a transposed linear weight \
+                 (with f32 activations), an embedding table and a cast to f32 can",
+                op.name(),
+                t.dtype
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The dtype an op reading `dtype` computes in: f32 for a block format.
+fn dequantized(dtype: DType) -> DType {
+    if dtype.is_quantized() { DType::F32 } else { dtype }
+}
+
 fn wrong_arity(op: &Op, expected: &str, got: usize) -> ApiError {
     ApiError::arg(format!("{} takes {expected} input(s), got {got}", op.name()))
 }
@@ -506,6 +550,30 @@ mod tests {
         assert!(infer(&Op::Softmax { scale: 1.0 }, &[&x, &mask]).is_ok());
         let bigmask = t(DType::F32, &[3, 2, 4]);
         assert!(infer(&Op::Softmax { scale: 1.0 }, &[&x, &bigmask]).is_err());
+    }
+
+    #[test]
+    fn block_formats_go_only_where_they_are_dequantized() {
+        let lin = Op::Linear { transpose_w: true, activation: None };
+        let (x, w, b) = (t(DType::F32, &[3, 64]), t(DType::Q4_1, &[5, 64]), t(DType::F32, &[5]));
+        assert_eq!(infer(&lin, &[&x, &w, &b]).unwrap(), t(DType::F32, &[3, 5]));
+        let w8 = t(DType::Q8_0, &[5, 64]);
+        assert_eq!(infer(&lin, &[&x, &w8]).unwrap(), t(DType::F32, &[3, 5]));
+        let code = |op: &Op, ins: &[&TensorMeta]| infer(op, ins).unwrap_err().code;
+        assert_eq!(code(&lin, &[&t(DType::F16, &[3, 64]), &w]), ErrorCode::DtypeMismatch);
+        assert_eq!(code(&Op::Linear { transpose_w: false, activation: None }, &[&x, &w]), ErrorCode::DtypeMismatch);
+        assert_eq!(code(&lin, &[&t(DType::F32, &[3, 32]), &w]), ErrorCode::ShapeMismatch);
+        let ids = t(DType::I32, &[7]);
+        assert_eq!(infer(&Op::Embedding, &[&w8, &ids]).unwrap(), t(DType::F32, &[7, 64]));
+        assert_eq!(infer(&Op::Cast(DType::F32), &[&w]).unwrap(), t(DType::F32, &[5, 64]));
+        assert_eq!(code(&Op::Cast(DType::F16), &[&w]), ErrorCode::DtypeMismatch);
+        assert_eq!(code(&Op::Cast(DType::Q8_0), &[&x]), ErrorCode::DtypeMismatch);
+        assert_eq!(code(&Op::Reshape(vec![320]), &[&w]), ErrorCode::DtypeMismatch);
+        assert_eq!(code(&Op::Binary(crate::BinaryOp::Add), &[&w, &w]), ErrorCode::DtypeMismatch);
+        assert_eq!(
+            code(&Op::Matmul(MatmulArgs { transpose_a: false, transpose_b: true }), &[&x, &w]),
+            ErrorCode::DtypeMismatch
+        );
     }
 
     #[test]

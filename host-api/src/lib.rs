@@ -19,7 +19,7 @@ mod shape;
 mod wit;
 
 pub use code::Code;
-pub use dtype::DType;
+pub use dtype::{DType, QUANT_BLOCK};
 pub use error::{ApiError, ErrorCode};
 pub use infer::infer;
 pub use op::{BinaryOp, Conv2dArgs, MatmulArgs, Op, Pool2dArgs, PoolKind, ReduceArgs, ReduceOp, SliceArgs, UnaryOp};

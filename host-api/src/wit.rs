@@ -27,7 +27,7 @@ macro_rules! wit_conversions {
             use $crate as api;
 
             $crate::__wit_enum_both_ways!(api::DType, wit_types::Dtype;
-                F32 = F32, F16 = F16, BF16 = Bf16, I32 = I32, I64 = I64, U8 = U8);
+                F32 = F32, F16 = F16, BF16 = Bf16, I32 = I32, I64 = I64, U8 = U8, Q4_1 = Q41, Q8_0 = Q80);
             $crate::__wit_enum_both_ways!(api::ErrorCode, wit_types::ErrorCode;
                 ShapeMismatch = ShapeMismatch, DtypeMismatch = DtypeMismatch,
                 InvalidArgument = InvalidArgument, NotFound = NotFound, QuotaExceeded = QuotaExceeded,

@@ -40,7 +40,8 @@ pub fn llm_gguf() -> Option<PathBuf> {
         return Some(path);
     }
     let reason = format!("no {} (run `cargo xtask fetch-llm`)", path.display());
-    let required = std::env::var("CI").as_deref() == Ok("true") || std::env::var("SLUICE_REQUIRE_LLM").as_deref() == Ok("1");
+    let required =
+        std::env::var("CI").as_deref() == Ok("true") || std::env::var("SLUICE_REQUIRE_LLM").as_deref() == Ok("1");
     assert!(!required, "CI=true or SLUICE_REQUIRE_LLM=1: {reason}");
     skip("SmolLM2 model", &reason);
     None

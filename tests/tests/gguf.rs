@@ -7,11 +7,20 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use sluice_host_api::DType;
 use sluice_runtime::device::CpuDevice;
 use sluice_runtime::engine::ArtifactSet;
 use sluice_runtime::engine::gguf::{GgmlType, Gguf, Value};
 use sluice_runtime::scheduler::{DeviceQueue, MemoryAccount};
 use sluice_tests::fixtures::llm_gguf;
+
+/// An f16 from its two little-endian bytes, widened.
+fn half_f16(lo: u8, hi: u8) -> f32 {
+    let bits = u16::from_le_bytes([lo, hi]);
+    let (sign, exp, frac) = ((bits >> 15) as i32, ((bits >> 10) & 31) as i32, (bits & 1023) as f32);
+    let mag = if exp == 0 { frac * 2f32.powi(-24) } else { (1.0 + frac / 1024.0) * 2f32.powi(exp - 15) };
+    if sign == 1 { -mag } else { mag }
+}
 
 fn parse(path: &Path) -> (Vec<u8>, Gguf) {
     let bytes = std::fs::read(path).unwrap();
@@ -99,12 +108,33 @@ fn the_guest_gets_the_metadata_as_json_and_the_tensors_load_on_the_device() {
     assert!(e.message.contains("more than the 1000"), "{e:?}");
 
     let queue = DeviceQueue::start(Box::new(CpuDevice::with_threads(1)));
+    let (bytes, g) = parse(&path);
     let (lease, meta) = set.load_tensor(&queue, "model", "blk.7.ffn_norm.weight", None).unwrap();
     assert_eq!(meta.shape, vec![576]);
-    let (bytes, g) = parse(&path);
     let want = g.data(&bytes, g.tensor("blk.7.ffn_norm.weight").unwrap());
     assert_eq!(queue.read_blocking(lease.id(), meta).unwrap(), want);
-    assert_eq!(account.used(), 576 * 4);
+    // A Q4_1 weight stays quantized on the device: 1536 × 576 elements in 20-byte blocks.
+    let (lease, meta) = set.load_tensor(&queue, "model", "blk.0.ffn_up.weight", None).unwrap();
+    assert_eq!((meta.dtype, meta.shape.clone(), meta.byte_len()), (DType::Q4_1, vec![1536, 576], 1536 * 18 * 20));
+    let info = g.tensor("blk.0.ffn_up.weight").unwrap();
+    assert_eq!(queue.read_blocking(lease.id(), meta).unwrap(), g.data(&bytes, info));
+    // The Q8_0 embedding asked for as f32 is dequantized on the device at load.
+    let (lease, meta) = set.load_tensor(&queue, "model", "token_embd.weight", Some(DType::F32)).unwrap();
+    assert_eq!((meta.dtype, meta.shape.clone()), (DType::F32, vec![49152, 576]));
+    let f32s = queue.read_blocking(lease.id(), meta).unwrap();
+    let row1: Vec<f32> =
+        f32s[576 * 4..2 * 576 * 4].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    // Row 1 starts at block 18 (576 / 32 blocks per row).
+    let block = &g.data(&bytes, g.tensor("token_embd.weight").unwrap())[18 * 34..19 * 34];
+    let d = half_f16(block[0], block[1]);
+    for j in 0..32 {
+        assert_eq!(row1[j], d * f32::from(block[2 + j] as i8), "element {j}");
+    }
+    assert_eq!(account.used() as usize, 576 * 4 + 1536 * 18 * 20 + 49152 * 576 * 4);
     let Err(e) = set.load_tensor(&queue, "model", "no.such.weight", None) else { panic!("loaded a missing tensor") };
     assert!(e.message.contains("no tensor named"), "{e:?}");
+    let Err(e) = set.load_tensor(&queue, "model", "blk.0.ffn_up.weight", Some(DType::F16)) else {
+        panic!("cast a block format to f16")
+    };
+    assert!(e.message.contains("block"), "{e:?}");
 }

@@ -43,6 +43,7 @@ pub(crate) fn binary(
         DType::I32 => int_binary::<i32>(op, &plan, a, b),
         DType::I64 => int_binary::<i64>(op, &plan, a, b),
         DType::U8 => int_binary::<u8>(op, &plan, a, b),
+        DType::Q4_1 | DType::Q8_0 => Err(KernelError(format!("binary ops do not take {}", am.dtype))),
     }
 }
 
@@ -83,6 +84,7 @@ pub(crate) fn unary(op: UnaryOp, x: &CpuBuffer) -> Result<CpuBuffer, KernelError
         DType::I32 => int_unary::<i32>(op, x),
         DType::I64 => int_unary::<i64>(op, x),
         DType::U8 => int_unary::<u8>(op, x),
+        DType::Q4_1 | DType::Q8_0 => Err(KernelError(format!("unary ops do not take {}", x.dtype()))),
     }
 }
 

@@ -32,7 +32,8 @@ fn from_f32(dtype: DType, v: Vec<f32>) -> CpuBuffer {
     if dtype == DType::F32 { v.into() } else { CpuBuffer::from_f32_as(dtype, &v) }
 }
 
-/// `activation(x · W + b)`: the matmul of `x` as a `[m, k]` matrix, then the bias add
+/// `activation(x · W + b)`: the matmul of `x` as a `[m, k]` matrix (with a
+/// block-quantized `W`, the on-the-fly dequantizing product of `quant.rs`), then the bias add
 /// and the activation, each rounded to the dtype like the `binary` and `unary` ops. In
 /// f32 the bias and activation are applied in place on the product (row blocks in
 /// parallel when large), with the same vector kernels as the `add` and `unary` ops.
@@ -52,9 +53,14 @@ pub(crate) fn linear(
     let k = xm.shape.last().copied().unwrap_or(0);
     let m = u32::try_from(out.numel() / n as usize)
         .map_err(|_| KernelError(format!("{} rows do not fit one matrix", out.numel() / n as usize)))?;
-    let matrix = |shape| TensorMeta::new(dtype, shape).map_err(|e| KernelError(e.message));
-    let (x2, y2) = (matrix(vec![m, k])?, matrix(vec![m, n])?);
-    let y = matmul(&MatmulArgs { transpose_a: false, transpose_b: transpose_w }, (x, &x2), w, &y2)?;
+    let y = if w.1.dtype.is_quantized() {
+        let (wdt, wb) = w.0.blocks()?;
+        crate::quant::linear(wdt, x.typed::<f32>()?, wb, m as usize, k as usize, n as usize)?.into()
+    } else {
+        let matrix = |shape| TensorMeta::new(dtype, shape).map_err(|e| KernelError(e.message));
+        let (x2, y2) = (matrix(vec![m, k])?, matrix(vec![m, n])?);
+        matmul(&MatmulArgs { transpose_a: false, transpose_b: transpose_w }, (x, &x2), w, &y2)?
+    };
     if bias.is_none() && activation.is_none() {
         return Ok(y);
     }

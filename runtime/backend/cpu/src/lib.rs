@@ -22,6 +22,9 @@
 //! - a softmax row whose logits are all `-inf` (fully masked) is all zeros;
 //! - cast: float→int truncates toward zero and saturates (NaN → 0), int→int wraps;
 //! - avg pooling counts padding as zeros in the divisor, max pooling ignores padding;
+//! - block-quantized weights (Q4_1, Q8_0) are dequantized on the fly by the transposed
+//!   linear, the embedding gather and the cast to f32 (`quant.rs`), which sum in another
+//!   order than dequantize-then-f32 would;
 //! - the fused ops (linear, add-layer-norm, attention) round to the dtype wherever the
 //!   chain of ops they replace would, so they equal that chain (see `fused.rs`).
 
@@ -34,6 +37,7 @@ mod fused;
 mod layout;
 mod matmul;
 mod nn;
+mod quant;
 mod reduce;
 mod simd;
 

@@ -1,5 +1,6 @@
 //! Neural-network row kernels: softmax over the last axis (with scale and a broadcast
-//! additive mask), layer norm over the last axis, and the embedding row gather.
+//! additive mask), layer norm over the last axis, and the embedding row gather (from a
+//! block-quantized table, rows come out dequantized to f32).
 //!
 //! The row kernels themselves are the vector kernels of `simd.rs` (shared with the fused
 //! ops, so both compute identically). Softmax subtracts the row maximum before `exp` and
@@ -73,6 +74,7 @@ pub(crate) fn embedding(
         CpuBuffer::I32(t) => Ok(gather(t, dim, &rows)),
         CpuBuffer::I64(t) => Ok(gather(t, dim, &rows)),
         CpuBuffer::U8(t) => Ok(gather(t, dim, &rows)),
+        CpuBuffer::Blocks(d, t) => Ok(crate::quant::gather_rows(*d, t, dim, &rows).into()),
     }
 }
 

@@ -41,6 +41,7 @@ pub(crate) fn reduce(args: &ReduceArgs, (x, xm): (&CpuBuffer, &TensorMeta)) -> R
         DType::I32 => int_reduce::<i32>(args.op, x, s, i32::MIN, i32::MAX),
         DType::I64 => int_reduce::<i64>(args.op, x, s, i64::MIN, i64::MAX),
         DType::U8 => int_reduce::<u8>(args.op, x, s, u8::MIN, u8::MAX),
+        DType::Q4_1 | DType::Q8_0 => Err(KernelError(format!("reductions do not take {}", xm.dtype))),
     }
 }
 

@@ -203,7 +203,7 @@ impl Module {
     }
 }
 
-/// The C storage type of a dtype in the kernels.
+/// The C storage type of a dtype in the kernels (a block format's packed bytes are `u8`).
 pub fn ctype(d: DType) -> &'static str {
     match d {
         DType::F32 => "float",
@@ -211,7 +211,7 @@ pub fn ctype(d: DType) -> &'static str {
         DType::BF16 => "bf16_t",
         DType::I32 => "int",
         DType::I64 => "i64",
-        DType::U8 => "u8",
+        DType::U8 | DType::Q4_1 | DType::Q8_0 => "u8",
     }
 }
 

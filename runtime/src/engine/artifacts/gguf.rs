@@ -355,9 +355,8 @@ impl Gguf {
                     ggml_type.name()
                 )));
             }
-            let byte_len = (numel / block)
-                .checked_mul(block_bytes)
-                .ok_or_else(|| bad(format!("dims {dims:?} overflow")))?;
+            let byte_len =
+                (numel / block).checked_mul(block_bytes).ok_or_else(|| bad(format!("dims {dims:?} overflow")))?;
             if offset % alignment != 0 {
                 return Err(bad(format!("offset {offset} is not a multiple of the alignment {alignment}")));
             }

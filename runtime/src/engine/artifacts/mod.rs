@@ -153,7 +153,10 @@ impl ArtifactSet {
                 ApiError::new(ErrorCode::NotFound, format!("artifact {artifact:?} has no tensor named {name:?}"))
             })?;
             let stored = gguf_dtype(info.ggml_type).ok_or_else(|| {
-                ApiError::dtype(format!("tensor {name:?} has ggml type {}, which sluice cannot load", info.ggml_type.name()))
+                ApiError::dtype(format!(
+                    "tensor {name:?} has ggml type {}, which sluice cannot load",
+                    info.ggml_type.name()
+                ))
             })?;
             let shape = gguf_shape(name, info)?;
             (stored, shape, file.data(&bytes, info))
@@ -198,7 +201,10 @@ impl ArtifactSet {
         if json.len() > limit {
             return Err(ApiError::new(
                 ErrorCode::TooLarge,
-                format!("the metadata of {artifact:?} is {} bytes of JSON, more than the {limit} a guest may read", json.len()),
+                format!(
+                    "the metadata of {artifact:?} is {} bytes of JSON, more than the {limit} a guest may read",
+                    json.len()
+                ),
             ));
         }
         Ok(json)
@@ -248,6 +254,9 @@ fn gguf_dtype(t: gguf::GgmlType) -> Option<DType> {
         G::BF16 => DType::BF16,
         G::I32 => DType::I32,
         G::I64 => DType::I64,
+        // Block formats stay quantized on the device (blocks along ne0, the last axis).
+        G::Q4_1 => DType::Q4_1,
+        G::Q8_0 => DType::Q8_0,
         _ => return None,
     })
 }
@@ -256,7 +265,10 @@ fn gguf_dtype(t: gguf::GgmlType) -> Option<DType> {
 fn gguf_shape(name: &str, info: &gguf::TensorInfo) -> Result<Vec<u32>, ApiError> {
     info.shape()
         .into_iter()
-        .map(|d| u32::try_from(d).map_err(|_| ApiError::new(ErrorCode::TooLarge, format!("tensor {name:?} has a dimension of {d}"))))
+        .map(|d| {
+            u32::try_from(d)
+                .map_err(|_| ApiError::new(ErrorCode::TooLarge, format!("tensor {name:?} has a dimension of {d}")))
+        })
         .collect()
 }
 
