@@ -33,6 +33,18 @@ impl Tensor {
         }
     }
 
+    /// RMS normalisation over the last axis, `x / sqrt(mean(x²) + eps) * w` with 1-D
+    /// `w`, in one launch (llama's norm).
+    pub fn rms_norm(&self, w: &Tensor, eps: f32) -> Result<Tensor> {
+        launch_fused(FusedOp::RmsNorm(LayerNormArgs { eps }), &[self, w])
+    }
+
+    /// RMS norm of the residual sum `self + residual` (rounded to the dtype first)
+    /// over the last axis, times `w`, in one launch (a llama block's pre-norm).
+    pub fn add_rms_norm(&self, residual: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
+        launch_fused(FusedOp::RmsNorm(LayerNormArgs { eps }), &[self, residual, w])
+    }
+
     /// Layer normalisation over the last axis of `self + residual` (same shape, no
     /// broadcasting) with 1-D `gamma` and `beta`, in one launch: the post-norm residual
     /// block of a transformer. The same as `add` then [`Tensor::layer_norm`].

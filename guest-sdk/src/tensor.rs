@@ -112,8 +112,12 @@ impl Tensor {
         Ok(self.raw.read()?)
     }
 
-    /// Reads the elements as f32, converting f16, bf16 and integers (`as f32`).
+    /// Reads the elements as f32, converting f16, bf16 and integers (`as f32`; a
+    /// block-quantized tensor is dequantized on the device first).
     pub fn to_vec_f32(&self) -> Result<Vec<f32>> {
+        if self.dtype().is_quantized() {
+            return self.cast(DType::F32)?.to_vec_f32();
+        }
         let b = self.read_bytes()?;
         Ok(match self.dtype() {
             DType::F32 => convert::from_le(&b, f32::from_le_bytes),
@@ -122,6 +126,7 @@ impl Tensor {
             DType::I32 => convert::from_le(&b, |c| i32::from_le_bytes(c) as f32),
             DType::I64 => convert::from_le(&b, |c| i64::from_le_bytes(c) as f32),
             DType::U8 => b.iter().map(|&x| f32::from(x)).collect(),
+            DType::Q4_1 | DType::Q8_0 => unreachable!("dequantized above"),
         })
     }
 

@@ -146,6 +146,19 @@ pub fn infer(op: &Op, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
             let [x] = arity::<1>(op, inputs)?;
             TensorMeta::new(*to, x.shape.clone())
         }
+        Op::Rope { base, .. } => {
+            let [x] = arity::<1>(op, inputs)?;
+            float(op, x)?;
+            rank_at_least(op, x, 3)?;
+            let d = x.shape[x.rank() - 1];
+            if d % 2 != 0 {
+                return Err(ApiError::shape(format!("rope needs an even head size (last axis), got {:?}", x.shape)));
+            }
+            if !(base.is_finite() && *base > 0.0) {
+                return Err(ApiError::arg(format!("rope base must be finite and > 0, got {base}")));
+            }
+            Ok(x.clone())
+        }
         Op::Conv2d(args) => conv2d(op, args, inputs),
         Op::Pool2d(args) => {
             let [x] = arity::<1>(op, inputs)?;
@@ -165,6 +178,25 @@ pub fn infer(op: &Op, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
             Ok(x.clone())
         }
         Op::Attention { heads, scale } => attention(op, *heads, *scale, inputs),
+        Op::RmsNorm { eps } => {
+            let (x, w) = match inputs {
+                [x, w] => (*x, *w),
+                [x, residual, w] => {
+                    same_dtype(op, x, residual)?;
+                    if residual.shape != x.shape {
+                        return Err(ApiError::shape(format!(
+                            "rms-norm residual {:?} must have the input's shape {:?}",
+                            residual.shape, x.shape
+                        )));
+                    }
+                    (*x, *w)
+                }
+                _ => return Err(wrong_arity(op, "2 or 3", inputs.len())),
+            };
+            // The checks of layer norm, with w as gamma and no beta.
+            norm_params(op, *eps, x, w, w)?;
+            Ok(x.clone())
+        }
     }
 }
 
@@ -574,6 +606,33 @@ mod tests {
             code(&Op::Matmul(MatmulArgs { transpose_a: false, transpose_b: true }), &[&x, &w]),
             ErrorCode::DtypeMismatch
         );
+    }
+
+    #[test]
+    fn rope_shapes_and_errors() {
+        let op = Op::Rope { base: 1e4, offset: 7 };
+        let x = t(DType::F32, &[5, 9, 64]);
+        assert_eq!(infer(&op, &[&x]).unwrap(), x);
+        let code = |op: &Op, x: &TensorMeta| infer(op, &[x]).unwrap_err().code;
+        assert_eq!(code(&op, &t(DType::F32, &[5, 64])), ErrorCode::ShapeMismatch);
+        assert_eq!(code(&op, &t(DType::F32, &[5, 9, 63])), ErrorCode::ShapeMismatch);
+        assert_eq!(code(&op, &t(DType::I32, &[5, 9, 64])), ErrorCode::DtypeMismatch);
+        assert_eq!(code(&Op::Rope { base: 0.0, offset: 0 }, &x), ErrorCode::InvalidArgument);
+    }
+
+    #[test]
+    fn rms_norm_shapes_and_errors() {
+        let (x, w) = (t(DType::F32, &[2, 3, 8]), t(DType::F32, &[8]));
+        let op = Op::RmsNorm { eps: 1e-5 };
+        assert_eq!(infer(&op, &[&x, &w]).unwrap(), x);
+        assert_eq!(infer(&op, &[&x, &x, &w]).unwrap(), x);
+        let code = |ins: &[&TensorMeta]| infer(&op, ins).unwrap_err().code;
+        assert_eq!(code(&[&x, &t(DType::F32, &[7])]), ErrorCode::ShapeMismatch);
+        assert_eq!(code(&[&x, &t(DType::F32, &[2, 1, 8]), &w]), ErrorCode::ShapeMismatch);
+        assert_eq!(code(&[&x, &t(DType::F16, &[8])]), ErrorCode::DtypeMismatch);
+        assert_eq!(code(&[&t(DType::I32, &[8]), &t(DType::I32, &[8])]), ErrorCode::DtypeMismatch);
+        assert_eq!(code(&[&x]), ErrorCode::InvalidArgument);
+        assert_eq!(infer(&Op::RmsNorm { eps: f32::NAN }, &[&x, &w]).unwrap_err().code, ErrorCode::InvalidArgument);
     }
 
     #[test]

@@ -34,7 +34,7 @@ macro_rules! wit_conversions {
                 OutOfMemory = OutOfMemory, TooLarge = TooLarge, DeviceFailure = DeviceFailure);
             $crate::__wit_enum_both_ways!(api::UnaryOp, wit_ops::UnaryOp;
                 Relu = Relu, Gelu = Gelu, GeluTanh = GeluTanh, Tanh = Tanh, Sigmoid = Sigmoid,
-                Exp = Exp, Log = Log, Sqrt = Sqrt, Rsqrt = Rsqrt, Neg = Neg, Abs = Abs);
+                Exp = Exp, Log = Log, Sqrt = Sqrt, Rsqrt = Rsqrt, Neg = Neg, Abs = Abs, Silu = Silu);
             $crate::__wit_enum_both_ways!(api::BinaryOp, wit_ops::BinaryOp;
                 Add = Add, Sub = Sub, Mul = Mul, Div = Div, Maximum = Maximum, Minimum = Minimum);
             $crate::__wit_enum_both_ways!(api::ReduceOp, wit_ops::ReduceOp;
@@ -90,6 +90,7 @@ macro_rules! wit_conversions {
                             stride: p.stride,
                             padding: p.padding,
                         }),
+                        wit_ops::Op::Rope(r) => api::Op::Rope { base: r.base, offset: r.offset },
                     }
                 }
             }
@@ -104,6 +105,7 @@ macro_rules! wit_conversions {
                             activation: l.activation.map(::core::convert::Into::into),
                         },
                         wit_fused::FusedOp::AddLayerNorm(l) => api::Op::AddLayerNorm { eps: l.eps },
+                        wit_fused::FusedOp::RmsNorm(l) => api::Op::RmsNorm { eps: l.eps },
                         wit_fused::FusedOp::Attention(a) => api::Op::Attention { heads: a.heads, scale: a.scale },
                     }
                 }

@@ -72,8 +72,10 @@ fn hash_op(op: &Op, h: &mut DefaultHasher) {
         Op::Cast(d) => d.hash(h),
         Op::Conv2d(c) => c.hash(h),
         Op::Pool2d(p) => p.hash(h),
+        // Not the offset: every decode step has another, and it changes no cost.
+        Op::Rope { base, .. } => base.to_bits().hash(h),
         Op::Linear { transpose_w, activation } => (transpose_w, activation).hash(h),
-        Op::AddLayerNorm { eps } => eps.to_bits().hash(h),
+        Op::AddLayerNorm { eps } | Op::RmsNorm { eps } => eps.to_bits().hash(h),
         Op::Attention { heads, scale } => (heads, scale.to_bits()).hash(h),
     }
 }

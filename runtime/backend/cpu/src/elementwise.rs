@@ -106,6 +106,11 @@ pub fn gelu_tanh(x: f32) -> f32 {
     (x / (1.0 + (-2.0 * u).exp())) as f32
 }
 
+/// SiLU, `x σ(x)` as `x / (1 + e^-x)`; `-inf` gives `-0` (the limit) rather than NaN.
+pub fn silu(x: f32) -> f32 {
+    if x == f32::NEG_INFINITY { -0.0 } else { x / (1.0 + (-x).exp()) }
+}
+
 pub(crate) fn float_unary(op: UnaryOp, x: &[f32]) -> std::sync::Arc<[f32]> {
     match op {
         UnaryOp::Relu => map(x, |v: f32| if v < 0.0 { 0.0 } else { v }),
@@ -122,6 +127,7 @@ pub(crate) fn float_unary(op: UnaryOp, x: &[f32]) -> std::sync::Arc<[f32]> {
         UnaryOp::Rsqrt => map(x, |v: f32| 1.0 / v.sqrt()),
         UnaryOp::Neg => map(x, |v: f32| -v),
         UnaryOp::Abs => map(x, f32::abs),
+        UnaryOp::Silu => map(x, silu),
     }
 }
 

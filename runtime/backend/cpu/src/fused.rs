@@ -92,6 +92,35 @@ pub(crate) fn linear(
     Ok(from_f32(dtype, v))
 }
 
+/// RMS norm over the last axis of `x` (or of `x + residual`, the sum rounded to the
+/// dtype first, as the `add` op would): `s / sqrt(mean(s²) + eps) * w`, the mean of
+/// the squares summed in f32 in order, the result rounded to the dtype once.
+pub(crate) fn rms_norm(
+    eps: f32,
+    (x, xm): (&CpuBuffer, &TensorMeta),
+    residual: Option<&CpuBuffer>,
+    w: &CpuBuffer,
+) -> Result<CpuBuffer, KernelError> {
+    let width = xm.shape.last().copied().unwrap_or(1) as usize;
+    let (xv, wv) = (x.float_view()?, w.float_view()?);
+    let rv = residual.map(CpuBuffer::float_view).transpose()?;
+    let dtype = xm.dtype;
+    Ok(float_with(dtype, xv.len(), |out| {
+        match &rv {
+            Some(r) => out.iter_mut().zip(xv.iter().zip(r.iter())).for_each(|(o, (&a, &b))| *o = round_to(dtype, a + b)),
+            None => out.copy_from_slice(&xv),
+        }
+        if width == 0 {
+            return;
+        }
+        for_rows(out, width, |row| {
+            let mean = row.iter().map(|v| v * v).sum::<f32>() / width as f32;
+            let scale = 1.0 / (mean + eps).sqrt();
+            row.iter_mut().zip(wv.iter()).for_each(|(v, &g)| *v = *v * scale * g);
+        });
+    }))
+}
+
 /// Runs `f` on blocks of whole `width`-element rows of `data`: one block on the calling
 /// thread when small, otherwise blocks of about [`PAR_BLOCK`] elements on rayon.
 fn for_row_blocks(data: &mut [f32], width: usize, f: impl Fn(&mut [f32]) + Sync) {

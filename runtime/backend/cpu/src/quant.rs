@@ -133,6 +133,16 @@ multiversion! {
     }
 }
 
+/// The bytes the quantized linear holds besides its output, at most: on the gemm path
+/// one dequantized panel per thread and the product's blocks (the dot path holds none).
+pub fn linear_scratch_bytes(m: usize, k: usize, n: usize, threads: usize) -> u64 {
+    if m <= DOT_MAX_ROWS {
+        return 0;
+    }
+    let floats = threads.max(1) * PANEL_ROWS.min(n) * k + m * n;
+    floats as u64 * 4
+}
+
 /// `y = x · Wᵀ` for `x` `[m, k]` f32 and the block-format weight `w` `[n, k]` (packed
 /// bytes); `y` is `[m, n]` f32.
 pub(crate) fn linear(dtype: DType, x: &[f32], w: &[u8], m: usize, k: usize, n: usize) -> Result<Vec<f32>, KernelError> {

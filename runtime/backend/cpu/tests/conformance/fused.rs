@@ -39,6 +39,7 @@ fn act_f64(a: Option<UnaryOp>) -> Fn1 {
         Some(UnaryOp::Rsqrt) => |x| 1.0 / x.sqrt(),
         Some(UnaryOp::Neg) => |x| -x,
         Some(UnaryOp::Abs) => f64::abs,
+        Some(UnaryOp::Silu) => |x| x / (1.0 + (-x).exp()),
     }
 }
 
@@ -49,7 +50,8 @@ fn max_slope(act: Option<UnaryOp>, z: f64, near: f64) -> f64 {
     match act {
         None | Some(UnaryOp::Relu | UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Tanh | UnaryOp::Sigmoid) => 1.0,
         // GELU's slope peaks at about 1.13 (x ≈ 1.4), the tanh form's at about 1.13 too.
-        Some(UnaryOp::Gelu | UnaryOp::GeluTanh) => 1.2,
+        // SiLU's slope peaks at about 1.1 (x ≈ 2.4).
+        Some(UnaryOp::Gelu | UnaryOp::GeluTanh | UnaryOp::Silu) => 1.2,
         Some(UnaryOp::Exp) => (z + near).exp(),
         Some(UnaryOp::Log) => 1.0 / lo,
         Some(UnaryOp::Sqrt) => 0.5 / lo.sqrt(),
@@ -388,4 +390,39 @@ fn f16_attention_scales_before_rounding_the_scores() {
     let got = values(&run(&op, &[&q, &k, &v], &[b, sq, e]));
     let (want, mags) = attention_reference(&q, &k, &v, None, (b, sq, sk, h, d), scale);
     check("f16 attention, raw scores past f16", &got, &want, Some(&mags), tol(DType::F16), 1.0);
+}
+
+/// RMS norm in f64: `s / sqrt(mean(s²) + eps) * w` over rows of `d`.
+fn rms_norm_f64(s: &[f64], d: usize, w: &[f64], eps: f64) -> Vec<f64> {
+    s.chunks(d)
+        .flat_map(|row| {
+            let scale = 1.0 / (row.iter().map(|v| v * v).sum::<f64>() / d as f64 + eps).sqrt();
+            row.iter().zip(w).map(move |(v, g)| v * scale * g)
+        })
+        .collect()
+}
+
+#[test]
+fn rms_norm_with_and_without_a_residual() {
+    let mut rng = StdRng::seed_from_u64(61);
+    for dtype in FLOATS {
+        for shape in [&[1, 576][..], &[3, 37], &[2, 2, 64], &[5, 1]] {
+            let d = *shape.last().unwrap();
+            let x = random(&mut rng, dtype, shape, -3.0, 3.0);
+            let res = random(&mut rng, dtype, shape, -3.0, 3.0);
+            let w = random(&mut rng, dtype, &[d], 0.5, 1.5);
+            let eps = 1e-5;
+            let got = values(&run(&Op::RmsNorm { eps: eps as f32 }, &[&x, &w], shape));
+            let want = rms_norm_f64(&x.vals, d, &w.vals, eps);
+            check(&format!("rms-norm {dtype} {shape:?}"), &got, &want, None, tol(dtype), 1e-6);
+            // The residual sum rounds to the dtype first, like the add op.
+            let sum = step(&Op::Binary(BinaryOp::Add), &[&x, &res]);
+            let got = values(&run(&Op::RmsNorm { eps: eps as f32 }, &[&x, &res, &w], shape));
+            let want = rms_norm_f64(&sum.vals, d, &w.vals, eps);
+            check(&format!("add-rms-norm {dtype} {shape:?}"), &got, &want, None, tol(dtype), 1e-6);
+            // Equal to the unfused chain within the dtype's rounding.
+            let chain = values(&run(&Op::RmsNorm { eps: eps as f32 }, &[&sum, &w], shape));
+            check(&format!("add-rms-norm vs chain {dtype} {shape:?}"), &got, &chain, None, tol(dtype), 1e-6);
+        }
+    }
 }

@@ -4,6 +4,7 @@
 //   U_Identity. The sum is rounded to T first, as the separate add op would.
 // - `add_layernorm_<dtype>`: layer norm of x + r over the last axis, one block per row
 //   (the two passes of layernorm.cu over the sum, itself rounded to T first).
+// - `rms_norm_<dtype>`: RMS norm of x (or x + r) over the last axis, one block per row.
 // Attention needs no kernel of its own: two cuBLAS GEMMs around softmax.cu's kernel.
 
 struct U_Identity { static __device__ __forceinline__ float apply(float v) { return v; } };
@@ -50,6 +51,32 @@ __device__ __forceinline__ void add_layernorm_rows(const T* __restrict__ x, cons
     }
 }
 
+// RMS norm of x (or of x + r, rounded to T first) over the last axis, times w: one
+// block per row, the mean of the squares in f32.
+template <typename T>
+__device__ __forceinline__ void rms_norm_rows(const T* __restrict__ x, const T* __restrict__ r,
+                                              const T* __restrict__ w, T* __restrict__ out, u64 rows, u64 len,
+                                              float eps, int has_r) {
+    for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const u64 base = row * len;
+        float q = 0.0f;
+        for (u64 j = threadIdx.x; j < len; j += blockDim.x) {
+            const float v = has_r ? residual_sum(x, r, base + j) : Num<T>::load(x[base + j]);
+            q += v * v;
+        }
+        const float scale = 1.0f / sqrtf(block_reduce<float, SumF>(q, 0.0f) / (float)len + eps);
+        for (u64 j = threadIdx.x; j < len; j += blockDim.x) {
+            const float v = has_r ? residual_sum(x, r, base + j) : Num<T>::load(x[base + j]);
+            out[base + j] = Num<T>::store(v * scale * Num<T>::load(w[j]));
+        }
+    }
+}
+
+#define RMS_NORM(NAME, T) \
+    extern "C" __global__ void __launch_bounds__(ROW_THREADS) NAME(const T* x, const T* r, const T* w, T* out, u64 rows, \
+                                                                   u64 len, float eps, int has_r) { \
+        rms_norm_rows<T>(x, r, w, out, rows, len, eps, has_r); \
+    }
 #define BIAS_ACT(NAME, F, T) \
     extern "C" __global__ void NAME(T* y, const T* bias, u64 n, u64 cols, int has_bias) { \
         bias_act<T, F>(y, bias, n, cols, has_bias); \
