@@ -180,6 +180,12 @@ impl Tensor {
         self.affine(s, 0.0)
     }
 
+    /// The i32 index of the largest element of each row (the last axis): greedy
+    /// decoding. Ties give the lowest index.
+    pub fn argmax(&self) -> Result<Tensor> {
+        launch(&Op::Argmax, &[self])
+    }
+
     /// Rotary position embedding of `self` `[..., s, heads, d]` (llama.cpp's normal
     /// RoPE: adjacent pairs), sequence index j at position `offset + j`.
     pub fn rope(&self, base: f32, offset: u32) -> Result<Tensor> {

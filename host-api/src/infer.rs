@@ -146,6 +146,14 @@ pub fn infer(op: &Op, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
             let [x] = arity::<1>(op, inputs)?;
             TensorMeta::new(*to, x.shape.clone())
         }
+        Op::Argmax => {
+            let [x] = arity::<1>(op, inputs)?;
+            float(op, x)?;
+            if x.shape.last().is_none_or(|&d| d == 0) {
+                return Err(ApiError::shape(format!("argmax needs a non-empty last axis, got {:?}", x.shape)));
+            }
+            TensorMeta::new(DType::I32, x.shape[..x.rank() - 1].to_vec())
+        }
         Op::Rope { base, .. } => {
             let [x] = arity::<1>(op, inputs)?;
             float(op, x)?;
@@ -606,6 +614,15 @@ mod tests {
             code(&Op::Matmul(MatmulArgs { transpose_a: false, transpose_b: true }), &[&x, &w]),
             ErrorCode::DtypeMismatch
         );
+    }
+
+    #[test]
+    fn argmax_shapes_and_errors() {
+        assert_eq!(infer(&Op::Argmax, &[&t(DType::F16, &[2, 3, 5])]).unwrap(), t(DType::I32, &[2, 3]));
+        assert_eq!(infer(&Op::Argmax, &[&t(DType::F32, &[49152])]).unwrap(), t(DType::I32, &[]));
+        assert_eq!(infer(&Op::Argmax, &[&t(DType::F32, &[2, 0])]).unwrap_err().code, ErrorCode::ShapeMismatch);
+        assert_eq!(infer(&Op::Argmax, &[&t(DType::F32, &[])]).unwrap_err().code, ErrorCode::ShapeMismatch);
+        assert_eq!(infer(&Op::Argmax, &[&t(DType::I32, &[4])]).unwrap_err().code, ErrorCode::DtypeMismatch);
     }
 
     #[test]

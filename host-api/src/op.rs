@@ -163,6 +163,8 @@ pub enum Op {
     /// `[x]` of `[..., s, heads, d]`: rotary position embedding of adjacent pairs, the
     /// sequence index j at position `offset + j`.
     Rope { base: f32, offset: u32 },
+    /// `[x]`: i32 index of the largest element of each row (last axis).
+    Argmax,
     /// `[x, w]` or `[x, w, bias]`: NCHW convolution.
     Conv2d(Conv2dArgs),
     /// `[x]`: NCHW pooling.
@@ -199,6 +201,7 @@ impl Op {
             Op::Concat { .. } => "concat",
             Op::Cast(_) => "cast",
             Op::Rope { .. } => "rope",
+            Op::Argmax => "argmax",
             Op::Conv2d(_) => "conv2d",
             Op::Pool2d(_) => "pool2d",
             Op::Linear { .. } => "linear",

@@ -91,6 +91,7 @@ macro_rules! wit_conversions {
                             padding: p.padding,
                         }),
                         wit_ops::Op::Rope(r) => api::Op::Rope { base: r.base, offset: r.offset },
+                        wit_ops::Op::Argmax => api::Op::Argmax,
                     }
                 }
             }

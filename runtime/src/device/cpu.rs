@@ -175,10 +175,12 @@ fn scratch_bytes(op: &Op, inputs: &[&TensorMeta], out: &TensorMeta, threads: u32
         }
         Op::Cast(_) if inputs.first().is_some_and(|x| x.dtype.is_quantized()) => numel(out) * F32,
         Op::Matmul(_) | Op::Linear { .. } if out.dtype == DType::BF16 => floats_copied() + numel(out) * F32,
-        Op::Matmul(_) | Op::Linear { .. } | Op::Softmax { .. } | Op::LayerNorm { .. } | Op::AddLayerNorm { .. }
-        | Op::RmsNorm { .. } => {
-            floats_copied()
-        }
+        Op::Matmul(_)
+        | Op::Linear { .. }
+        | Op::Softmax { .. }
+        | Op::LayerNorm { .. }
+        | Op::AddLayerNorm { .. }
+        | Op::RmsNorm { .. } => floats_copied(),
         _ => 0,
     }
 }

@@ -64,7 +64,7 @@ fn hash_op(op: &Op, h: &mut DefaultHasher) {
         Op::Affine { scale, bias } => (scale.to_bits(), bias.to_bits()).hash(h),
         Op::Softmax { scale } => scale.to_bits().hash(h),
         Op::LayerNorm { eps } => eps.to_bits().hash(h),
-        Op::Embedding => {}
+        Op::Embedding | Op::Argmax => {}
         Op::Reduce(r) => r.hash(h),
         Op::Reshape(s) | Op::Permute(s) => s.hash(h),
         Op::Slice(s) => s.hash(h),

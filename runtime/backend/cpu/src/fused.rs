@@ -107,7 +107,9 @@ pub(crate) fn rms_norm(
     let dtype = xm.dtype;
     Ok(float_with(dtype, xv.len(), |out| {
         match &rv {
-            Some(r) => out.iter_mut().zip(xv.iter().zip(r.iter())).for_each(|(o, (&a, &b))| *o = round_to(dtype, a + b)),
+            Some(r) => {
+                out.iter_mut().zip(xv.iter().zip(r.iter())).for_each(|(o, (&a, &b))| *o = round_to(dtype, a + b))
+            }
             None => out.copy_from_slice(&xv),
         }
         if width == 0 {

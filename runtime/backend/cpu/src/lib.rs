@@ -16,7 +16,8 @@
 //! - the hot f32 loops (GELU, epilogues, softmax, layer norm) run at the CPU's vector
 //!   width, chosen at run time, with the same results at every width; gemm likewise picks
 //!   its AVX-512 or AVX2 kernels at run time;
-//! - `maximum`/`minimum` and max/min reductions propagate NaN;
+//! - `maximum`/`minimum` and max/min reductions propagate NaN; argmax takes the first
+//!   NaN, else the first largest element;
 //! - integer arithmetic wraps (two's complement), integer division truncates toward zero
 //!   and a zero divisor is an error;
 //! - a softmax row whose logits are all `-inf` (fully masked) is all zeros;
@@ -83,6 +84,7 @@ pub fn launch(op: &Op, inputs: &[(&CpuBuffer, &TensorMeta)], out: &TensorMeta) -
         (Op::Conv2d(args), &[x, w, (bias, _)]) => conv::conv2d(args, x, w, Some(bias), out),
         (Op::Pool2d(args), &[x]) => conv::pool2d(args, x, out),
         (Op::Rope { base, offset }, &[x]) => nn::rope(*base, *offset, x),
+        (Op::Argmax, &[x]) => reduce::argmax(x),
         (Op::Linear { transpose_w, activation }, &[x, w]) => fused::linear(*transpose_w, *activation, x, w, None, out),
         (Op::Linear { transpose_w, activation }, &[x, w, (b, _)]) => {
             fused::linear(*transpose_w, *activation, x, w, Some(b), out)

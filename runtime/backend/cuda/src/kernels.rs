@@ -139,6 +139,10 @@ impl Module {
                         v.push((rows, String::new()));
                     }
                 }
+                for d in FLOATS {
+                    let s = argmax_symbol(d);
+                    v.push((s.clone(), format!("ARGMAX({s}, {})", ctype(d))));
+                }
             }
             Module::Softmax => {
                 for d in FLOATS {
@@ -322,6 +326,10 @@ pub fn layernorm_symbol(d: DType) -> String {
 /// The epilogue of a linear: bias add and activation (`none`: the bias only).
 pub fn bias_act_symbol(act: Option<UnaryOp>, d: DType) -> String {
     format!("bias_act_{}_{d}", act.map_or("none", unary_name))
+}
+
+pub fn argmax_symbol(d: DType) -> String {
+    format!("argmax_{d}")
 }
 
 pub fn rope_symbol(d: DType) -> String {

@@ -225,6 +225,9 @@ fn fused_cases() -> Vec<Case> {
     v.push(case(Op::AddLayerNorm { eps: 1e-12 }, &[&[2, 3, 384], &[2, 3, 384], &[384], &[384]]));
     v.push(case(Op::RmsNorm { eps: 1e-5 }, &[&[4, 37], &[37]]));
     v.push(case(Op::Rope { base: 1e5, offset: 0 }, &[&[5, 3, 64]]));
+    v.push(case(Op::Argmax, &[&[3, 1037]]));
+    v.push(case(Op::Argmax, &[&[49152]]));
+    v.push(case(Op::Argmax, &[&[2, 2, 1]]));
     v.push(case(Op::Rope { base: 1e4, offset: 8000 }, &[&[2, 1, 2, 6]]));
     v.push(case(Op::RmsNorm { eps: 1e-5 }, &[&[2, 3, 576], &[2, 3, 576], &[576]]));
     let att = |heads, scale| Op::Attention { heads, scale };
@@ -261,7 +264,10 @@ fn summed_terms(op: &Op, shapes: &[Vec<u32>]) -> u64 {
                 last(&shapes[0])
             }
         }
-        Op::Linear { .. } | Op::Softmax { .. } | Op::LayerNorm { .. } | Op::AddLayerNorm { .. }
+        Op::Linear { .. }
+        | Op::Softmax { .. }
+        | Op::LayerNorm { .. }
+        | Op::AddLayerNorm { .. }
         | Op::RmsNorm { .. } => last(&shapes[0]),
         Op::Attention { heads, .. } => (last(&shapes[0]) / (*heads).max(1) as u64).max(second_last(&shapes[1])),
         Op::Conv2d(_) => shapes[1].iter().skip(1).map(|&d| d as u64).product(),
@@ -366,7 +372,7 @@ fn every_op_matches_the_cpu_backend() {
         }
     }
     println!("{passed} passed, {} failed, ops covered: {ops_seen:?}", failures.len());
-    assert_eq!(ops_seen.len(), 20, "every op family must be exercised");
+    assert_eq!(ops_seen.len(), 21, "every op family must be exercised");
     assert!(failures.is_empty(), "{} case(s) failed:\n{}", failures.len(), failures.join("\n"));
 }
 

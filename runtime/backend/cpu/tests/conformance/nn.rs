@@ -297,3 +297,28 @@ fn rope_rotates_adjacent_pairs_by_position() {
     let whole = values(&run(&Op::Rope { base: 1e4, offset: 0 }, &[&long], &[6, 2, 8]));
     assert_eq!(shifted, whole[5 * 16..].to_vec());
 }
+
+#[test]
+fn argmax_takes_the_first_largest_and_the_first_nan() {
+    let mut rng = StdRng::seed_from_u64(81);
+    for dtype in FLOATS {
+        for shape in [&[1, 49152][..], &[3, 17], &[2, 2, 5], &[7]] {
+            let x = random(&mut rng, dtype, shape, -2.0, 2.0);
+            let len = *shape.last().unwrap();
+            let out_shape = &shape[..shape.len() - 1];
+            let got = run(&Op::Argmax, &[&x], out_shape);
+            assert_eq!(got.dtype(), DType::I32);
+            let want: Vec<f64> = x
+                .vals
+                .chunks(len)
+                .map(|row| {
+                    let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    row.iter().position(|&v| v == max).unwrap() as f64
+                })
+                .collect();
+            assert_eq!(values(&got), want, "argmax {dtype} {shape:?}");
+        }
+    }
+    let x = input(DType::F32, &[3, 4], vec![1.0, 3.0, 3.0, 2.0, 0.0, f64::NAN, 9.0, f64::NAN, -1.0, -1.0, -1.0, -1.0]);
+    assert_eq!(values(&run(&Op::Argmax, &[&x], &[3])), vec![1.0, 1.0, 0.0]);
+}

@@ -95,7 +95,18 @@ pub(crate) fn linear_rows(
             // One warp per output element (`quant.cu`); `infer` made w `[n, k]`, x f32.
             let (wp, yp) = (w.device_ptr(), y.device_ptr());
             let cfg = elementwise_config(total * 32, dev.launch_sms());
-            launch_kernel!(dev, Module::Quant, kernels::qlinear_symbol(wm.dtype), cfg, &x_rows, &wp, &yp, &block, &n, &k)?;
+            launch_kernel!(
+                dev,
+                Module::Quant,
+                kernels::qlinear_symbol(wm.dtype),
+                cfg,
+                &x_rows,
+                &wp,
+                &yp,
+                &block,
+                &n,
+                &k
+            )?;
         } else {
             gemm(dev, out.dtype, &linear_call(block, n, k, transpose_w), w.device_ptr(), x_rows, y.device_ptr(), 0.0)
                 .map_err(|e| annotate(e, &format!("linear {:?} rows {rows:?} (k = {k}, n = {n})", xm.shape)))?;

@@ -110,6 +110,10 @@ pub(crate) fn launch(
             arity(1)?;
             conv::pool2d(dev, args, inputs[0], out)
         }
+        Op::Argmax => {
+            arity(1)?;
+            reduce::argmax(dev, inputs[0], out)
+        }
         Op::Rope { base, offset } => {
             arity(1)?;
             norm::rope(dev, *base, *offset, inputs[0], out)
@@ -172,6 +176,7 @@ pub fn plan(op: &Op, dtypes: &[DType]) -> Vec<Step> {
         ],
         Op::Pool2d(p) => vec![k(Module::Pool, kernels::pool_symbol(p.kind, d))],
         Op::Rope { .. } => vec![k(Module::Rope, kernels::rope_symbol(d))],
+        Op::Argmax => vec![k(Module::Reduce, kernels::argmax_symbol(d))],
         // A block-format weight: the dequantizing kernel instead of cuBLAS (f32 out).
         Op::Linear { activation, .. } if dtypes.get(1).is_some_and(|w| w.is_quantized()) => {
             let mut steps = vec![k(Module::Quant, kernels::qlinear_symbol(dtypes[1]))];

@@ -142,7 +142,20 @@ pub(crate) fn rope(
     if pairs > 0 {
         let (xp, yp) = (x.device_ptr(), y.device_ptr());
         let cfg = elementwise_config(pairs, dev.launch_sms());
-        launch_kernel!(dev, Module::Rope, kernels::rope_symbol(xm.dtype), cfg, &xp, &yp, &pairs, &s, &heads, &d, &base, &offset)?;
+        launch_kernel!(
+            dev,
+            Module::Rope,
+            kernels::rope_symbol(xm.dtype),
+            cfg,
+            &xp,
+            &yp,
+            &pairs,
+            &s,
+            &heads,
+            &d,
+            &base,
+            &offset
+        )?;
     }
     Ok(y)
 }

@@ -53,6 +53,7 @@ fn launches(d: DType) -> Vec<(Op, Vec<TensorMeta>)> {
     v.push((Op::AddLayerNorm { eps: 1e-12 }, vec![t(d, &[2, 4]), t(d, &[2, 4]), t(d, &[4]), t(d, &[4])]));
     v.push((Op::RmsNorm { eps: 1e-5 }, vec![t(d, &[2, 4]), t(d, &[4])]));
     v.push((Op::Rope { base: 1e4, offset: 3 }, vec![t(d, &[2, 3, 4])]));
+    v.push((Op::Argmax, vec![t(d, &[2, 3, 4])]));
     v.push((Op::RmsNorm { eps: 1e-5 }, vec![t(d, &[2, 4]), t(d, &[2, 4]), t(d, &[4])]));
     let attention = Op::Attention { heads: 2, scale: 0.5 };
     v.push((attention.clone(), vec![t(d, &[2, 3, 4]), t(d, &[2, 5, 4]), t(d, &[2, 5, 4])]));
@@ -109,6 +110,7 @@ fn every_accepted_op_maps_to_defined_kernels() {
         "attention",
         "rms-norm",
         "rope",
+        "argmax",
     ];
     for name in all {
         assert!(covered.contains(name), "op {name} never accepted by infer in this test");
@@ -154,7 +156,8 @@ fn block_formats_map_to_the_quant_kernels() {
                 panic!("{op:?} on {dtypes:?} does not start with a quant kernel: {steps:?}")
             };
             assert!(defined.contains(symbol), "{symbol} is not defined by quant.cu");
-            let epilogue = matches!(op, Op::Linear { activation: Some(_), .. }) || dtypes.len() > 2 && op.name() == "linear";
+            let epilogue =
+                matches!(op, Op::Linear { activation: Some(_), .. }) || dtypes.len() > 2 && op.name() == "linear";
             assert_eq!(steps.len(), 1 + epilogue as usize, "{op:?} on {dtypes:?}: {steps:?}");
         }
     }

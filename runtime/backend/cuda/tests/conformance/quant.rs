@@ -98,7 +98,8 @@ fn quantized_tables_gather_and_cast_like_the_cpu_backend() {
         // An id outside the table is reported when the result is read.
         let bad = (CpuBuffer::from_f32_as(DType::I32, &[13.0]), meta(DType::I32, &[1]));
         let out = infer(&Op::Embedding, &[&table.1, &bad.1]).unwrap();
-        let (tg, ig) = (dev.upload(&table.1, &table.0.to_le_bytes()).unwrap(), dev.upload(&bad.1, &bad.0.to_le_bytes()).unwrap());
+        let (tg, ig) =
+            (dev.upload(&table.1, &table.0.to_le_bytes()).unwrap(), dev.upload(&bad.1, &bad.0.to_le_bytes()).unwrap());
         let y = dev.launch(&Op::Embedding, &[(&tg, &table.1), (&ig, &bad.1)], &out).unwrap();
         let e = dev.download(&y, &out).unwrap_err().to_string();
         assert!(e.contains("13"), "{q}: {e}");
