@@ -186,6 +186,7 @@ pub fn infer(op: &Op, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
             Ok(x.clone())
         }
         Op::Attention { heads, scale } => attention(op, *heads, *scale, inputs),
+        Op::GqaAttention { kv_len, scale } => gqa_attention(op, *kv_len, *scale, inputs),
         Op::RmsNorm { eps } => {
             let (x, w) = match inputs {
                 [x, w] => (*x, *w),
@@ -312,6 +313,43 @@ fn attention(op: &Op, heads: u32, scale: f32, inputs: &[&TensorMeta]) -> Result<
         )));
     }
     TensorMeta::new(q.dtype, q.shape.clone())
+}
+
+/// Head sizes of a GQA attention (see the WIT `gqa-attention-args`) can take, at most.
+pub const GQA_MAX_HEAD_DIM: u32 = 256;
+
+/// `q [s, heads, d]` over the first `kv_len` positions of `k`, `v [ctx, kv_heads, d]`.
+fn gqa_attention(op: &Op, kv_len: u32, scale: f32, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
+    let [q, k, v] = arity::<3>(op, inputs)?;
+    same_dtype(op, q, k)?;
+    same_dtype(op, q, v)?;
+    float(op, q)?;
+    if q.rank() != 3 || k.rank() != 3 || k.shape != v.shape {
+        return Err(ApiError::shape(format!(
+            "gqa-attention needs q [s, heads, d] and k, v [ctx, kv-heads, d] of one shape, got {:?}, {:?} and {:?}",
+            q.shape, k.shape, v.shape
+        )));
+    }
+    let ([s, heads, d], [ctx, kv_heads, kd]) =
+        ([q.shape[0], q.shape[1], q.shape[2]], [k.shape[0], k.shape[1], k.shape[2]]);
+    if kd != d || kv_heads == 0 || heads % kv_heads != 0 {
+        return Err(ApiError::shape(format!(
+            "gqa-attention: q {:?} and the cache {:?} need one head size and kv-heads dividing heads",
+            q.shape, k.shape
+        )));
+    }
+    if d > GQA_MAX_HEAD_DIM {
+        return Err(ApiError::shape(format!("gqa-attention head size {d} exceeds {GQA_MAX_HEAD_DIM}")));
+    }
+    if !(s <= kv_len && kv_len <= ctx) {
+        return Err(ApiError::arg(format!(
+            "gqa-attention needs s <= kv-len <= ctx, got s = {s}, kv-len = {kv_len}, ctx = {ctx}"
+        )));
+    }
+    if !scale.is_finite() {
+        return Err(ApiError::arg(format!("gqa-attention scale must be finite, got {scale}")));
+    }
+    Ok(q.clone())
 }
 
 fn matmul(args: &MatmulArgs, a: &TensorMeta, b: &TensorMeta) -> Result<TensorMeta, ApiError> {
@@ -614,6 +652,25 @@ mod tests {
             code(&Op::Matmul(MatmulArgs { transpose_a: false, transpose_b: true }), &[&x, &w]),
             ErrorCode::DtypeMismatch
         );
+    }
+
+    #[test]
+    fn gqa_attention_shapes_and_errors() {
+        let (q, kv) = (t(DType::F32, &[2, 9, 64]), t(DType::F32, &[16, 3, 64]));
+        let op = |kv_len| Op::GqaAttention { kv_len, scale: 0.125 };
+        assert_eq!(infer(&op(5), &[&q, &kv, &kv]).unwrap(), q);
+        assert_eq!(infer(&op(2), &[&q, &kv, &kv]).unwrap(), q);
+        let code = |o: &Op, ins: &[&TensorMeta]| infer(o, ins).unwrap_err().code;
+        assert_eq!(code(&op(1), &[&q, &kv, &kv]), ErrorCode::InvalidArgument);
+        assert_eq!(code(&op(17), &[&q, &kv, &kv]), ErrorCode::InvalidArgument);
+        assert_eq!(
+            code(&op(5), &[&q, &t(DType::F32, &[16, 4, 64]), &t(DType::F32, &[16, 4, 64])]),
+            ErrorCode::ShapeMismatch
+        );
+        assert_eq!(code(&op(5), &[&q, &kv, &t(DType::F32, &[15, 3, 64])]), ErrorCode::ShapeMismatch);
+        assert_eq!(code(&op(5), &[&q, &kv, &t(DType::F16, &[16, 3, 64])]), ErrorCode::DtypeMismatch);
+        let big = t(DType::F32, &[1, 1, 512]);
+        assert_eq!(code(&op(1), &[&big, &big, &big]), ErrorCode::ShapeMismatch);
     }
 
     #[test]

@@ -181,6 +181,9 @@ pub enum Op {
     /// `[x, w]` or `[x, residual, w]`: RMS norm over the last axis of `x` (or of
     /// `x + residual`), times `w`.
     RmsNorm { eps: f32 },
+    /// `[q, k, v]`: causal grouped-query attention of q `[s, heads, d]` over the first
+    /// `kv_len` positions of the caches k, v `[ctx, kv_heads, d]`.
+    GqaAttention { kv_len: u32, scale: f32 },
 }
 
 impl Op {
@@ -208,6 +211,7 @@ impl Op {
             Op::AddLayerNorm { .. } => "add-layer-norm",
             Op::Attention { .. } => "attention",
             Op::RmsNorm { .. } => "rms-norm",
+            Op::GqaAttention { .. } => "gqa-attention",
         }
     }
 }

@@ -107,6 +107,7 @@ macro_rules! wit_conversions {
                         },
                         wit_fused::FusedOp::AddLayerNorm(l) => api::Op::AddLayerNorm { eps: l.eps },
                         wit_fused::FusedOp::RmsNorm(l) => api::Op::RmsNorm { eps: l.eps },
+                        wit_fused::FusedOp::GqaAttention(a) => api::Op::GqaAttention { kv_len: a.kv_len, scale: a.scale },
                         wit_fused::FusedOp::Attention(a) => api::Op::Attention { heads: a.heads, scale: a.scale },
                     }
                 }

@@ -66,6 +66,7 @@ fn is_small(op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> boo
             let k = inputs.first().and_then(|(_, m)| m.shape.last().copied()).unwrap_or(1) as usize;
             out.numel().saturating_mul(k.max(1))
         }
+        Op::GqaAttention { kv_len, .. } => out.numel().saturating_mul(2 * (*kv_len as usize).max(1)),
         Op::Attention { .. } => {
             let sk = inputs.get(1).and_then(|(_, m)| m.shape.get(1).copied()).unwrap_or(1) as usize;
             out.numel().saturating_mul(2 * sk.max(1))

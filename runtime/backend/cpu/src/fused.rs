@@ -1,5 +1,6 @@
 //! Fused kernels: `linear` (matmul, bias add, activation), `add_layer_norm` (residual add
-//! and layer norm) and multi-head `attention` (per head q·kᵀ, the scaled and masked
+//! and layer norm), `rms_norm`, causal grouped-query `gqa_attention` over a KV cache
+//! (scores and softmax in f32 per query and head) and multi-head `attention` (per head q·kᵀ, the scaled and masked
 //! softmax, ·v; heads read and written in place in the interleaved `[b, s, heads * d]`
 //! layout).
 //!
@@ -120,6 +121,54 @@ pub(crate) fn rms_norm(
             let scale = 1.0 / (mean + eps).sqrt();
             row.iter_mut().zip(wv.iter()).for_each(|(v, &g)| *v = *v * scale * g);
         });
+    }))
+}
+
+/// Causal grouped-query attention of q `[s, heads, d]` over the first `kv_len` positions
+/// of k, v `[ctx, kv_heads, d]`: query i (position `kv_len - s + i`) reads positions up
+/// to its own; head h reads kv head `h / (heads / kv_heads)`. Per query and head the
+/// scores, the softmax (max subtracted) and the weighted sum of v are f32; the result is
+/// rounded to the dtype once. Queries × heads run in parallel when large.
+pub(crate) fn gqa_attention(
+    kv_len: u32,
+    scale: f32,
+    (q, qm): (&CpuBuffer, &TensorMeta),
+    (k, km): (&CpuBuffer, &TensorMeta),
+    v: &CpuBuffer,
+) -> Result<CpuBuffer, KernelError> {
+    let (s, heads, d) = (qm.shape[0] as usize, qm.shape[1] as usize, qm.shape[2] as usize);
+    let kv_heads = km.shape[1] as usize;
+    let (qv, kv, vv) = (q.float_view()?, k.float_view()?, v.float_view()?);
+    let (n, group) = (kv_len as usize, heads / kv_heads.max(1));
+    let one = |(row, out): (usize, &mut [f32])| {
+        let (i, h) = (row / heads, row % heads);
+        let g = h / group;
+        let last = n - s + i;
+        let qr = &qv[row * d..(row + 1) * d];
+        let kv_row = |j: usize| (j * kv_heads + g) * d..(j * kv_heads + g + 1) * d;
+        let mut scores: Vec<f32> =
+            (0..=last).map(|j| qr.iter().zip(&kv[kv_row(j)]).map(|(a, b)| a * b).sum::<f32>() * scale).collect();
+        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0.0f32;
+        for p in &mut scores {
+            *p = (*p - max).exp();
+            sum += *p;
+        }
+        out.fill(0.0);
+        for (j, p) in scores.iter().enumerate() {
+            let w = p / sum;
+            out.iter_mut().zip(&vv[kv_row(j)]).for_each(|(o, x)| *o += w * x);
+        }
+    };
+    Ok(float_with(qm.dtype, s * heads * d, |out| {
+        if d == 0 {
+            return;
+        }
+        if s * heads * n * d >= PAR_MIN_MACS {
+            out.par_chunks_mut(d).enumerate().for_each(one);
+        } else {
+            out.chunks_mut(d).enumerate().for_each(one);
+        }
     }))
 }
 

@@ -91,6 +91,7 @@ pub fn launch(op: &Op, inputs: &[(&CpuBuffer, &TensorMeta)], out: &TensorMeta) -
         }
         (Op::AddLayerNorm { eps }, &[x, (r, _), (g, _), (b, _)]) => fused::add_layer_norm(*eps, x, r, g, b),
         (Op::RmsNorm { eps }, &[x, (w, _)]) => fused::rms_norm(*eps, x, None, w),
+        (Op::GqaAttention { kv_len, scale }, &[q, k, (v, _)]) => fused::gqa_attention(*kv_len, *scale, q, k, v),
         (Op::RmsNorm { eps }, &[x, (r, _), (w, _)]) => fused::rms_norm(*eps, x, Some(r), w),
         (Op::Attention { heads, scale }, &[q, k, (v, _)]) => fused::attention(*heads, *scale, q, k, v, None, out),
         (Op::Attention { heads, scale }, &[q, k, (v, _), mask]) => {

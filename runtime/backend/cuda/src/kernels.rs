@@ -197,6 +197,8 @@ impl Module {
                     v.push((s.clone(), format!("ADD_LAYERNORM({s}, {})", ctype(d))));
                     let s = rms_norm_symbol(d);
                     v.push((s.clone(), format!("RMS_NORM({s}, {})", ctype(d))));
+                    let s = gqa_attention_symbol(d);
+                    v.push((s.clone(), format!("GQA_ATTENTION({s}, {})", ctype(d))));
                 }
             }
             Module::Rope => {
@@ -344,6 +346,10 @@ pub fn qlinear_symbol(w: DType) -> String {
 /// The module of a cast or an embedding from `d`: [`Module::Quant`] for a block format.
 pub fn gather_module(d: DType, plain: Module) -> Module {
     if d.is_quantized() { Module::Quant } else { plain }
+}
+
+pub fn gqa_attention_symbol(d: DType) -> String {
+    format!("gqa_attention_{d}")
 }
 
 pub fn rms_norm_symbol(d: DType) -> String {

@@ -226,6 +226,10 @@ fn fused_cases() -> Vec<Case> {
     v.push(case(Op::RmsNorm { eps: 1e-5 }, &[&[4, 37], &[37]]));
     v.push(case(Op::Rope { base: 1e5, offset: 0 }, &[&[5, 3, 64]]));
     v.push(case(Op::Argmax, &[&[3, 1037]]));
+    // SmolLM2's shapes: a prompt of 7 into an empty cache, a decode step at position 40.
+    v.push(case(Op::GqaAttention { kv_len: 7, scale: 0.125 }, &[&[7, 9, 64], &[48, 3, 64], &[48, 3, 64]]));
+    v.push(case(Op::GqaAttention { kv_len: 41, scale: 0.125 }, &[&[1, 9, 64], &[48, 3, 64], &[48, 3, 64]]));
+    v.push(case(Op::GqaAttention { kv_len: 5, scale: 0.3 }, &[&[2, 4, 40], &[6, 4, 40], &[6, 4, 40]]));
     v.push(case(Op::Argmax, &[&[49152]]));
     v.push(case(Op::Argmax, &[&[2, 2, 1]]));
     v.push(case(Op::Rope { base: 1e4, offset: 8000 }, &[&[2, 1, 2, 6]]));
@@ -269,6 +273,7 @@ fn summed_terms(op: &Op, shapes: &[Vec<u32>]) -> u64 {
         | Op::LayerNorm { .. }
         | Op::AddLayerNorm { .. }
         | Op::RmsNorm { .. } => last(&shapes[0]),
+        Op::GqaAttention { kv_len, .. } => (*kv_len as u64).max(last(&shapes[0])),
         Op::Attention { heads, .. } => (last(&shapes[0]) / (*heads).max(1) as u64).max(second_last(&shapes[1])),
         Op::Conv2d(_) => shapes[1].iter().skip(1).map(|&d| d as u64).product(),
         Op::Reduce(args) => shapes[0].get(args.axis as usize).copied().unwrap_or(1) as u64,
@@ -372,7 +377,7 @@ fn every_op_matches_the_cpu_backend() {
         }
     }
     println!("{passed} passed, {} failed, ops covered: {ops_seen:?}", failures.len());
-    assert_eq!(ops_seen.len(), 21, "every op family must be exercised");
+    assert_eq!(ops_seen.len(), 22, "every op family must be exercised");
     assert!(failures.is_empty(), "{} case(s) failed:\n{}", failures.len(), failures.join("\n"));
 }
 

@@ -426,3 +426,66 @@ fn rms_norm_with_and_without_a_residual() {
         }
     }
 }
+
+/// Causal GQA attention in f64 from its definition (see the WIT `gqa-attention-args`).
+#[allow(clippy::too_many_arguments)]
+fn gqa_f64(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    s: usize,
+    heads: usize,
+    kv_heads: usize,
+    d: usize,
+    n: usize,
+    scale: f64,
+) -> Vec<f64> {
+    let mut out = vec![0.0; s * heads * d];
+    for i in 0..s {
+        for h in 0..heads {
+            let g = h / (heads / kv_heads);
+            let qr = &q[(i * heads + h) * d..][..d];
+            let at = |j: usize| (j * kv_heads + g) * d;
+            let scores: Vec<f64> = (0..=n - s + i)
+                .map(|j| qr.iter().zip(&k[at(j)..][..d]).map(|(a, b)| a * b).sum::<f64>() * scale)
+                .collect();
+            let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let sum: f64 = scores.iter().map(|x| (x - max).exp()).sum();
+            for (j, sc) in scores.iter().enumerate() {
+                let w = (sc - max).exp() / sum;
+                for c in 0..d {
+                    out[(i * heads + h) * d + c] += w * v[at(j) + c];
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn gqa_attention_over_a_cache_is_causal_and_reads_only_kv_len_positions() {
+    let mut rng = StdRng::seed_from_u64(91);
+    // (s, heads, kv_heads, d, ctx, kv_len): a prompt into an empty cache, decode steps,
+    // a chunk in the middle, plain multi-head (kv_heads = heads).
+    let cases =
+        [(7, 9, 3, 64, 48, 7), (1, 9, 3, 64, 48, 41), (1, 9, 3, 64, 48, 48), (3, 4, 2, 6, 10, 8), (2, 2, 2, 4, 3, 2)];
+    for dtype in FLOATS {
+        for (s, heads, kv_heads, d, ctx, n) in cases {
+            let q = random(&mut rng, dtype, &[s, heads, d], -1.0, 1.0);
+            let k = random(&mut rng, dtype, &[ctx, kv_heads, d], -1.0, 1.0);
+            let v = random(&mut rng, dtype, &[ctx, kv_heads, d], -1.0, 1.0);
+            let scale = 1.0 / (d as f64).sqrt();
+            let op = Op::GqaAttention { kv_len: n as u32, scale: scale as f32 };
+            let got = values(&run(&op, &[&q, &k, &v], &[s, heads, d]));
+            let want = gqa_f64(&q.vals, &k.vals, &v.vals, s, heads, kv_heads, d, n, scale as f32 as f64);
+            let ctx_ = format!("gqa {dtype} s={s} heads={heads}/{kv_heads} d={d} n={n}");
+            // Outputs are averages of values in [-1, 1]: an absolute bound at that scale.
+            check(&ctx_, &got, &want, None, tol(dtype), 1.0);
+            // Positions past kv_len are never read: garbage there changes nothing.
+            let mut kv_noise = k.vals.clone();
+            kv_noise[n * kv_heads * d..].iter_mut().for_each(|x| *x = 1e4);
+            let k2 = input(dtype, &[ctx, kv_heads, d], kv_noise);
+            assert_eq!(values(&run(&op, &[&q, &k2, &v], &[s, heads, d])), got, "{ctx_}: read past kv_len");
+        }
+    }
+}

@@ -6,6 +6,8 @@
 //!   warp per output element), then, when there is a bias or an activation, one
 //!   `bias_act` kernel in place on the product;
 //! - add-layer-norm: one `add_layernorm` kernel, one block per row;
+//! - gqa-attention: one `gqa_attention` kernel, a warp per query and head walking the
+//!   cache positions with an online softmax (decode-shaped: s is small);
 //! - rms-norm: one `rms_norm` kernel, one block per row (the residual add fused in);
 //! - attention: three launches whatever the batch: one batched GEMM over every batch
 //!   element and head reading q and k in place (leading dimension `heads * d`, heads `d`
@@ -167,6 +169,30 @@ pub(crate) fn rms_norm(
     let cfg = rows_config(rows, len);
     let symbol = kernels::rms_norm_symbol(xm.dtype);
     launch_kernel!(dev, Module::Fused, symbol, cfg, &xp, &rp, &wp, &yp, &rows, &len, &eps, &has_r)?;
+    Ok(y)
+}
+
+/// Causal grouped-query attention of q `[s, heads, d]` over the first `kv_len` positions
+/// of the caches k, v `[ctx, kv_heads, d]`: one kernel, a warp per query and head.
+pub(crate) fn gqa_attention(
+    dev: &CudaDevice,
+    kv_len: u32,
+    scale: f32,
+    (q, qm): (&CudaBuffer, &TensorMeta),
+    (k, km): (&CudaBuffer, &TensorMeta),
+    v: &CudaBuffer,
+    out: &TensorMeta,
+) -> Result<CudaBuffer, CudaError> {
+    let y = dev.alloc(out.byte_len())?;
+    let (s, heads, d) = (qm.shape[0] as u64, qm.shape[1] as u64, qm.shape[2] as u64);
+    let (kv_heads, kv_len) = (km.shape[1] as u64, u64::from(kv_len));
+    if s * heads * d == 0 {
+        return Ok(y);
+    }
+    let (qp, kp, vp, yp) = (q.device_ptr(), k.device_ptr(), v.device_ptr(), y.device_ptr());
+    let cfg = elementwise_config(s * heads * 32, dev.launch_sms());
+    let symbol = kernels::gqa_attention_symbol(qm.dtype);
+    launch_kernel!(dev, Module::Fused, symbol, cfg, &qp, &kp, &vp, &yp, &s, &heads, &kv_heads, &d, &kv_len, &scale)?;
     Ok(y)
 }
 

@@ -123,6 +123,10 @@ pub(crate) fn launch(
             let bias = inputs.get(2).map(|(b, _)| *b);
             fused::linear(dev, *transpose_w, *activation, inputs[0], inputs[1], bias, out)
         }
+        Op::GqaAttention { kv_len, scale } => {
+            arity(3)?;
+            fused::gqa_attention(dev, *kv_len, *scale, inputs[0], inputs[1], inputs[2].0, out)
+        }
         Op::RmsNorm { eps } => {
             arity(2)?;
             let (residual, w) = if inputs.len() > 2 { (Some(inputs[1].0), inputs[2].0) } else { (None, inputs[1].0) };
@@ -192,6 +196,7 @@ pub fn plan(op: &Op, dtypes: &[DType]) -> Vec<Step> {
         Op::Linear { .. } => vec![Step::Cublas],
         Op::AddLayerNorm { .. } => vec![k(Module::Fused, kernels::add_layernorm_symbol(d))],
         Op::RmsNorm { .. } => vec![k(Module::Fused, kernels::rms_norm_symbol(d))],
+        Op::GqaAttention { .. } => vec![k(Module::Fused, kernels::gqa_attention_symbol(d))],
         Op::Attention { .. } => vec![Step::Cublas, k(Module::Softmax, kernels::softmax_symbol(d))],
     }
 }

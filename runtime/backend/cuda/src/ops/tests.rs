@@ -54,6 +54,7 @@ fn launches(d: DType) -> Vec<(Op, Vec<TensorMeta>)> {
     v.push((Op::RmsNorm { eps: 1e-5 }, vec![t(d, &[2, 4]), t(d, &[4])]));
     v.push((Op::Rope { base: 1e4, offset: 3 }, vec![t(d, &[2, 3, 4])]));
     v.push((Op::Argmax, vec![t(d, &[2, 3, 4])]));
+    v.push((Op::GqaAttention { kv_len: 3, scale: 0.5 }, vec![t(d, &[2, 4, 8]), t(d, &[5, 2, 8]), t(d, &[5, 2, 8])]));
     v.push((Op::RmsNorm { eps: 1e-5 }, vec![t(d, &[2, 4]), t(d, &[2, 4]), t(d, &[4])]));
     let attention = Op::Attention { heads: 2, scale: 0.5 };
     v.push((attention.clone(), vec![t(d, &[2, 3, 4]), t(d, &[2, 5, 4]), t(d, &[2, 5, 4])]));
@@ -111,6 +112,7 @@ fn every_accepted_op_maps_to_defined_kernels() {
         "rms-norm",
         "rope",
         "argmax",
+        "gqa-attention",
     ];
     for name in all {
         assert!(covered.contains(name), "op {name} never accepted by infer in this test");
@@ -161,4 +163,10 @@ fn block_formats_map_to_the_quant_kernels() {
             assert_eq!(steps.len(), 1 + epilogue as usize, "{op:?} on {dtypes:?}: {steps:?}");
         }
     }
+}
+
+#[test]
+fn the_gqa_kernel_holds_the_largest_head_infer_allows() {
+    let line = format!("#define GQA_MAX_D {}", sluice_host_api::GQA_MAX_HEAD_DIM);
+    assert!(Module::Fused.source().contains(&line), "fused.cu must define {line}");
 }
