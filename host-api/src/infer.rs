@@ -10,7 +10,8 @@ use crate::{
 /// receives passed `infer` with the same inputs.
 ///
 /// Block-quantized tensors ([`DType::is_quantized`]) are weights: only three places
-/// take one, each with f32 on the other side ([`quantized_inputs`]).
+/// take one, each with f32 on the other side: the weight of a transposed `linear`, the
+/// table of an `embedding` and the input of a `cast` to f32.
 pub fn infer(op: &Op, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
     quantized_inputs(op, inputs)?;
     match op {
@@ -159,7 +160,7 @@ pub fn infer(op: &Op, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
             float(op, x)?;
             rank_at_least(op, x, 3)?;
             let d = x.shape[x.rank() - 1];
-            if d % 2 != 0 {
+            if !d.is_multiple_of(2) {
                 return Err(ApiError::shape(format!("rope needs an even head size (last axis), got {:?}", x.shape)));
             }
             if !(base.is_finite() && *base > 0.0) {
@@ -332,7 +333,7 @@ fn gqa_attention(op: &Op, kv_len: u32, scale: f32, inputs: &[&TensorMeta]) -> Re
     }
     let ([s, heads, d], [ctx, kv_heads, kd]) =
         ([q.shape[0], q.shape[1], q.shape[2]], [k.shape[0], k.shape[1], k.shape[2]]);
-    if kd != d || kv_heads == 0 || heads % kv_heads != 0 {
+    if kd != d || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
         return Err(ApiError::shape(format!(
             "gqa-attention: q {:?} and the cache {:?} need one head size and kv-heads dividing heads",
             q.shape, k.shape

@@ -25,7 +25,7 @@ impl TensorMeta {
         if shape.len() > MAX_RANK {
             return Err(ApiError::arg(format!("rank {} exceeds the maximum of {MAX_RANK}", shape.len())));
         }
-        if dtype.is_quantized() && shape.last().is_none_or(|&d| d as usize % dtype.block_len() != 0) {
+        if dtype.is_quantized() && shape.last().is_none_or(|&d| !(d as usize).is_multiple_of(dtype.block_len())) {
             return Err(ApiError::shape(format!(
                 "a {dtype} tensor needs rank ≥ 1 and a last axis that is a multiple of {}, got {shape:?}",
                 dtype.block_len()

@@ -147,7 +147,7 @@ pub fn linear_scratch_bytes(m: usize, k: usize, n: usize, threads: usize) -> u64
 /// bytes); `y` is `[m, n]` f32.
 pub(crate) fn linear(dtype: DType, x: &[f32], w: &[u8], m: usize, k: usize, n: usize) -> Result<Vec<f32>, KernelError> {
     let row_bytes = k / QUANT_BLOCK * dtype.block_bytes();
-    if k % QUANT_BLOCK != 0 || x.len() != m * k || w.len() != n * row_bytes {
+    if !k.is_multiple_of(QUANT_BLOCK) || x.len() != m * k || w.len() != n * row_bytes {
         return Err(KernelError(format!(
             "quantized linear: x of {} elements and {} weight bytes do not make [{m}, {k}] · [{n}, {k}]ᵀ in {dtype}",
             x.len(),

@@ -334,7 +334,7 @@ impl Gguf {
             let ggml_type = GgmlType::from_code(code).ok_or_else(|| bad(format!("unknown ggml type {code}")))?;
             infos.push((name, dims, ggml_type, offset));
         }
-        let data_offset = r.at.div_ceil(alignment).checked_mul(alignment).unwrap_or(u64::MAX);
+        let data_offset = r.at.div_ceil(alignment).saturating_mul(alignment);
         let len = bytes.len() as u64;
         if data_offset > len && n_tensors > 0 {
             return Err(GgufError::Truncated { what: "the data section".into(), at: data_offset, len });
@@ -349,7 +349,7 @@ impl Gguf {
             let numel = numel.ok_or_else(|| bad(format!("dims {dims:?} overflow")))?;
             let (block, block_bytes) = ggml_type.block();
             let row = dims.first().copied().unwrap_or(1);
-            if row % block != 0 {
+            if !row.is_multiple_of(block) {
                 return Err(bad(format!(
                     "the first dimension {row} is not a multiple of the {} block size {block}",
                     ggml_type.name()
@@ -357,7 +357,7 @@ impl Gguf {
             }
             let byte_len =
                 (numel / block).checked_mul(block_bytes).ok_or_else(|| bad(format!("dims {dims:?} overflow")))?;
-            if offset % alignment != 0 {
+            if !offset.is_multiple_of(alignment) {
                 return Err(bad(format!("offset {offset} is not a multiple of the alignment {alignment}")));
             }
             match offset.checked_add(byte_len) {

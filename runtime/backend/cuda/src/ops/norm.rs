@@ -104,28 +104,6 @@ pub(crate) fn layer_norm(
     Ok(y)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mask_offsets_of_row_starts() {
-        // x [2, 3, 4], mask [2, 1, 4] (per batch, shared over rows).
-        let (l, step) = mask_layout(&[2, 3, 4], &[2, 1, 4]);
-        assert_eq!(step, 1);
-        for row in 0..6u64 {
-            assert_eq!(l.offsets(row * 4).0, (row / 3) * 4, "row {row}");
-        }
-        // mask [3, 1]: one value per row, broadcast along the last axis.
-        let (l, step) = mask_layout(&[2, 3, 4], &[3, 1]);
-        assert_eq!(step, 0);
-        for row in 0..6u64 {
-            assert_eq!(l.offsets(row * 4).0, row % 3);
-        }
-        assert_eq!(rows_of(&TensorMeta::new(sluice_host_api::DType::F32, vec![2, 3, 0]).unwrap()), (0, 0));
-    }
-}
-
 /// Rotary position embedding of `x` `[..., s, heads, d]` (adjacent pairs): one thread per
 /// pair (`rope.cu`).
 pub(crate) fn rope(
@@ -158,4 +136,26 @@ pub(crate) fn rope(
         )?;
     }
     Ok(y)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mask_offsets_of_row_starts() {
+        // x [2, 3, 4], mask [2, 1, 4] (per batch, shared over rows).
+        let (l, step) = mask_layout(&[2, 3, 4], &[2, 1, 4]);
+        assert_eq!(step, 1);
+        for row in 0..6u64 {
+            assert_eq!(l.offsets(row * 4).0, (row / 3) * 4, "row {row}");
+        }
+        // mask [3, 1]: one value per row, broadcast along the last axis.
+        let (l, step) = mask_layout(&[2, 3, 4], &[3, 1]);
+        assert_eq!(step, 0);
+        for row in 0..6u64 {
+            assert_eq!(l.offsets(row * 4).0, row % 3);
+        }
+        assert_eq!(rows_of(&TensorMeta::new(sluice_host_api::DType::F32, vec![2, 3, 0]).unwrap()), (0, 0));
+    }
 }
