@@ -51,7 +51,8 @@ commands:
                     tests on them under both schedules, then a `sluice serve --device cuda`
                     smoke test with MiniLM; prints how many ran and skipped
   bench             set up everything, then run the CPU benchmarks (op launch and
-                    instantiation; MiniLM against NumPy); extra args go to cargo bench
+                    instantiation; MiniLM against NumPy; the quantized linear); extra
+                    args go to cargo bench
   soak              the hostile-load suite for minutes (victim p50/p99 against solo,
                     errors by code, RSS, kill -9 during deploys and uploads); extra args
                     (--seconds S --clients C --kills K) go to it; not part of `test`

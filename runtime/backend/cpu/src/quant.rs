@@ -31,8 +31,23 @@ const PAR_MIN_MACS: usize = 1 << 16;
 
 const _: () = assert!(QUANT_BLOCK == 2 * LANES, "the kernels take a block as two halves of LANES lanes");
 
+/// The little-endian f16 at `b[at..at + 2]`, widened exactly (bit arithmetic the
+/// compiler inlines into the vector kernels; `half`'s conversion is an out-of-line call).
+#[inline(always)]
 fn f16_at(b: &[u8], at: usize) -> f32 {
-    f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+    f16_bits_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
+}
+
+#[inline(always)]
+fn f16_bits_to_f32(h: u16) -> f32 {
+    let sign = u32::from(h & 0x8000) << 16;
+    let (exp, man) = (u32::from(h >> 10) & 0x1f, u32::from(h & 0x3ff));
+    match exp {
+        // Zero and subnormals: man · 2^-24, exact in f32.
+        0 => f32::from_bits((man as f32 * (1.0 / 16_777_216.0)).to_bits() | sign),
+        31 => f32::from_bits(sign | 0x7f80_0000 | (man << 13)),
+        _ => f32::from_bits(sign | ((exp + 112) << 23) | (man << 13)),
+    }
 }
 
 /// Dequantizes whole blocks of `dtype` from `bytes` into `out` (32 values per block).
@@ -98,29 +113,24 @@ pub(crate) fn quantize(dtype: DType, v: &[f32]) -> Arc<[u8]> {
 multiversion! {
     /// `out[r] = Σ_k deq(w_r)[k] · x[k]` for the consecutive packed weight rows `w_r`
     /// of `w` (each `x.len() / 32` blocks of `dtype`). A Q4_1 block contributes
-    /// `d · Σ q_j x_j + m · Σ x_j`; the products of each block go to [`LANES`] lanes
-    /// (element j and j + 16 to lane j), summed once per row in a fixed order.
-    fn dot_rows(dtype: DType, w: &[u8], x: &[f32], out: &mut [f32]) {
+    /// `d · Σ q_j x_j + m · Σ x_j`, with `Σ x_j` of each block taken once from `xsums`;
+    /// the products of each block go to [`LANES`] lanes (element j and j + 16 to lane
+    /// j), summed once per row in a fixed order.
+    fn dot_rows(dtype: DType, w: &[u8], x: &[f32], xsums: &[f32], out: &mut [f32]) {
         let bb = dtype.block_bytes();
         let row_bytes = x.len() / QUANT_BLOCK * bb;
         for (o, row) in out.iter_mut().zip(w.chunks_exact(row_bytes)) {
             let mut acc = [0.0f32; LANES];
             let mut offsets = 0.0f32;
-            for (block, xb) in row.chunks_exact(bb).zip(x.chunks_exact(QUANT_BLOCK)) {
+            for ((block, xb), &xsum) in row.chunks_exact(bb).zip(x.chunks_exact(QUANT_BLOCK)).zip(xsums) {
                 let d = f16_at(block, 0);
                 let (lo, hi) = xb.split_at(LANES);
                 if dtype == DType::Q4_1 {
                     let qs: &[u8; 16] = block[4..20].try_into().expect("16 bytes");
-                    let mut part = [0.0f32; LANES];
-                    let mut xsum = [0.0f32; LANES];
                     for j in 0..LANES {
-                        part[j] = f32::from(qs[j] & 15) * lo[j] + f32::from(qs[j] >> 4) * hi[j];
-                        xsum[j] = lo[j] + hi[j];
+                        acc[j] += d * (f32::from(qs[j] & 15) * lo[j] + f32::from(qs[j] >> 4) * hi[j]);
                     }
-                    for j in 0..LANES {
-                        acc[j] += d * part[j];
-                    }
-                    offsets += f16_at(block, 2) * xsum.iter().sum::<f32>();
+                    offsets += f16_at(block, 2) * xsum;
                 } else {
                     let qs: &[u8; 32] = block[2..34].try_into().expect("32 bytes");
                     for j in 0..LANES {
@@ -163,9 +173,10 @@ pub(crate) fn linear(dtype: DType, x: &[f32], w: &[u8], m: usize, k: usize, n: u
         // Output rows of [n], each split into chunks of weight rows.
         let chunk = if parallel { n.div_ceil(rayon::current_num_threads() * 4).max(16) } else { n };
         for (xr, yr) in x.chunks_exact(k).zip(y.chunks_exact_mut(n)) {
+            let xsums: Vec<f32> = xr.chunks_exact(QUANT_BLOCK).map(|b| b.iter().sum()).collect();
             let work = |(i, out): (usize, &mut [f32])| {
                 let w_rows = &w[i * chunk * row_bytes..(i * chunk + out.len()) * row_bytes];
-                dot_rows(dtype, w_rows, xr, out);
+                dot_rows(dtype, w_rows, xr, &xsums, out);
             };
             if parallel {
                 yr.par_chunks_mut(chunk).enumerate().for_each(work);
@@ -223,6 +234,14 @@ mod tests {
             assert!(err <= tol, "{dtype}: {err}");
             // Values on the grid survive a second round exactly.
             assert_eq!(dequantize(dtype, &quantize(dtype, &back)), back, "{dtype}");
+        }
+    }
+
+    #[test]
+    fn f16_widening_is_exact_for_every_bit_pattern() {
+        for h in 0..=u16::MAX {
+            let (got, want) = (f16_bits_to_f32(h), f16::from_bits(h).to_f32());
+            assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{h:#06x}: {got} vs {want}");
         }
     }
 
