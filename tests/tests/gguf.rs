@@ -138,3 +138,85 @@ fn the_guest_gets_the_metadata_as_json_and_the_tensors_load_on_the_device() {
     };
     assert!(e.message.contains("block"), "{e:?}");
 }
+
+/// The elements of a Q4_1 or Q8_0 tensor's bytes, decoded here from the format's
+/// definition (see `DType::Q4_1`), in f64.
+fn dequantize(dtype: DType, bytes: &[u8]) -> Vec<f64> {
+    let mut out = Vec::new();
+    match dtype {
+        DType::Q4_1 => {
+            for b in bytes.chunks_exact(20) {
+                let (d, m) = (f64::from(half_f16(b[0], b[1])), f64::from(half_f16(b[2], b[3])));
+                out.extend(b[4..20].iter().map(|&q| d * f64::from(q & 15) + m));
+                out.extend(b[4..20].iter().map(|&q| d * f64::from(q >> 4) + m));
+            }
+        }
+        DType::Q8_0 => {
+            for b in bytes.chunks_exact(34) {
+                let d = f64::from(half_f16(b[0], b[1]));
+                out.extend(b[2..34].iter().map(|&q| d * f64::from(q as i8)));
+            }
+        }
+        other => panic!("{other} is not a block format"),
+    }
+    out
+}
+
+#[test]
+fn a_guest_reads_the_metadata_and_runs_linears_on_quantized_weights() {
+    use sluice_runtime::engine::{Engine, EngineConfig, FunctionLimits, InvocationContext, IoData, IoTensor};
+    use sluice_runtime::scheduler::{PriorityClass, SchedulingInfo};
+
+    let Some(path) = llm_gguf() else { return };
+    let (bytes, g) = parse(&path);
+    let engine = Engine::new(EngineConfig::default()).unwrap();
+    let queue = DeviceQueue::start(Box::new(CpuDevice::with_threads(2)));
+    let component = engine.compile(&sluice_tests::function_wasm("gguf_probe")).unwrap();
+    let weights = MemoryAccount::new("weights", None, None);
+    let set = ArtifactSet::new(HashMap::from([("model".to_owned(), path.clone())]), weights.clone());
+    let image = engine.prepare("gguf-probe", &component, set, FunctionLimits::default()).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let m = 2usize;
+    let x: Vec<f32> = (0..m * 576).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+    for (name, dtype) in [
+        ("blk.0.ffn_up.weight", DType::Q4_1),
+        ("blk.29.attn_k.weight", DType::Q4_1),
+        ("token_embd.weight", DType::Q8_0),
+    ] {
+        let info = g.tensor(name).unwrap();
+        let n = info.shape()[0] as usize;
+        let inputs = vec![
+            IoTensor { name: "tensor".into(), shape: vec![1], data: IoData::Bytes(vec![name.as_bytes().to_vec()]) },
+            IoTensor { name: "x".into(), shape: vec![m as u64, 576], data: IoData::F32(x.clone()) },
+        ];
+        let scheduling = SchedulingInfo { tenant: "t".into(), class: PriorityClass::Latency, weight: 1 };
+        let ctx =
+            InvocationContext { queue: queue.clone(), account: MemoryAccount::new("inv", None, None), scheduling };
+        let out = rt.block_on(engine.invoke(&image, ctx, &inputs)).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        let find = |n: &str| &out.outputs.iter().find(|t| t.name == n).unwrap_or_else(|| panic!("no output {n}")).data;
+        let IoData::Bytes(d) = find("dtype") else { panic!("dtype is not BYTES") };
+        assert_eq!(d[0], dtype.name().as_bytes(), "{name} stays quantized on the device");
+        let IoData::Bytes(meta) = find("metadata") else { panic!("metadata is not BYTES") };
+        let json: serde_json::Value = serde_json::from_slice(&meta[0]).unwrap();
+        assert_eq!(
+            (json["llama.attention.head_count_kv"].as_u64(), json["tokenizer.ggml.tokens"][2].as_str()),
+            (Some(3), Some("<|im_end|>"))
+        );
+        let IoData::F32(y) = find("y") else { panic!("y is not FP32") };
+        assert_eq!(y.len(), m * n);
+        // Against dequantize-then-f64; the bound scales with the sum of |terms|.
+        let w = dequantize(dtype, g.data(&bytes, info));
+        for (i, &got) in y.iter().enumerate() {
+            let (r, c) = (i / n, i % n);
+            let terms = (0..576).map(|p| f64::from(x[r * 576 + p]) * w[c * 576 + p]);
+            let (want, mag) = terms.fold((0.0, 0.0), |(s, a), t| (s + t, a + t.abs()));
+            assert!((f64::from(got) - want).abs() <= 1e-5 * mag.max(1e-3), "{name}[{r}, {c}]: got {got}, want {want}");
+        }
+    }
+    // The quantized weights are charged at their quantized size.
+    let quantized: usize = ["blk.0.ffn_up.weight", "blk.29.attn_k.weight", "token_embd.weight"]
+        .iter()
+        .map(|n| g.tensor(n).unwrap().byte_len as usize)
+        .sum();
+    assert_eq!(weights.used() as usize, quantized);
+}
