@@ -73,7 +73,7 @@ mod tests {
 
     #[test]
     fn dtypes_and_codes_map_both_ways() {
-        for (i, d) in DType::ALL.into_iter().enumerate() {
+        for (i, d) in DType::ALL.into_iter().chain(DType::QUANTIZED).enumerate() {
             assert_eq!(Dtype::from(d) as usize, i, "{d:?}");
             assert_eq!(DType::from(Dtype::from(d)), d);
         }

@@ -4,7 +4,7 @@
 //! computes (see the WIT comments), so they can replace the chains in a model with the
 //! same results and fewer kernel launches.
 
-use crate::bindings::sluice::gpu::fused::{self as raw, AttentionArgs, FusedOp, LinearArgs};
+use crate::bindings::sluice::gpu::fused::{self as raw, AttentionArgs, FusedOp, GqaAttentionArgs, LinearArgs};
 use crate::bindings::sluice::gpu::ops::LayerNormArgs;
 use crate::{Result, Tensor, UnaryOp};
 
@@ -33,11 +33,30 @@ impl Tensor {
         }
     }
 
+    /// RMS normalisation over the last axis, `x / sqrt(mean(x²) + eps) * w` with 1-D
+    /// `w`, in one launch (llama's norm).
+    pub fn rms_norm(&self, w: &Tensor, eps: f32) -> Result<Tensor> {
+        launch_fused(FusedOp::RmsNorm(LayerNormArgs { eps }), &[self, w])
+    }
+
+    /// RMS norm of the residual sum `self + residual` (rounded to the dtype first)
+    /// over the last axis, times `w`, in one launch (a llama block's pre-norm).
+    pub fn add_rms_norm(&self, residual: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
+        launch_fused(FusedOp::RmsNorm(LayerNormArgs { eps }), &[self, residual, w])
+    }
+
     /// Layer normalisation over the last axis of `self + residual` (same shape, no
     /// broadcasting) with 1-D `gamma` and `beta`, in one launch: the post-norm residual
     /// block of a transformer. The same as `add` then [`Tensor::layer_norm`].
     pub fn add_layer_norm(&self, residual: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f32) -> Result<Tensor> {
         launch_fused(FusedOp::AddLayerNorm(LayerNormArgs { eps }), &[self, residual, gamma, beta])
+    }
+
+    /// Causal grouped-query attention of `q` `[s, heads, d]` over the first `kv_len`
+    /// positions of the caches `k`, `v` `[ctx, kv_heads, d]` (see the WIT
+    /// `gqa-attention-args`): query i sits at position `kv_len - s + i`.
+    pub fn gqa_attention(q: &Tensor, k: &Tensor, v: &Tensor, kv_len: u32, scale: f32) -> Result<Tensor> {
+        launch_fused(FusedOp::GqaAttention(GqaAttentionArgs { kv_len, scale }), &[q, k, v])
     }
 
     /// Multi-head scaled dot-product attention in one launch, on the layout a

@@ -24,7 +24,7 @@ impl IoData {
 
     /// The Open Inference Protocol datatype name (`FP32`, …, `BYTES`).
     pub fn datatype(&self) -> &'static str {
-        self.dtype().map_or("BYTES", DType::oip_name)
+        self.dtype().and_then(DType::oip_name).unwrap_or("BYTES")
     }
 
     /// The number of elements.
@@ -226,8 +226,12 @@ fn oip_of_variant(variant: &str) -> &'static str {
 }
 
 impl Tensor {
-    /// Reads this tensor back as an output named `name`, keeping dtype and shape.
+    /// Reads this tensor back as an output named `name`, keeping dtype and shape (a
+    /// block-quantized tensor is dequantized to f32 on the device first).
     pub fn to_io(&self, name: impl Into<String>) -> Result<IoTensor> {
+        if self.dtype().is_quantized() {
+            return self.cast(DType::F32)?.to_io(name);
+        }
         let shape: Vec<u64> = self.shape().iter().map(|&d| u64::from(d)).collect();
         let bytes = self.read_bytes()?;
         let data = match self.dtype() {
@@ -237,6 +241,7 @@ impl Tensor {
             DType::I32 => IoData::I32(convert::from_le(&bytes, i32::from_le_bytes)),
             DType::I64 => IoData::I64(convert::from_le(&bytes, i64::from_le_bytes)),
             DType::U8 => IoData::U8(bytes),
+            DType::Q4_1 | DType::Q8_0 => unreachable!("dequantized above"),
         };
         Ok(IoTensor::new(name, &shape, data))
     }

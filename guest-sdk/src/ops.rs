@@ -8,7 +8,7 @@ use std::ops::{Add, Div, Mul, Neg, Sub};
 
 use crate::bindings::sluice::gpu::ops::{
     self as raw, AffineArgs, BinaryOp, Conv2dArgs, LayerNormArgs, MatmulArgs, Op, Pool2dArgs, PoolKind, ReduceArgs,
-    ReduceOp, SliceArgs, SoftmaxArgs, UnaryOp,
+    ReduceOp, RopeArgs, SliceArgs, SoftmaxArgs, UnaryOp,
 };
 use crate::{DType, Error, ErrorCode, Result, Tensor};
 
@@ -125,6 +125,11 @@ impl Tensor {
         self.unary(UnaryOp::GeluTanh)
     }
 
+    /// SiLU (swish), `x * sigmoid(x)`.
+    pub fn silu(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Silu)
+    }
+
     /// Hyperbolic tangent.
     pub fn tanh(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Tanh)
@@ -173,6 +178,18 @@ impl Tensor {
     /// `x * s` elementwise.
     pub fn scale(&self, s: f32) -> Result<Tensor> {
         self.affine(s, 0.0)
+    }
+
+    /// The i32 index of the largest element of each row (the last axis): greedy
+    /// decoding. Ties give the lowest index.
+    pub fn argmax(&self) -> Result<Tensor> {
+        launch(&Op::Argmax, &[self])
+    }
+
+    /// Rotary position embedding of `self` `[..., s, heads, d]` (llama.cpp's normal
+    /// RoPE: adjacent pairs), sequence index j at position `offset + j`.
+    pub fn rope(&self, base: f32, offset: u32) -> Result<Tensor> {
+        launch(&Op::Rope(RopeArgs { base, offset }), &[self])
     }
 
     /// Softmax over the last axis of `x * scale + mask`; `mask` broadcasts to `x`

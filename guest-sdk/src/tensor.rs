@@ -34,7 +34,8 @@ impl Tensor {
     }
 
     /// Uploads little-endian element bytes: `bytes.len()` must be
-    /// `product(shape) * dtype.size_of()`.
+    /// `product(shape) * dtype.size_of()` (for a block format, its blocks:
+    /// `product(shape) / 32` blocks of `dtype.block_bytes()`).
     pub fn from_bytes(dtype: DType, shape: &[u32], bytes: &[u8]) -> Result<Tensor> {
         Ok(Tensor::from_raw(RawTensor::from_bytes(dtype.into(), shape, bytes)?))
     }
@@ -72,7 +73,7 @@ impl Tensor {
     /// A tensor of zeros (all-zero bits are zero in every dtype).
     pub fn zeros(dtype: DType, shape: &[u32]) -> Result<Tensor> {
         let n = checked_numel(shape)?;
-        let bytes = n.checked_mul(dtype.size_of()).ok_or_else(too_large)?;
+        let bytes = (n / dtype.block_len()).checked_mul(dtype.block_bytes()).ok_or_else(too_large)?;
         Tensor::from_bytes(dtype, shape, &vec![0u8; bytes])
     }
 
@@ -111,8 +112,12 @@ impl Tensor {
         Ok(self.raw.read()?)
     }
 
-    /// Reads the elements as f32, converting f16, bf16 and integers (`as f32`).
+    /// Reads the elements as f32, converting f16, bf16 and integers (`as f32`; a
+    /// block-quantized tensor is dequantized on the device first).
     pub fn to_vec_f32(&self) -> Result<Vec<f32>> {
+        if self.dtype().is_quantized() {
+            return self.cast(DType::F32)?.to_vec_f32();
+        }
         let b = self.read_bytes()?;
         Ok(match self.dtype() {
             DType::F32 => convert::from_le(&b, f32::from_le_bytes),
@@ -121,6 +126,7 @@ impl Tensor {
             DType::I32 => convert::from_le(&b, |c| i32::from_le_bytes(c) as f32),
             DType::I64 => convert::from_le(&b, |c| i64::from_le_bytes(c) as f32),
             DType::U8 => b.iter().map(|&x| f32::from(x)).collect(),
+            DType::Q4_1 | DType::Q8_0 => unreachable!("dequantized above"),
         })
     }
 

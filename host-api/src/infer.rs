@@ -8,7 +8,12 @@ use crate::{
 ///
 /// This is the whole validation of a launch: a backend may assume that every op it
 /// receives passed `infer` with the same inputs.
+///
+/// Block-quantized tensors ([`DType::is_quantized`]) are weights: only three places
+/// take one, each with f32 on the other side: the weight of a transposed `linear`, the
+/// table of an `embedding` and the input of a `cast` to f32.
 pub fn infer(op: &Op, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
+    quantized_inputs(op, inputs)?;
     match op {
         Op::Matmul(args) => {
             let [a, b] = arity::<2>(op, inputs)?;
@@ -58,7 +63,9 @@ pub fn infer(op: &Op, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
         }
         Op::Embedding => {
             let [table, ids] = arity::<2>(op, inputs)?;
-            float(op, table)?;
+            if !table.dtype.is_quantized() {
+                float(op, table)?;
+            }
             if table.rank() != 2 {
                 return Err(ApiError::shape(format!(
                     "embedding table must be 2-D [vocab, dim], got {:?}",
@@ -70,7 +77,7 @@ pub fn infer(op: &Op, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
             }
             let mut shape = ids.shape.clone();
             shape.push(table.shape[1]);
-            TensorMeta::new(table.dtype, shape)
+            TensorMeta::new(dequantized(table.dtype), shape)
         }
         Op::Reduce(args) => {
             let [x] = arity::<1>(op, inputs)?;
@@ -140,6 +147,27 @@ pub fn infer(op: &Op, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
             let [x] = arity::<1>(op, inputs)?;
             TensorMeta::new(*to, x.shape.clone())
         }
+        Op::Argmax => {
+            let [x] = arity::<1>(op, inputs)?;
+            float(op, x)?;
+            if x.shape.last().is_none_or(|&d| d == 0) {
+                return Err(ApiError::shape(format!("argmax needs a non-empty last axis, got {:?}", x.shape)));
+            }
+            TensorMeta::new(DType::I32, x.shape[..x.rank() - 1].to_vec())
+        }
+        Op::Rope { base, .. } => {
+            let [x] = arity::<1>(op, inputs)?;
+            float(op, x)?;
+            rank_at_least(op, x, 3)?;
+            let d = x.shape[x.rank() - 1];
+            if !d.is_multiple_of(2) {
+                return Err(ApiError::shape(format!("rope needs an even head size (last axis), got {:?}", x.shape)));
+            }
+            if !(base.is_finite() && *base > 0.0) {
+                return Err(ApiError::arg(format!("rope base must be finite and > 0, got {base}")));
+            }
+            Ok(x.clone())
+        }
         Op::Conv2d(args) => conv2d(op, args, inputs),
         Op::Pool2d(args) => {
             let [x] = arity::<1>(op, inputs)?;
@@ -159,6 +187,26 @@ pub fn infer(op: &Op, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
             Ok(x.clone())
         }
         Op::Attention { heads, scale } => attention(op, *heads, *scale, inputs),
+        Op::GqaAttention { kv_len, scale } => gqa_attention(op, *kv_len, *scale, inputs),
+        Op::RmsNorm { eps } => {
+            let (x, w) = match inputs {
+                [x, w] => (*x, *w),
+                [x, residual, w] => {
+                    same_dtype(op, x, residual)?;
+                    if residual.shape != x.shape {
+                        return Err(ApiError::shape(format!(
+                            "rms-norm residual {:?} must have the input's shape {:?}",
+                            residual.shape, x.shape
+                        )));
+                    }
+                    (*x, *w)
+                }
+                _ => return Err(wrong_arity(op, "2 or 3", inputs.len())),
+            };
+            // The checks of layer norm, with w as gamma and no beta.
+            norm_params(op, *eps, x, w, w)?;
+            Ok(x.clone())
+        }
     }
 }
 
@@ -188,7 +236,9 @@ fn linear(op: &Op, transpose_w: bool, inputs: &[&TensorMeta]) -> Result<TensorMe
         [x, w, b] => (*x, *w, Some(*b)),
         _ => return Err(wrong_arity(op, "2 or 3", inputs.len())),
     };
-    same_dtype(op, x, w)?;
+    if !w.dtype.is_quantized() {
+        same_dtype(op, x, w)?;
+    }
     float(op, x)?;
     rank_at_least(op, x, 1)?;
     if w.rank() != 2 {
@@ -264,6 +314,43 @@ fn attention(op: &Op, heads: u32, scale: f32, inputs: &[&TensorMeta]) -> Result<
         )));
     }
     TensorMeta::new(q.dtype, q.shape.clone())
+}
+
+/// Head sizes of a GQA attention (see the WIT `gqa-attention-args`) can take, at most.
+pub const GQA_MAX_HEAD_DIM: u32 = 256;
+
+/// `q [s, heads, d]` over the first `kv_len` positions of `k`, `v [ctx, kv_heads, d]`.
+fn gqa_attention(op: &Op, kv_len: u32, scale: f32, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
+    let [q, k, v] = arity::<3>(op, inputs)?;
+    same_dtype(op, q, k)?;
+    same_dtype(op, q, v)?;
+    float(op, q)?;
+    if q.rank() != 3 || k.rank() != 3 || k.shape != v.shape {
+        return Err(ApiError::shape(format!(
+            "gqa-attention needs q [s, heads, d] and k, v [ctx, kv-heads, d] of one shape, got {:?}, {:?} and {:?}",
+            q.shape, k.shape, v.shape
+        )));
+    }
+    let ([s, heads, d], [ctx, kv_heads, kd]) =
+        ([q.shape[0], q.shape[1], q.shape[2]], [k.shape[0], k.shape[1], k.shape[2]]);
+    if kd != d || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+        return Err(ApiError::shape(format!(
+            "gqa-attention: q {:?} and the cache {:?} need one head size and kv-heads dividing heads",
+            q.shape, k.shape
+        )));
+    }
+    if d > GQA_MAX_HEAD_DIM {
+        return Err(ApiError::shape(format!("gqa-attention head size {d} exceeds {GQA_MAX_HEAD_DIM}")));
+    }
+    if !(s <= kv_len && kv_len <= ctx) {
+        return Err(ApiError::arg(format!(
+            "gqa-attention needs s <= kv-len <= ctx, got s = {s}, kv-len = {kv_len}, ctx = {ctx}"
+        )));
+    }
+    if !scale.is_finite() {
+        return Err(ApiError::arg(format!("gqa-attention scale must be finite, got {scale}")));
+    }
+    Ok(q.clone())
 }
 
 fn matmul(args: &MatmulArgs, a: &TensorMeta, b: &TensorMeta) -> Result<TensorMeta, ApiError> {
@@ -392,6 +479,42 @@ fn arity<'a, const N: usize>(op: &Op, inputs: &[&'a TensorMeta]) -> Result<[&'a 
     inputs.try_into().map_err(|_| wrong_arity(op, &N.to_string(), inputs.len()))
 }
 
+/// Where a block-quantized input may appear: the weight of a `linear` with
+/// `transpose-w` (`[n, k]`, blocks along k) beside f32 activations, the table of an
+/// `embedding` (rows come out dequantized, f32), and the input of a `cast` to f32
+/// (dequantization). Nothing is cast *to* a block format on the device.
+fn quantized_inputs(op: &Op, inputs: &[&TensorMeta]) -> Result<(), ApiError> {
+    if let Op::Cast(to) = op
+        && to.is_quantized()
+    {
+        return Err(ApiError::dtype(format!(
+            "cast cannot produce the block format {to}; upload quantized data instead"
+        )));
+    }
+    for (i, t) in inputs.iter().enumerate().filter(|(_, t)| t.dtype.is_quantized()) {
+        let allowed = match op {
+            Op::Linear { transpose_w: true, .. } => i == 1 && inputs[0].dtype == DType::F32,
+            Op::Embedding => i == 0,
+            Op::Cast(DType::F32) => true,
+            _ => false,
+        };
+        if !allowed {
+            return Err(ApiError::dtype(format!(
+                "{} cannot take the block-quantized {} as input {i}: only a transposed linear weight \
+                 (with f32 activations), an embedding table and a cast to f32 can",
+                op.name(),
+                t.dtype
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The dtype an op reading `dtype` computes in: f32 for a block format.
+fn dequantized(dtype: DType) -> DType {
+    if dtype.is_quantized() { DType::F32 } else { dtype }
+}
+
 fn wrong_arity(op: &Op, expected: &str, got: usize) -> ApiError {
     ApiError::arg(format!("{} takes {expected} input(s), got {got}", op.name()))
 }
@@ -506,6 +629,85 @@ mod tests {
         assert!(infer(&Op::Softmax { scale: 1.0 }, &[&x, &mask]).is_ok());
         let bigmask = t(DType::F32, &[3, 2, 4]);
         assert!(infer(&Op::Softmax { scale: 1.0 }, &[&x, &bigmask]).is_err());
+    }
+
+    #[test]
+    fn block_formats_go_only_where_they_are_dequantized() {
+        let lin = Op::Linear { transpose_w: true, activation: None };
+        let (x, w, b) = (t(DType::F32, &[3, 64]), t(DType::Q4_1, &[5, 64]), t(DType::F32, &[5]));
+        assert_eq!(infer(&lin, &[&x, &w, &b]).unwrap(), t(DType::F32, &[3, 5]));
+        let w8 = t(DType::Q8_0, &[5, 64]);
+        assert_eq!(infer(&lin, &[&x, &w8]).unwrap(), t(DType::F32, &[3, 5]));
+        let code = |op: &Op, ins: &[&TensorMeta]| infer(op, ins).unwrap_err().code;
+        assert_eq!(code(&lin, &[&t(DType::F16, &[3, 64]), &w]), ErrorCode::DtypeMismatch);
+        assert_eq!(code(&Op::Linear { transpose_w: false, activation: None }, &[&x, &w]), ErrorCode::DtypeMismatch);
+        assert_eq!(code(&lin, &[&t(DType::F32, &[3, 32]), &w]), ErrorCode::ShapeMismatch);
+        let ids = t(DType::I32, &[7]);
+        assert_eq!(infer(&Op::Embedding, &[&w8, &ids]).unwrap(), t(DType::F32, &[7, 64]));
+        assert_eq!(infer(&Op::Cast(DType::F32), &[&w]).unwrap(), t(DType::F32, &[5, 64]));
+        assert_eq!(code(&Op::Cast(DType::F16), &[&w]), ErrorCode::DtypeMismatch);
+        assert_eq!(code(&Op::Cast(DType::Q8_0), &[&x]), ErrorCode::DtypeMismatch);
+        assert_eq!(code(&Op::Reshape(vec![320]), &[&w]), ErrorCode::DtypeMismatch);
+        assert_eq!(code(&Op::Binary(crate::BinaryOp::Add), &[&w, &w]), ErrorCode::DtypeMismatch);
+        assert_eq!(
+            code(&Op::Matmul(MatmulArgs { transpose_a: false, transpose_b: true }), &[&x, &w]),
+            ErrorCode::DtypeMismatch
+        );
+    }
+
+    #[test]
+    fn gqa_attention_shapes_and_errors() {
+        let (q, kv) = (t(DType::F32, &[2, 9, 64]), t(DType::F32, &[16, 3, 64]));
+        let op = |kv_len| Op::GqaAttention { kv_len, scale: 0.125 };
+        assert_eq!(infer(&op(5), &[&q, &kv, &kv]).unwrap(), q);
+        assert_eq!(infer(&op(2), &[&q, &kv, &kv]).unwrap(), q);
+        let code = |o: &Op, ins: &[&TensorMeta]| infer(o, ins).unwrap_err().code;
+        assert_eq!(code(&op(1), &[&q, &kv, &kv]), ErrorCode::InvalidArgument);
+        assert_eq!(code(&op(17), &[&q, &kv, &kv]), ErrorCode::InvalidArgument);
+        assert_eq!(
+            code(&op(5), &[&q, &t(DType::F32, &[16, 4, 64]), &t(DType::F32, &[16, 4, 64])]),
+            ErrorCode::ShapeMismatch
+        );
+        assert_eq!(code(&op(5), &[&q, &kv, &t(DType::F32, &[15, 3, 64])]), ErrorCode::ShapeMismatch);
+        assert_eq!(code(&op(5), &[&q, &kv, &t(DType::F16, &[16, 3, 64])]), ErrorCode::DtypeMismatch);
+        let big = t(DType::F32, &[1, 1, 512]);
+        assert_eq!(code(&op(1), &[&big, &big, &big]), ErrorCode::ShapeMismatch);
+    }
+
+    #[test]
+    fn argmax_shapes_and_errors() {
+        assert_eq!(infer(&Op::Argmax, &[&t(DType::F16, &[2, 3, 5])]).unwrap(), t(DType::I32, &[2, 3]));
+        assert_eq!(infer(&Op::Argmax, &[&t(DType::F32, &[49152])]).unwrap(), t(DType::I32, &[]));
+        assert_eq!(infer(&Op::Argmax, &[&t(DType::F32, &[2, 0])]).unwrap_err().code, ErrorCode::ShapeMismatch);
+        assert_eq!(infer(&Op::Argmax, &[&t(DType::F32, &[])]).unwrap_err().code, ErrorCode::ShapeMismatch);
+        assert_eq!(infer(&Op::Argmax, &[&t(DType::I32, &[4])]).unwrap_err().code, ErrorCode::DtypeMismatch);
+    }
+
+    #[test]
+    fn rope_shapes_and_errors() {
+        let op = Op::Rope { base: 1e4, offset: 7 };
+        let x = t(DType::F32, &[5, 9, 64]);
+        assert_eq!(infer(&op, &[&x]).unwrap(), x);
+        let code = |op: &Op, x: &TensorMeta| infer(op, &[x]).unwrap_err().code;
+        assert_eq!(code(&op, &t(DType::F32, &[5, 64])), ErrorCode::ShapeMismatch);
+        assert_eq!(code(&op, &t(DType::F32, &[5, 9, 63])), ErrorCode::ShapeMismatch);
+        assert_eq!(code(&op, &t(DType::I32, &[5, 9, 64])), ErrorCode::DtypeMismatch);
+        assert_eq!(code(&Op::Rope { base: 0.0, offset: 0 }, &x), ErrorCode::InvalidArgument);
+    }
+
+    #[test]
+    fn rms_norm_shapes_and_errors() {
+        let (x, w) = (t(DType::F32, &[2, 3, 8]), t(DType::F32, &[8]));
+        let op = Op::RmsNorm { eps: 1e-5 };
+        assert_eq!(infer(&op, &[&x, &w]).unwrap(), x);
+        assert_eq!(infer(&op, &[&x, &x, &w]).unwrap(), x);
+        let code = |ins: &[&TensorMeta]| infer(&op, ins).unwrap_err().code;
+        assert_eq!(code(&[&x, &t(DType::F32, &[7])]), ErrorCode::ShapeMismatch);
+        assert_eq!(code(&[&x, &t(DType::F32, &[2, 1, 8]), &w]), ErrorCode::ShapeMismatch);
+        assert_eq!(code(&[&x, &t(DType::F16, &[8])]), ErrorCode::DtypeMismatch);
+        assert_eq!(code(&[&t(DType::I32, &[8]), &t(DType::I32, &[8])]), ErrorCode::DtypeMismatch);
+        assert_eq!(code(&[&x]), ErrorCode::InvalidArgument);
+        assert_eq!(infer(&Op::RmsNorm { eps: f32::NAN }, &[&x, &w]).unwrap_err().code, ErrorCode::InvalidArgument);
     }
 
     #[test]

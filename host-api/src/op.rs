@@ -32,6 +32,8 @@ pub enum UnaryOp {
     Rsqrt,
     Neg,
     Abs,
+    /// SiLU (swish): `x * sigmoid(x)`; with a `mul` by the up projection, SwiGLU.
+    Silu,
 }
 
 impl BinaryOp {
@@ -42,7 +44,7 @@ impl BinaryOp {
 
 impl UnaryOp {
     /// Every unary op, in WIT order.
-    pub const ALL: [UnaryOp; 11] = [
+    pub const ALL: [UnaryOp; 12] = [
         UnaryOp::Relu,
         UnaryOp::Gelu,
         UnaryOp::GeluTanh,
@@ -54,6 +56,7 @@ impl UnaryOp {
         UnaryOp::Rsqrt,
         UnaryOp::Neg,
         UnaryOp::Abs,
+        UnaryOp::Silu,
     ];
 
     /// Whether the op is defined on integer tensors too.
@@ -157,6 +160,11 @@ pub enum Op {
     Concat { axis: u32 },
     /// `[x]`: convert elements to another dtype.
     Cast(DType),
+    /// `[x]` of `[..., s, heads, d]`: rotary position embedding of adjacent pairs, the
+    /// sequence index j at position `offset + j`.
+    Rope { base: f32, offset: u32 },
+    /// `[x]`: i32 index of the largest element of each row (last axis).
+    Argmax,
     /// `[x, w]` or `[x, w, bias]`: NCHW convolution.
     Conv2d(Conv2dArgs),
     /// `[x]`: NCHW pooling.
@@ -170,6 +178,12 @@ pub enum Op {
     /// `[q, k, v]` or `[q, k, v, mask]`: multi-head scaled dot-product attention on
     /// `[batch, seq, heads * head_dim]` tensors, heads interleaved along the last axis.
     Attention { heads: u32, scale: f32 },
+    /// `[x, w]` or `[x, residual, w]`: RMS norm over the last axis of `x` (or of
+    /// `x + residual`), times `w`.
+    RmsNorm { eps: f32 },
+    /// `[q, k, v]`: causal grouped-query attention of q `[s, heads, d]` over the first
+    /// `kv_len` positions of the caches k, v `[ctx, kv_heads, d]`.
+    GqaAttention { kv_len: u32, scale: f32 },
 }
 
 impl Op {
@@ -189,11 +203,15 @@ impl Op {
             Op::Slice(_) => "slice",
             Op::Concat { .. } => "concat",
             Op::Cast(_) => "cast",
+            Op::Rope { .. } => "rope",
+            Op::Argmax => "argmax",
             Op::Conv2d(_) => "conv2d",
             Op::Pool2d(_) => "pool2d",
             Op::Linear { .. } => "linear",
             Op::AddLayerNorm { .. } => "add-layer-norm",
             Op::Attention { .. } => "attention",
+            Op::RmsNorm { .. } => "rms-norm",
+            Op::GqaAttention { .. } => "gqa-attention",
         }
     }
 }

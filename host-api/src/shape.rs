@@ -19,10 +19,17 @@ pub struct TensorMeta {
 }
 
 impl TensorMeta {
-    /// Checks rank and element-count limits.
+    /// Checks rank and element-count limits, and that a block format's last axis is
+    /// a whole number of blocks.
     pub fn new(dtype: DType, shape: Shape) -> Result<Self, ApiError> {
         if shape.len() > MAX_RANK {
             return Err(ApiError::arg(format!("rank {} exceeds the maximum of {MAX_RANK}", shape.len())));
+        }
+        if dtype.is_quantized() && shape.last().is_none_or(|&d| !(d as usize).is_multiple_of(dtype.block_len())) {
+            return Err(ApiError::shape(format!(
+                "a {dtype} tensor needs rank ≥ 1 and a last axis that is a multiple of {}, got {shape:?}",
+                dtype.block_len()
+            )));
         }
         let n = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
         match n {
@@ -39,9 +46,9 @@ impl TensorMeta {
         self.shape.iter().map(|&d| d as usize).product()
     }
 
-    /// Size of the element data in bytes.
+    /// Size of the element data in bytes (whole blocks for a block format).
     pub fn byte_len(&self) -> usize {
-        self.numel() * self.dtype.size_of()
+        self.numel() / self.dtype.block_len() * self.dtype.block_bytes()
     }
 
     pub fn rank(&self) -> usize {
@@ -89,5 +96,9 @@ mod tests {
         assert!(TensorMeta::new(DType::F32, vec![1; 9]).is_err());
         assert_eq!(TensorMeta::new(DType::F32, vec![1 << 20, 1 << 20]).unwrap_err().code, ErrorCode::TooLarge);
         assert_eq!(TensorMeta::new(DType::F16, vec![2, 3]).unwrap().byte_len(), 12);
+        assert_eq!(TensorMeta::new(DType::Q4_1, vec![3, 64]).unwrap().byte_len(), 3 * 2 * 20);
+        assert_eq!(TensorMeta::new(DType::Q8_0, vec![32]).unwrap().byte_len(), 34);
+        assert_eq!(TensorMeta::new(DType::Q8_0, vec![2, 48]).unwrap_err().code, ErrorCode::ShapeMismatch);
+        assert_eq!(TensorMeta::new(DType::Q4_1, vec![]).unwrap_err().code, ErrorCode::ShapeMismatch);
     }
 }

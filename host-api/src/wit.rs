@@ -27,14 +27,14 @@ macro_rules! wit_conversions {
             use $crate as api;
 
             $crate::__wit_enum_both_ways!(api::DType, wit_types::Dtype;
-                F32 = F32, F16 = F16, BF16 = Bf16, I32 = I32, I64 = I64, U8 = U8);
+                F32 = F32, F16 = F16, BF16 = Bf16, I32 = I32, I64 = I64, U8 = U8, Q4_1 = Q41, Q8_0 = Q80);
             $crate::__wit_enum_both_ways!(api::ErrorCode, wit_types::ErrorCode;
                 ShapeMismatch = ShapeMismatch, DtypeMismatch = DtypeMismatch,
                 InvalidArgument = InvalidArgument, NotFound = NotFound, QuotaExceeded = QuotaExceeded,
                 OutOfMemory = OutOfMemory, TooLarge = TooLarge, DeviceFailure = DeviceFailure);
             $crate::__wit_enum_both_ways!(api::UnaryOp, wit_ops::UnaryOp;
                 Relu = Relu, Gelu = Gelu, GeluTanh = GeluTanh, Tanh = Tanh, Sigmoid = Sigmoid,
-                Exp = Exp, Log = Log, Sqrt = Sqrt, Rsqrt = Rsqrt, Neg = Neg, Abs = Abs);
+                Exp = Exp, Log = Log, Sqrt = Sqrt, Rsqrt = Rsqrt, Neg = Neg, Abs = Abs, Silu = Silu);
             $crate::__wit_enum_both_ways!(api::BinaryOp, wit_ops::BinaryOp;
                 Add = Add, Sub = Sub, Mul = Mul, Div = Div, Maximum = Maximum, Minimum = Minimum);
             $crate::__wit_enum_both_ways!(api::ReduceOp, wit_ops::ReduceOp;
@@ -90,6 +90,8 @@ macro_rules! wit_conversions {
                             stride: p.stride,
                             padding: p.padding,
                         }),
+                        wit_ops::Op::Rope(r) => api::Op::Rope { base: r.base, offset: r.offset },
+                        wit_ops::Op::Argmax => api::Op::Argmax,
                     }
                 }
             }
@@ -104,6 +106,8 @@ macro_rules! wit_conversions {
                             activation: l.activation.map(::core::convert::Into::into),
                         },
                         wit_fused::FusedOp::AddLayerNorm(l) => api::Op::AddLayerNorm { eps: l.eps },
+                        wit_fused::FusedOp::RmsNorm(l) => api::Op::RmsNorm { eps: l.eps },
+                        wit_fused::FusedOp::GqaAttention(a) => api::Op::GqaAttention { kv_len: a.kv_len, scale: a.scale },
                         wit_fused::FusedOp::Attention(a) => api::Op::Attention { heads: a.heads, scale: a.scale },
                     }
                 }

@@ -1,6 +1,7 @@
 //! What the end-to-end tests take from outside the repository: the MiniLM model that
-//! `cargo xtask fetch-model` caches, and the Python environment of the standard OIP
-//! clients that `cargo xtask clients-venv` makes (both set up by `cargo xtask test`).
+//! `cargo xtask fetch-model` caches, the SmolLM2 GGUF file that `cargo xtask fetch-llm`
+//! caches, and the Python environment of the standard OIP clients that
+//! `cargo xtask clients-venv` makes (all set up by `cargo xtask test`).
 
 use std::path::PathBuf;
 
@@ -18,6 +19,32 @@ pub fn required_model_dir() -> PathBuf {
     let dir = model_dir();
     assert!(dir.join("model.safetensors").is_file(), "no model in {}: run `cargo xtask fetch-model`", dir.display());
     dir
+}
+
+/// The file name of the SmolLM2 model inside [`llm_dir`].
+pub const LLM_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// The SmolLM2 model directory: `SLUICE_LLM_DIR`, else the fetch cache.
+pub fn llm_dir() -> PathBuf {
+    std::env::var_os("SLUICE_LLM_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/sluice/models/SmolLM2-135M-Instruct")
+    })
+}
+
+/// The SmolLM2 GGUF file, or `None` after recording the skip (class "SmolLM2 model")
+/// when it has not been fetched; under `CI=true` or `SLUICE_REQUIRE_LLM=1` its absence
+/// is a failure instead.
+pub fn llm_gguf() -> Option<PathBuf> {
+    let path = llm_dir().join(LLM_FILE);
+    if path.is_file() {
+        return Some(path);
+    }
+    let reason = format!("no {} (run `cargo xtask fetch-llm`)", path.display());
+    let required =
+        std::env::var("CI").as_deref() == Ok("true") || std::env::var("SLUICE_REQUIRE_LLM").as_deref() == Ok("1");
+    assert!(!required, "CI=true or SLUICE_REQUIRE_LLM=1: {reason}");
+    skip("SmolLM2 model", &reason);
+    None
 }
 
 /// The interpreter of the clients' environment (`SLUICE_CLIENTS_PYTHON`), or `None` after

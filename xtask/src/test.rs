@@ -1,6 +1,6 @@
 //! `cargo xtask test`: every check and every test of the project, from a fresh machine.
 //!
-//! Set-up first (the wasm target, the guest components, the model, NVRTC, the Python
+//! Set-up first (the wasm target, the guest components, the MiniLM and SmolLM2 models, NVRTC, the Python
 //! clients' environment: [`clients_venv`]), then the
 //! lint steps of `cargo xtask lint` (rustfmt, module cycles, unused dependencies, the
 //! OpenAPI spec, clippy, rustdoc), then the host workspace's tests, the CUDA backend's
@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use crate::steps::Steps;
-use crate::{build_functions, clients_venv, cmd, fake_cuda, fetch_model, fetch_nvrtc, lint, skips};
+use crate::{build_functions, clients_venv, cmd, fake_cuda, fetch_llm, fetch_model, fetch_nvrtc, lint, skips};
 
 /// The test steps after the lint steps.
 const TEST_STEPS: usize = 5;
@@ -33,6 +33,7 @@ const TEST_STEPS: usize = 5;
 pub fn run(args: &[String]) -> Result<()> {
     build_functions::run(&[])?;
     let model_dir = fetch_model::fetch()?;
+    let llm_dir = fetch_llm::fetch()?;
     let nvrtc_lib = nvrtc()?;
     let clients_python = clients_venv::ensure_for_tests()?;
     let root = cmd::repo_root();
@@ -48,6 +49,7 @@ pub fn run(args: &[String]) -> Result<()> {
             .args(["test", "--workspace", "--no-fail-fast", "--lib", "--bins", "--tests"])
             .args(args)
             .env("SLUICE_MODEL_DIR", &model_dir)
+            .env(fetch_llm::DIR_VAR, &llm_dir)
             .env("SLUICE_SKIP_LOG", &skip_log);
         if let Some(python) = &clients_python {
             host.env(clients_venv::PYTHON_VAR, python);

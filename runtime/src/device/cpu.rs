@@ -66,6 +66,7 @@ fn is_small(op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> boo
             let k = inputs.first().and_then(|(_, m)| m.shape.last().copied()).unwrap_or(1) as usize;
             out.numel().saturating_mul(k.max(1))
         }
+        Op::GqaAttention { kv_len, .. } => out.numel().saturating_mul(2 * (*kv_len as usize).max(1)),
         Op::Attention { .. } => {
             let sk = inputs.get(1).and_then(|(_, m)| m.shape.get(1).copied()).unwrap_or(1) as usize;
             out.numel().saturating_mul(2 * sk.max(1))
@@ -145,7 +146,9 @@ impl Device for CpuDevice {
 /// The CPU kernels' scratch, an upper estimate: f16/bf16 inputs of float kernels are
 /// read as f32 copies; a convolution that is not direct unrolls its input (im2col,
 /// one `k × p` block per thread); attention holds one block of scores (at most
-/// `sq × sk`) per thread; a bf16 matmul computes in an f32 copy of its output.
+/// `sq × sk`) per thread; a bf16 matmul computes in an f32 copy of its output; a linear
+/// with a block-quantized weight dequantizes panels of it, a cast from a block format
+/// dequantizes into an f32 copy.
 fn scratch_bytes(op: &Op, inputs: &[&TensorMeta], out: &TensorMeta, threads: u32) -> u64 {
     const F32: u64 = 4;
     let threads = u64::from(threads.max(1));
@@ -166,10 +169,19 @@ fn scratch_bytes(op: &Op, inputs: &[&TensorMeta], out: &TensorMeta, threads: u32
             let (sq, sk) = (dim(inputs.first(), 1), dim(inputs.get(1), 1));
             floats_copied() + threads * sq * sk * F32
         }
-        Op::Matmul(_) | Op::Linear { .. } if out.dtype == DType::BF16 => floats_copied() + numel(out) * F32,
-        Op::Matmul(_) | Op::Linear { .. } | Op::Softmax { .. } | Op::LayerNorm { .. } | Op::AddLayerNorm { .. } => {
-            floats_copied()
+        Op::Linear { .. } if inputs.get(1).is_some_and(|w| w.dtype.is_quantized()) => {
+            let (n, k) = (dim(inputs.get(1), 0), dim(inputs.get(1), 1));
+            let m = numel(out) / n.max(1);
+            sluice_backend_cpu::quantized_linear_scratch_bytes(m as usize, k as usize, n as usize, threads as usize)
         }
+        Op::Cast(_) if inputs.first().is_some_and(|x| x.dtype.is_quantized()) => numel(out) * F32,
+        Op::Matmul(_) | Op::Linear { .. } if out.dtype == DType::BF16 => floats_copied() + numel(out) * F32,
+        Op::Matmul(_)
+        | Op::Linear { .. }
+        | Op::Softmax { .. }
+        | Op::LayerNorm { .. }
+        | Op::AddLayerNorm { .. }
+        | Op::RmsNorm { .. } => floats_copied(),
         _ => 0,
     }
 }

@@ -50,7 +50,7 @@ mod tests {
 
     #[test]
     fn enums_map_in_wit_order_both_ways() {
-        for (i, d) in DType::ALL.into_iter().enumerate() {
+        for (i, d) in DType::ALL.into_iter().chain(DType::QUANTIZED).enumerate() {
             let w = WitDtype::from(d);
             assert_eq!(w as usize, i, "{d:?}");
             assert_eq!(DType::from(w), d);

@@ -209,6 +209,10 @@ impl artifacts::Host for InvocationState {
         Ok(self.artifacts.read(&artifact, self.limits.max_artifact_read_bytes)?)
     }
 
+    fn metadata(&mut self, artifact: String) -> HostResult<String> {
+        Ok(self.artifacts.metadata(&artifact, self.limits.max_artifact_read_bytes)?)
+    }
+
     fn load_tensor(
         &mut self,
         artifact: String,

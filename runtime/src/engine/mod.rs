@@ -26,7 +26,7 @@ use std::time::Duration;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-pub use artifacts::{ArtifactSet, ArtifactStats};
+pub use artifacts::{ArtifactSet, ArtifactStats, gguf};
 pub use bindings::{IoData, IoTensor, RunError};
 pub use component::{ComponentError, FunctionImage, FunctionLimits};
 pub use invoke::{InvocationContext, InvocationOutput, InvokeError};

@@ -64,7 +64,7 @@ fn hash_op(op: &Op, h: &mut DefaultHasher) {
         Op::Affine { scale, bias } => (scale.to_bits(), bias.to_bits()).hash(h),
         Op::Softmax { scale } => scale.to_bits().hash(h),
         Op::LayerNorm { eps } => eps.to_bits().hash(h),
-        Op::Embedding => {}
+        Op::Embedding | Op::Argmax => {}
         Op::Reduce(r) => r.hash(h),
         Op::Reshape(s) | Op::Permute(s) => s.hash(h),
         Op::Slice(s) => s.hash(h),
@@ -72,9 +72,13 @@ fn hash_op(op: &Op, h: &mut DefaultHasher) {
         Op::Cast(d) => d.hash(h),
         Op::Conv2d(c) => c.hash(h),
         Op::Pool2d(p) => p.hash(h),
+        // Not the offset: every decode step has another, and it changes no cost.
+        Op::Rope { base, .. } => base.to_bits().hash(h),
         Op::Linear { transpose_w, activation } => (transpose_w, activation).hash(h),
-        Op::AddLayerNorm { eps } => eps.to_bits().hash(h),
+        Op::AddLayerNorm { eps } | Op::RmsNorm { eps } => eps.to_bits().hash(h),
         Op::Attention { heads, scale } => (heads, scale.to_bits()).hash(h),
+        // Not kv-len: it grows every decode step; the work estimate carries it.
+        Op::GqaAttention { scale, .. } => scale.to_bits().hash(h),
     }
 }
 
@@ -101,6 +105,9 @@ pub fn work_units<'a>(op: &Op, mut inputs: impl Iterator<Item = &'a TensorMeta>,
             let Some(k) = inputs.nth(1) else { return 0.0 };
             4.0 * out.numel() as f64 * k.shape.get(1).copied().unwrap_or(0) as f64
         }
+        // 4·S·H·D·kv-len: q·kᵀ and p·v over the cache positions read (about half
+        // of them for a prompt, all for a decode step).
+        Op::GqaAttention { kv_len, .. } => 4.0 * out.numel() as f64 * f64::from(*kv_len),
         _ => (inputs.map(TensorMeta::numel).sum::<usize>() + out.numel()) as f64,
     }
 }

@@ -1,5 +1,5 @@
 //! Host-memory tensor storage: [`CpuBuffer`], one shared, immutable, row-major slice per
-//! dtype, plus the [`Element`] trait that lets kernels be written once over the element
+//! dtype (the packed blocks' bytes for a block format, see `quant.rs`), plus the [`Element`] trait that lets kernels be written once over the element
 //! type and the helpers that move between the half-precision types and `f32`.
 
 use std::borrow::Cow;
@@ -21,6 +21,8 @@ pub enum CpuBuffer {
     I32(Arc<[i32]>),
     I64(Arc<[i64]>),
     U8(Arc<[u8]>),
+    /// A block format ([`DType::is_quantized`]): whole blocks of packed bytes.
+    Blocks(DType, Arc<[u8]>),
 }
 
 /// An element type a [`CpuBuffer`] can hold.
@@ -132,6 +134,12 @@ macro_rules! with_dtype {
                 type $t = u8;
                 $body
             }
+            // Block formats have no element type: `launch` lets only the quantized
+            // kernels see them, and a body reached anyway fails on its `typed::<u8>()`.
+            sluice_host_api::DType::Q4_1 | sluice_host_api::DType::Q8_0 => {
+                type $t = u8;
+                $body
+            }
         }
     };
 }
@@ -163,6 +171,10 @@ impl CpuBuffer {
             DType::I32 => decode!(i32, I32, i32::from_le_bytes),
             DType::I64 => decode!(i64, I64, i64::from_le_bytes),
             DType::U8 => CpuBuffer::U8(bytes.into()),
+            DType::Q4_1 | DType::Q8_0 => {
+                let whole = bytes.len() / dtype.block_bytes() * dtype.block_bytes();
+                CpuBuffer::Blocks(dtype, bytes[..whole].into())
+            }
         }
     }
 
@@ -174,7 +186,7 @@ impl CpuBuffer {
             CpuBuffer::BF16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             CpuBuffer::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             CpuBuffer::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            CpuBuffer::U8(v) => v.to_vec(),
+            CpuBuffer::U8(v) | CpuBuffer::Blocks(_, v) => v.to_vec(),
         }
     }
 
@@ -186,10 +198,11 @@ impl CpuBuffer {
             CpuBuffer::I32(_) => DType::I32,
             CpuBuffer::I64(_) => DType::I64,
             CpuBuffer::U8(_) => DType::U8,
+            CpuBuffer::Blocks(d, _) => *d,
         }
     }
 
-    /// Number of elements.
+    /// Number of elements (of a block format: blocks × 32).
     pub fn len(&self) -> usize {
         match self {
             CpuBuffer::F32(v) => v.len(),
@@ -198,6 +211,7 @@ impl CpuBuffer {
             CpuBuffer::I32(v) => v.len(),
             CpuBuffer::I64(v) => v.len(),
             CpuBuffer::U8(v) => v.len(),
+            CpuBuffer::Blocks(d, v) => v.len() / d.block_bytes() * d.block_len(),
         }
     }
 
@@ -207,14 +221,18 @@ impl CpuBuffer {
 
     /// Size of the element data in bytes.
     pub fn byte_len(&self) -> usize {
-        self.len() * self.dtype().size_of()
+        match self {
+            CpuBuffer::Blocks(_, v) => v.len(),
+            _ => self.len() * self.dtype().size_of(),
+        }
     }
 
     pub fn from_f32(v: Vec<f32>) -> Self {
         v.into()
     }
 
-    /// `v` rounded to `dtype` (any dtype, with [`crate::launch`]'s cast rules).
+    /// `v` rounded to `dtype` (any dtype, with [`crate::launch`]'s cast rules; a block
+    /// format is quantized as ggml's reference quantizer does, whole blocks only).
     pub fn from_f32_as(dtype: DType, v: &[f32]) -> Self {
         match dtype {
             DType::F32 => CpuBuffer::F32(v.into()),
@@ -223,10 +241,11 @@ impl CpuBuffer {
             DType::I32 => CpuBuffer::I32(v.iter().map(|&x| x as i32).collect()),
             DType::I64 => CpuBuffer::I64(v.iter().map(|&x| x as i64).collect()),
             DType::U8 => CpuBuffer::U8(v.iter().map(|&x| x as u8).collect()),
+            DType::Q4_1 | DType::Q8_0 => CpuBuffer::Blocks(dtype, crate::quant::quantize(dtype, v)),
         }
     }
 
-    /// A copy of elements `range` (in element units).
+    /// A copy of elements `range` (in element units; whole blocks of a block format).
     pub fn rows(&self, range: std::ops::Range<usize>) -> CpuBuffer {
         match self {
             CpuBuffer::F32(v) => CpuBuffer::F32(v[range].into()),
@@ -235,10 +254,15 @@ impl CpuBuffer {
             CpuBuffer::I32(v) => CpuBuffer::I32(v[range].into()),
             CpuBuffer::I64(v) => CpuBuffer::I64(v[range].into()),
             CpuBuffer::U8(v) => CpuBuffer::U8(v[range].into()),
+            CpuBuffer::Blocks(d, v) => {
+                let at = |i: usize| i / d.block_len() * d.block_bytes();
+                CpuBuffer::Blocks(*d, v[at(range.start)..at(range.end)].into())
+            }
         }
     }
 
-    /// Every element converted to `f32` (integers rounded to the nearest `f32`).
+    /// Every element converted to `f32` (integers rounded to the nearest `f32`, blocks
+    /// dequantized).
     pub fn to_f32_vec(&self) -> Vec<f32> {
         match self {
             CpuBuffer::F32(v) => v.to_vec(),
@@ -247,6 +271,15 @@ impl CpuBuffer {
             CpuBuffer::I32(v) => v.iter().map(|&x| x as f32).collect(),
             CpuBuffer::I64(v) => v.iter().map(|&x| x as f32).collect(),
             CpuBuffer::U8(v) => v.iter().map(|&x| x as f32).collect(),
+            CpuBuffer::Blocks(d, v) => crate::quant::dequantize(*d, v),
+        }
+    }
+
+    /// The packed bytes of a block-format buffer, or an error naming its dtype.
+    pub(crate) fn blocks(&self) -> Result<(DType, &[u8]), KernelError> {
+        match self {
+            CpuBuffer::Blocks(d, v) => Ok((*d, v)),
+            other => Err(KernelError(format!("expected a block-quantized tensor, got {}", other.dtype()))),
         }
     }
 

@@ -6,6 +6,9 @@
 //! - integer to integer: two's-complement wrapping (`i64 → i32` keeps the low 32 bits,
 //!   `-1 i32 → u8` is 255), as in NumPy and PyTorch.
 //!
+//! - from a block format: dequantized to f32 first; to a block format: quantized as
+//!   ggml's reference quantizers do (the catalog offers only block → f32; `quant.rs`).
+//!
 //! A cast to the input's own dtype shares the input's storage.
 
 use half::{bf16, f16};
@@ -25,6 +28,7 @@ pub(crate) fn cast(x: &CpuBuffer, to: DType) -> CpuBuffer {
         CpuBuffer::I32(v) => from_int(v, |x| x as i64, to),
         CpuBuffer::I64(v) => from_int(v, |x| x, to),
         CpuBuffer::U8(v) => from_int(v, |x| x as i64, to),
+        CpuBuffer::Blocks(d, v) => from_float(&crate::quant::dequantize(*d, v), |x| x, to),
     }
 }
 
@@ -37,6 +41,7 @@ fn from_float<S: Copy + Sync>(v: &[S], up: impl Fn(S) -> f32 + Sync, to: DType) 
         DType::I32 => CpuBuffer::I32(map(v, |x| up(x) as i32)),
         DType::I64 => CpuBuffer::I64(map(v, |x| up(x) as i64)),
         DType::U8 => CpuBuffer::U8(map(v, |x| up(x) as u8)),
+        DType::Q4_1 | DType::Q8_0 => CpuBuffer::from_f32_as(to, &map(v, up)),
     }
 }
 
@@ -49,5 +54,6 @@ fn from_int<S: Copy + Sync>(v: &[S], up: impl Fn(S) -> i64 + Sync, to: DType) ->
         DType::I32 => CpuBuffer::I32(map(v, |x| up(x) as i32)),
         DType::I64 => CpuBuffer::I64(map(v, up)),
         DType::U8 => CpuBuffer::U8(map(v, |x| up(x) as u8)),
+        DType::Q4_1 | DType::Q8_0 => CpuBuffer::from_f32_as(to, &map(v, |x| up(x) as f32)),
     }
 }

@@ -43,6 +43,7 @@ pub(crate) fn binary(
         DType::I32 => int_binary::<i32>(op, &plan, a, b),
         DType::I64 => int_binary::<i64>(op, &plan, a, b),
         DType::U8 => int_binary::<u8>(op, &plan, a, b),
+        DType::Q4_1 | DType::Q8_0 => Err(KernelError(format!("binary ops do not take {}", am.dtype))),
     }
 }
 
@@ -83,6 +84,7 @@ pub(crate) fn unary(op: UnaryOp, x: &CpuBuffer) -> Result<CpuBuffer, KernelError
         DType::I32 => int_unary::<i32>(op, x),
         DType::I64 => int_unary::<i64>(op, x),
         DType::U8 => int_unary::<u8>(op, x),
+        DType::Q4_1 | DType::Q8_0 => Err(KernelError(format!("unary ops do not take {}", x.dtype()))),
     }
 }
 
@@ -104,6 +106,11 @@ pub fn gelu_tanh(x: f32) -> f32 {
     (x / (1.0 + (-2.0 * u).exp())) as f32
 }
 
+/// SiLU, `x σ(x)` as `x / (1 + e^-x)`; `-inf` gives `-0` (the limit) rather than NaN.
+pub fn silu(x: f32) -> f32 {
+    if x == f32::NEG_INFINITY { -0.0 } else { x / (1.0 + (-x).exp()) }
+}
+
 pub(crate) fn float_unary(op: UnaryOp, x: &[f32]) -> std::sync::Arc<[f32]> {
     match op {
         UnaryOp::Relu => map(x, |v: f32| if v < 0.0 { 0.0 } else { v }),
@@ -120,6 +127,7 @@ pub(crate) fn float_unary(op: UnaryOp, x: &[f32]) -> std::sync::Arc<[f32]> {
         UnaryOp::Rsqrt => map(x, |v: f32| 1.0 / v.sqrt()),
         UnaryOp::Neg => map(x, |v: f32| -v),
         UnaryOp::Abs => map(x, f32::abs),
+        UnaryOp::Silu => map(x, silu),
     }
 }
 

@@ -1,5 +1,6 @@
 //! Fused kernels: `linear` (matmul, bias add, activation), `add_layer_norm` (residual add
-//! and layer norm) and multi-head `attention` (per head q·kᵀ, the scaled and masked
+//! and layer norm), `rms_norm`, causal grouped-query `gqa_attention` over a KV cache
+//! (scores and softmax in f32 per query and head) and multi-head `attention` (per head q·kᵀ, the scaled and masked
 //! softmax, ·v; heads read and written in place in the interleaved `[b, s, heads * d]`
 //! layout).
 //!
@@ -32,7 +33,8 @@ fn from_f32(dtype: DType, v: Vec<f32>) -> CpuBuffer {
     if dtype == DType::F32 { v.into() } else { CpuBuffer::from_f32_as(dtype, &v) }
 }
 
-/// `activation(x · W + b)`: the matmul of `x` as a `[m, k]` matrix, then the bias add
+/// `activation(x · W + b)`: the matmul of `x` as a `[m, k]` matrix (with a
+/// block-quantized `W`, the on-the-fly dequantizing product of `quant.rs`), then the bias add
 /// and the activation, each rounded to the dtype like the `binary` and `unary` ops. In
 /// f32 the bias and activation are applied in place on the product (row blocks in
 /// parallel when large), with the same vector kernels as the `add` and `unary` ops.
@@ -52,9 +54,14 @@ pub(crate) fn linear(
     let k = xm.shape.last().copied().unwrap_or(0);
     let m = u32::try_from(out.numel() / n as usize)
         .map_err(|_| KernelError(format!("{} rows do not fit one matrix", out.numel() / n as usize)))?;
-    let matrix = |shape| TensorMeta::new(dtype, shape).map_err(|e| KernelError(e.message));
-    let (x2, y2) = (matrix(vec![m, k])?, matrix(vec![m, n])?);
-    let y = matmul(&MatmulArgs { transpose_a: false, transpose_b: transpose_w }, (x, &x2), w, &y2)?;
+    let y = if w.1.dtype.is_quantized() {
+        let (wdt, wb) = w.0.blocks()?;
+        crate::quant::linear(wdt, x.typed::<f32>()?, wb, m as usize, k as usize, n as usize)?.into()
+    } else {
+        let matrix = |shape| TensorMeta::new(dtype, shape).map_err(|e| KernelError(e.message));
+        let (x2, y2) = (matrix(vec![m, k])?, matrix(vec![m, n])?);
+        matmul(&MatmulArgs { transpose_a: false, transpose_b: transpose_w }, (x, &x2), w, &y2)?
+    };
     if bias.is_none() && activation.is_none() {
         return Ok(y);
     }
@@ -84,6 +91,85 @@ pub(crate) fn linear(
         for_row_blocks(&mut v, n, |rows| float_unary_in_place(a, rows));
     }
     Ok(from_f32(dtype, v))
+}
+
+/// RMS norm over the last axis of `x` (or of `x + residual`, the sum rounded to the
+/// dtype first, as the `add` op would): `s / sqrt(mean(s²) + eps) * w`, the mean of
+/// the squares summed in f32 in order, the result rounded to the dtype once.
+pub(crate) fn rms_norm(
+    eps: f32,
+    (x, xm): (&CpuBuffer, &TensorMeta),
+    residual: Option<&CpuBuffer>,
+    w: &CpuBuffer,
+) -> Result<CpuBuffer, KernelError> {
+    let width = xm.shape.last().copied().unwrap_or(1) as usize;
+    let (xv, wv) = (x.float_view()?, w.float_view()?);
+    let rv = residual.map(CpuBuffer::float_view).transpose()?;
+    let dtype = xm.dtype;
+    Ok(float_with(dtype, xv.len(), |out| {
+        match &rv {
+            Some(r) => {
+                out.iter_mut().zip(xv.iter().zip(r.iter())).for_each(|(o, (&a, &b))| *o = round_to(dtype, a + b))
+            }
+            None => out.copy_from_slice(&xv),
+        }
+        if width == 0 {
+            return;
+        }
+        for_rows(out, width, |row| {
+            let mean = row.iter().map(|v| v * v).sum::<f32>() / width as f32;
+            let scale = 1.0 / (mean + eps).sqrt();
+            row.iter_mut().zip(wv.iter()).for_each(|(v, &g)| *v = *v * scale * g);
+        });
+    }))
+}
+
+/// Causal grouped-query attention of q `[s, heads, d]` over the first `kv_len` positions
+/// of k, v `[ctx, kv_heads, d]`: query i (position `kv_len - s + i`) reads positions up
+/// to its own; head h reads kv head `h / (heads / kv_heads)`. Per query and head the
+/// scores, the softmax (max subtracted) and the weighted sum of v are f32; the result is
+/// rounded to the dtype once. Queries × heads run in parallel when large.
+pub(crate) fn gqa_attention(
+    kv_len: u32,
+    scale: f32,
+    (q, qm): (&CpuBuffer, &TensorMeta),
+    (k, km): (&CpuBuffer, &TensorMeta),
+    v: &CpuBuffer,
+) -> Result<CpuBuffer, KernelError> {
+    let (s, heads, d) = (qm.shape[0] as usize, qm.shape[1] as usize, qm.shape[2] as usize);
+    let kv_heads = km.shape[1] as usize;
+    let (qv, kv, vv) = (q.float_view()?, k.float_view()?, v.float_view()?);
+    let (n, group) = (kv_len as usize, heads / kv_heads.max(1));
+    let one = |(row, out): (usize, &mut [f32])| {
+        let (i, h) = (row / heads, row % heads);
+        let g = h / group;
+        let last = n - s + i;
+        let qr = &qv[row * d..(row + 1) * d];
+        let kv_row = |j: usize| (j * kv_heads + g) * d..(j * kv_heads + g + 1) * d;
+        let mut scores: Vec<f32> =
+            (0..=last).map(|j| qr.iter().zip(&kv[kv_row(j)]).map(|(a, b)| a * b).sum::<f32>() * scale).collect();
+        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0.0f32;
+        for p in &mut scores {
+            *p = (*p - max).exp();
+            sum += *p;
+        }
+        out.fill(0.0);
+        for (j, p) in scores.iter().enumerate() {
+            let w = p / sum;
+            out.iter_mut().zip(&vv[kv_row(j)]).for_each(|(o, x)| *o += w * x);
+        }
+    };
+    Ok(float_with(qm.dtype, s * heads * d, |out| {
+        if d == 0 {
+            return;
+        }
+        if s * heads * n * d >= PAR_MIN_MACS {
+            out.par_chunks_mut(d).enumerate().for_each(one);
+        } else {
+            out.chunks_mut(d).enumerate().for_each(one);
+        }
+    }))
 }
 
 /// Runs `f` on blocks of whole `width`-element rows of `data`: one block on the calling

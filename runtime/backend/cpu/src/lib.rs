@@ -16,12 +16,18 @@
 //! - the hot f32 loops (GELU, epilogues, softmax, layer norm) run at the CPU's vector
 //!   width, chosen at run time, with the same results at every width; gemm likewise picks
 //!   its AVX-512 or AVX2 kernels at run time;
-//! - `maximum`/`minimum` and max/min reductions propagate NaN;
+//! - `maximum`/`minimum` and max/min reductions propagate NaN; argmax takes the first
+//!   NaN, else the first largest element;
 //! - integer arithmetic wraps (two's complement), integer division truncates toward zero
 //!   and a zero divisor is an error;
 //! - a softmax row whose logits are all `-inf` (fully masked) is all zeros;
 //! - cast: float→int truncates toward zero and saturates (NaN → 0), int→int wraps;
 //! - avg pooling counts padding as zeros in the divisor, max pooling ignores padding;
+//! - block-quantized weights (Q4_1, Q8_0) are dequantized on the fly by the transposed
+//!   linear, the embedding gather and the cast to f32 (`quant.rs`), which sum in another
+//!   order than dequantize-then-f32 would;
+//! - RoPE rotates adjacent pairs with cos and sin computed in f64, rounded to f32;
+//! - RMS norm sums the squares of a row in f32, in order;
 //! - the fused ops (linear, add-layer-norm, attention) round to the dtype wherever the
 //!   chain of ops they replace would, so they equal that chain (see `fused.rs`).
 
@@ -34,12 +40,14 @@ mod fused;
 mod layout;
 mod matmul;
 mod nn;
+mod quant;
 mod reduce;
 mod simd;
 
 pub use buffer::{CpuBuffer, Element};
 pub use elementwise::{gelu, gelu_tanh};
 pub use matmul::matmul_rows;
+pub use quant::linear_scratch_bytes as quantized_linear_scratch_bytes;
 pub use simd::vector_width;
 use sluice_host_api::{Op, RowSplit, TensorMeta, infer};
 
@@ -75,11 +83,16 @@ pub fn launch(op: &Op, inputs: &[(&CpuBuffer, &TensorMeta)], out: &TensorMeta) -
         (Op::Conv2d(args), &[x, w]) => conv::conv2d(args, x, w, None, out),
         (Op::Conv2d(args), &[x, w, (bias, _)]) => conv::conv2d(args, x, w, Some(bias), out),
         (Op::Pool2d(args), &[x]) => conv::pool2d(args, x, out),
+        (Op::Rope { base, offset }, &[x]) => nn::rope(*base, *offset, x),
+        (Op::Argmax, &[x]) => reduce::argmax(x),
         (Op::Linear { transpose_w, activation }, &[x, w]) => fused::linear(*transpose_w, *activation, x, w, None, out),
         (Op::Linear { transpose_w, activation }, &[x, w, (b, _)]) => {
             fused::linear(*transpose_w, *activation, x, w, Some(b), out)
         }
         (Op::AddLayerNorm { eps }, &[x, (r, _), (g, _), (b, _)]) => fused::add_layer_norm(*eps, x, r, g, b),
+        (Op::RmsNorm { eps }, &[x, (w, _)]) => fused::rms_norm(*eps, x, None, w),
+        (Op::GqaAttention { kv_len, scale }, &[q, k, (v, _)]) => fused::gqa_attention(*kv_len, *scale, q, k, v),
+        (Op::RmsNorm { eps }, &[x, (r, _), (w, _)]) => fused::rms_norm(*eps, x, Some(r), w),
         (Op::Attention { heads, scale }, &[q, k, (v, _)]) => fused::attention(*heads, *scale, q, k, v, None, out),
         (Op::Attention { heads, scale }, &[q, k, (v, _), mask]) => {
             fused::attention(*heads, *scale, q, k, v, Some(mask), out)

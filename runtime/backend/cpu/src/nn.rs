@@ -1,5 +1,7 @@
 //! Neural-network row kernels: softmax over the last axis (with scale and a broadcast
-//! additive mask), layer norm over the last axis, and the embedding row gather.
+//! additive mask), layer norm over the last axis, rotary position embedding, and the
+//! embedding row gather (from a
+//! block-quantized table, rows come out dequantized to f32).
 //!
 //! The row kernels themselves are the vector kernels of `simd.rs` (shared with the fused
 //! ops, so both compute identically). Softmax subtracts the row maximum before `exp` and
@@ -73,6 +75,7 @@ pub(crate) fn embedding(
         CpuBuffer::I32(t) => Ok(gather(t, dim, &rows)),
         CpuBuffer::I64(t) => Ok(gather(t, dim, &rows)),
         CpuBuffer::U8(t) => Ok(gather(t, dim, &rows)),
+        CpuBuffer::Blocks(d, t) => Ok(crate::quant::gather_rows(*d, t, dim, &rows).into()),
     }
 }
 
@@ -86,6 +89,38 @@ fn gather<T: Element>(table: &[T], dim: usize, rows: &[usize]) -> CpuBuffer {
             out.par_chunks_mut(dim).zip(rows.par_iter()).for_each(copy);
         } else {
             out.chunks_mut(dim).zip(rows).for_each(copy);
+        }
+    }))
+}
+
+/// Rotary position embedding of `x` `[..., s, heads, d]`, adjacent pairs (llama.cpp's
+/// normal RoPE): the pair `(2i, 2i + 1)` of sequence index j turns by
+/// `(offset + j) · base^(-2i/d)`, cos and sin taken in f64 and rounded to f32.
+pub(crate) fn rope(base: f32, offset: u32, (x, xm): (&CpuBuffer, &TensorMeta)) -> Result<CpuBuffer, KernelError> {
+    let r = xm.rank();
+    let (s, heads, d) = (xm.shape[r - 3] as usize, xm.shape[r - 2] as usize, xm.shape[r - 1] as usize);
+    let xv = x.float_view()?;
+    // cos/sin of every (position, pair), shared by the heads and leading axes.
+    let table: Vec<(f32, f32)> = (0..s)
+        .flat_map(|j| {
+            let p = f64::from(offset) + j as f64;
+            (0..d / 2).map(move |i| {
+                let theta = p * f64::from(base).powf(-2.0 * i as f64 / d as f64);
+                (theta.cos() as f32, theta.sin() as f32)
+            })
+        })
+        .collect();
+    Ok(float_with(xm.dtype, xv.len(), |out| {
+        if d == 0 {
+            return;
+        }
+        for (row, (o, xr)) in out.chunks_exact_mut(d).zip(xv.chunks_exact(d)).enumerate() {
+            let j = row / heads % s;
+            let angles = &table[j * d / 2..(j + 1) * d / 2];
+            for ((o, x), &(c, sn)) in o.chunks_exact_mut(2).zip(xr.chunks_exact(2)).zip(angles) {
+                o[0] = x[0] * c - x[1] * sn;
+                o[1] = x[0] * sn + x[1] * c;
+            }
         }
     }))
 }

@@ -41,6 +41,7 @@ pub(crate) fn reduce(args: &ReduceArgs, (x, xm): (&CpuBuffer, &TensorMeta)) -> R
         DType::I32 => int_reduce::<i32>(args.op, x, s, i32::MIN, i32::MAX),
         DType::I64 => int_reduce::<i64>(args.op, x, s, i64::MIN, i64::MAX),
         DType::U8 => int_reduce::<u8>(args.op, x, s, u8::MIN, u8::MAX),
+        DType::Q4_1 | DType::Q8_0 => Err(KernelError(format!("reductions do not take {}", xm.dtype))),
     }
 }
 
@@ -83,4 +84,32 @@ where
         out.chunks_mut(s.inner).enumerate().for_each(one);
     }
     out
+}
+
+/// The index of the largest element of each row (last axis) as i32: the first NaN if
+/// there is one, else the first of the largest.
+pub(crate) fn argmax((x, xm): (&CpuBuffer, &TensorMeta)) -> Result<CpuBuffer, KernelError> {
+    let len = xm.shape.last().copied().unwrap_or(0) as usize;
+    let v = x.float_view()?;
+    if len == 0 {
+        return Err(KernelError("argmax of an empty axis".into()));
+    }
+    let best = |row: &[f32]| {
+        let mut b = 0usize;
+        for (i, &e) in row.iter().enumerate().skip(1) {
+            if row[b].is_nan() {
+                break;
+            }
+            if e.is_nan() || e > row[b] {
+                b = i;
+            }
+        }
+        b as i32
+    };
+    let out: Vec<i32> = if v.len() >= PAR_MIN_ELEMS {
+        v.par_chunks(len).map(best).collect()
+    } else {
+        v.chunks(len).map(best).collect()
+    };
+    Ok(out.into())
 }

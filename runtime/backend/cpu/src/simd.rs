@@ -49,6 +49,8 @@ macro_rules! multiversion {
     };
 }
 
+pub(crate) use multiversion;
+
 /// The instruction-set level [`multiversion!`] dispatches on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Level {

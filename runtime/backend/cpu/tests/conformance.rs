@@ -13,6 +13,8 @@ mod fused;
 mod layout;
 #[path = "conformance/nn.rs"]
 mod nn;
+#[path = "conformance/quant.rs"]
+mod quant;
 
 use half::{bf16, f16};
 use rand::rngs::StdRng;
@@ -53,6 +55,7 @@ fn input(dtype: DType, shape: &[usize], vals: Vec<f64>) -> Input {
         DType::I32 => CpuBuffer::I32(vals.iter().map(|&v| v as i32).collect()),
         DType::I64 => CpuBuffer::I64(vals.iter().map(|&v| v as i64).collect()),
         DType::U8 => CpuBuffer::U8(vals.iter().map(|&v| v as u8).collect()),
+        DType::Q4_1 | DType::Q8_0 => panic!("block formats are made from random blocks (quant.rs), not values"),
     };
     let vals = values(&buf);
     Input { buf, meta: meta(dtype, shape), vals }
@@ -72,6 +75,7 @@ fn values(buf: &CpuBuffer) -> Vec<f64> {
         CpuBuffer::I32(v) => v.iter().map(|&x| x as f64).collect(),
         CpuBuffer::I64(v) => v.iter().map(|&x| x as f64).collect(),
         CpuBuffer::U8(v) => v.iter().map(|&x| x as f64).collect(),
+        CpuBuffer::Blocks(d, v) => r::dequantize(*d, v),
     }
 }
 

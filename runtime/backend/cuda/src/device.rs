@@ -392,7 +392,7 @@ impl CudaDevice {
         }
         match (op, inputs) {
             (Op::Matmul(args), &[a, b]) => self.matmul_rows(args, a, b, out, rows),
-            (Op::Linear { transpose_w, activation }, &[x, (w, _), ref bias @ ..]) => {
+            (Op::Linear { transpose_w, activation }, &[x, w, ref bias @ ..]) => {
                 self.check_inputs(op.name(), inputs)?;
                 self.prepare(inputs)?;
                 let bias = bias.first().map(|(b, _)| *b);

@@ -26,6 +26,11 @@ pub enum Module {
     Pool,
     /// The fused ops' kernels (`fused.cu`, with `unary.cu`'s activation functors).
     Fused,
+    /// Rotary position embedding (`rope.cu`).
+    Rope,
+    /// Block-quantized weights dequantized on the fly (`quant.cu`): the linear, the
+    /// embedding gather and the cast to f32 of a Q4_1 or Q8_0 tensor.
+    Quant,
 }
 
 const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
@@ -42,7 +47,7 @@ pub enum CopyKind {
 pub const COPY_KINDS: [CopyKind; 4] = [CopyKind::Permute, CopyKind::Slice, CopyKind::Concat, CopyKind::Broadcast];
 
 impl Module {
-    pub const ALL: [Module; 10] = [
+    pub const ALL: [Module; 12] = [
         Module::Unary,
         Module::Binary,
         Module::Cast,
@@ -53,6 +58,8 @@ impl Module {
         Module::Conv,
         Module::Pool,
         Module::Fused,
+        Module::Rope,
+        Module::Quant,
     ];
 
     pub fn name(self) -> &'static str {
@@ -67,6 +74,8 @@ impl Module {
             Module::Conv => "conv",
             Module::Pool => "pool",
             Module::Fused => "fused",
+            Module::Rope => "rope",
+            Module::Quant => "quant",
         }
     }
 
@@ -84,6 +93,8 @@ impl Module {
             // The activation functors (U_Gelu, ...) are unary.cu's, so a fused linear
             // computes exactly what the unary op does.
             Module::Fused => concat!(include_str!("kernels/unary.cu"), "\n", include_str!("kernels/fused.cu")),
+            Module::Rope => include_str!("kernels/rope.cu"),
+            Module::Quant => include_str!("kernels/quant.cu"),
         }
     }
 
@@ -127,6 +138,10 @@ impl Module {
                         v.push((cols, line));
                         v.push((rows, String::new()));
                     }
+                }
+                for d in FLOATS {
+                    let s = argmax_symbol(d);
+                    v.push((s.clone(), format!("ARGMAX({s}, {})", ctype(d))));
                 }
             }
             Module::Softmax => {
@@ -180,6 +195,28 @@ impl Module {
                     }
                     let s = add_layernorm_symbol(d);
                     v.push((s.clone(), format!("ADD_LAYERNORM({s}, {})", ctype(d))));
+                    let s = rms_norm_symbol(d);
+                    v.push((s.clone(), format!("RMS_NORM({s}, {})", ctype(d))));
+                    let s = gqa_attention_symbol(d);
+                    v.push((s.clone(), format!("GQA_ATTENTION({s}, {})", ctype(d))));
+                }
+            }
+            Module::Rope => {
+                for d in FLOATS {
+                    let s = rope_symbol(d);
+                    v.push((s.clone(), format!("ROPE({s}, {})", ctype(d))));
+                }
+            }
+            Module::Quant => {
+                for q in DType::QUANTIZED {
+                    let s = qlinear_symbol(q);
+                    v.push((s.clone(), format!("QLINEAR({s}, {q:?})")));
+                    let s = cast_symbol(q, DType::F32);
+                    v.push((s.clone(), format!("DEQUANT({s}, {q:?})")));
+                    for i in [DType::I32, DType::I64] {
+                        let s = embedding_symbol(q, i);
+                        v.push((s.clone(), format!("QEMBEDDING({s}, {q:?}, {})", ctype(i))));
+                    }
                 }
             }
         }
@@ -203,7 +240,7 @@ impl Module {
     }
 }
 
-/// The C storage type of a dtype in the kernels.
+/// The C storage type of a dtype in the kernels (a block format's packed bytes are `u8`).
 pub fn ctype(d: DType) -> &'static str {
     match d {
         DType::F32 => "float",
@@ -211,7 +248,7 @@ pub fn ctype(d: DType) -> &'static str {
         DType::BF16 => "bf16_t",
         DType::I32 => "int",
         DType::I64 => "i64",
-        DType::U8 => "u8",
+        DType::U8 | DType::Q4_1 | DType::Q8_0 => "u8",
     }
 }
 
@@ -220,6 +257,7 @@ pub fn unary_name(u: UnaryOp) -> &'static str {
         UnaryOp::Relu => "relu",
         UnaryOp::Gelu => "gelu",
         UnaryOp::GeluTanh => "gelu_tanh",
+        UnaryOp::Silu => "silu",
         UnaryOp::Tanh => "tanh",
         UnaryOp::Sigmoid => "sigmoid",
         UnaryOp::Exp => "exp",
@@ -290,6 +328,32 @@ pub fn layernorm_symbol(d: DType) -> String {
 /// The epilogue of a linear: bias add and activation (`none`: the bias only).
 pub fn bias_act_symbol(act: Option<UnaryOp>, d: DType) -> String {
     format!("bias_act_{}_{d}", act.map_or("none", unary_name))
+}
+
+pub fn argmax_symbol(d: DType) -> String {
+    format!("argmax_{d}")
+}
+
+pub fn rope_symbol(d: DType) -> String {
+    format!("rope_{d}")
+}
+
+/// The dequantizing linear of a block-format weight (f32 activations and output).
+pub fn qlinear_symbol(w: DType) -> String {
+    format!("qlinear_{w}")
+}
+
+/// The module of a cast or an embedding from `d`: [`Module::Quant`] for a block format.
+pub fn gather_module(d: DType, plain: Module) -> Module {
+    if d.is_quantized() { Module::Quant } else { plain }
+}
+
+pub fn gqa_attention_symbol(d: DType) -> String {
+    format!("gqa_attention_{d}")
+}
+
+pub fn rms_norm_symbol(d: DType) -> String {
+    format!("rms_norm_{d}")
 }
 
 pub fn add_layernorm_symbol(d: DType) -> String {

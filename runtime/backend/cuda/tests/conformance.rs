@@ -15,7 +15,7 @@
 //!
 //! `conformance/rows_and_lanes.rs` covers row blocks (matmul and linear) and a device
 //! partitioned with green contexts; `conformance/uploads.rs` large uploads through the
-//! stager; `conformance/defects.rs` the GPU defects of issue 11.
+//! stager; `conformance/quant.rs` the block-quantized weights (Q4_1, Q8_0); `conformance/defects.rs` the GPU defects of issue 11.
 
 use std::sync::OnceLock;
 
@@ -28,6 +28,8 @@ use sluice_host_api::{
 
 #[path = "conformance/defects.rs"]
 mod defects;
+#[path = "conformance/quant.rs"]
+mod quant;
 #[path = "conformance/rows_and_lanes.rs"]
 mod rows_and_lanes;
 #[path = "../../../../tests/src/skip.rs"]
@@ -221,6 +223,17 @@ fn fused_cases() -> Vec<Case> {
     }
     v.push(case(Op::AddLayerNorm { eps: 1e-5 }, &[&[4, 37], &[4, 37], &[37], &[37]]));
     v.push(case(Op::AddLayerNorm { eps: 1e-12 }, &[&[2, 3, 384], &[2, 3, 384], &[384], &[384]]));
+    v.push(case(Op::RmsNorm { eps: 1e-5 }, &[&[4, 37], &[37]]));
+    v.push(case(Op::Rope { base: 1e5, offset: 0 }, &[&[5, 3, 64]]));
+    v.push(case(Op::Argmax, &[&[3, 1037]]));
+    // SmolLM2's shapes: a prompt of 7 into an empty cache, a decode step at position 40.
+    v.push(case(Op::GqaAttention { kv_len: 7, scale: 0.125 }, &[&[7, 9, 64], &[48, 3, 64], &[48, 3, 64]]));
+    v.push(case(Op::GqaAttention { kv_len: 41, scale: 0.125 }, &[&[1, 9, 64], &[48, 3, 64], &[48, 3, 64]]));
+    v.push(case(Op::GqaAttention { kv_len: 5, scale: 0.3 }, &[&[2, 4, 40], &[6, 4, 40], &[6, 4, 40]]));
+    v.push(case(Op::Argmax, &[&[49152]]));
+    v.push(case(Op::Argmax, &[&[2, 2, 1]]));
+    v.push(case(Op::Rope { base: 1e4, offset: 8000 }, &[&[2, 1, 2, 6]]));
+    v.push(case(Op::RmsNorm { eps: 1e-5 }, &[&[2, 3, 576], &[2, 3, 576], &[576]]));
     let att = |heads, scale| Op::Attention { heads, scale };
     v.push(case(att(1, 0.5), &[&[1, 1, 8], &[1, 1, 8], &[1, 1, 8]]));
     v.push(case(att(3, 0.5), &[&[2, 3, 12], &[2, 5, 12], &[2, 5, 12], &[2, 1, 1, 5]]));
@@ -255,7 +268,12 @@ fn summed_terms(op: &Op, shapes: &[Vec<u32>]) -> u64 {
                 last(&shapes[0])
             }
         }
-        Op::Linear { .. } | Op::Softmax { .. } | Op::LayerNorm { .. } | Op::AddLayerNorm { .. } => last(&shapes[0]),
+        Op::Linear { .. }
+        | Op::Softmax { .. }
+        | Op::LayerNorm { .. }
+        | Op::AddLayerNorm { .. }
+        | Op::RmsNorm { .. } => last(&shapes[0]),
+        Op::GqaAttention { kv_len, .. } => (*kv_len as u64).max(last(&shapes[0])),
         Op::Attention { heads, .. } => (last(&shapes[0]) / (*heads).max(1) as u64).max(second_last(&shapes[1])),
         Op::Conv2d(_) => shapes[1].iter().skip(1).map(|&d| d as u64).product(),
         Op::Reduce(args) => shapes[0].get(args.axis as usize).copied().unwrap_or(1) as u64,
@@ -359,7 +377,7 @@ fn every_op_matches_the_cpu_backend() {
         }
     }
     println!("{passed} passed, {} failed, ops covered: {ops_seen:?}", failures.len());
-    assert_eq!(ops_seen.len(), 18, "every op family must be exercised");
+    assert_eq!(ops_seen.len(), 22, "every op family must be exercised");
     assert!(failures.is_empty(), "{} case(s) failed:\n{}", failures.len(), failures.join("\n"));
 }
 

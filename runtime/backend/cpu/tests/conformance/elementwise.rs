@@ -113,7 +113,7 @@ fn integer_division_by_zero_is_an_error() {
 #[test]
 fn unary_float() {
     let mut rng = StdRng::seed_from_u64(3);
-    let ops: [(UnaryOp, Fn1, f64, f64); 11] = [
+    let ops: [(UnaryOp, Fn1, f64, f64); 12] = [
         (UnaryOp::Relu, |x| x.max(0.0), -3.0, 3.0),
         (UnaryOp::Gelu, |x| x * r::normal_cdf(x), -5.0, 5.0),
         (
@@ -130,6 +130,7 @@ fn unary_float() {
         (UnaryOp::Rsqrt, |x| 1.0 / x.sqrt(), 0.01, 100.0),
         (UnaryOp::Neg, |x| -x, -3.0, 3.0),
         (UnaryOp::Abs, f64::abs, -3.0, 3.0),
+        (UnaryOp::Silu, |x| x / (1.0 + (-x).exp()), -12.0, 12.0),
     ];
     for dtype in FLOATS {
         for (op, f, lo, hi) in ops {

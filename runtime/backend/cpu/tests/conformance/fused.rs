@@ -39,6 +39,7 @@ fn act_f64(a: Option<UnaryOp>) -> Fn1 {
         Some(UnaryOp::Rsqrt) => |x| 1.0 / x.sqrt(),
         Some(UnaryOp::Neg) => |x| -x,
         Some(UnaryOp::Abs) => f64::abs,
+        Some(UnaryOp::Silu) => |x| x / (1.0 + (-x).exp()),
     }
 }
 
@@ -49,7 +50,8 @@ fn max_slope(act: Option<UnaryOp>, z: f64, near: f64) -> f64 {
     match act {
         None | Some(UnaryOp::Relu | UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Tanh | UnaryOp::Sigmoid) => 1.0,
         // GELU's slope peaks at about 1.13 (x ≈ 1.4), the tanh form's at about 1.13 too.
-        Some(UnaryOp::Gelu | UnaryOp::GeluTanh) => 1.2,
+        // SiLU's slope peaks at about 1.1 (x ≈ 2.4).
+        Some(UnaryOp::Gelu | UnaryOp::GeluTanh | UnaryOp::Silu) => 1.2,
         Some(UnaryOp::Exp) => (z + near).exp(),
         Some(UnaryOp::Log) => 1.0 / lo,
         Some(UnaryOp::Sqrt) => 0.5 / lo.sqrt(),
@@ -388,4 +390,102 @@ fn f16_attention_scales_before_rounding_the_scores() {
     let got = values(&run(&op, &[&q, &k, &v], &[b, sq, e]));
     let (want, mags) = attention_reference(&q, &k, &v, None, (b, sq, sk, h, d), scale);
     check("f16 attention, raw scores past f16", &got, &want, Some(&mags), tol(DType::F16), 1.0);
+}
+
+/// RMS norm in f64: `s / sqrt(mean(s²) + eps) * w` over rows of `d`.
+fn rms_norm_f64(s: &[f64], d: usize, w: &[f64], eps: f64) -> Vec<f64> {
+    s.chunks(d)
+        .flat_map(|row| {
+            let scale = 1.0 / (row.iter().map(|v| v * v).sum::<f64>() / d as f64 + eps).sqrt();
+            row.iter().zip(w).map(move |(v, g)| v * scale * g)
+        })
+        .collect()
+}
+
+#[test]
+fn rms_norm_with_and_without_a_residual() {
+    let mut rng = StdRng::seed_from_u64(61);
+    for dtype in FLOATS {
+        for shape in [&[1, 576][..], &[3, 37], &[2, 2, 64], &[5, 1]] {
+            let d = *shape.last().unwrap();
+            let x = random(&mut rng, dtype, shape, -3.0, 3.0);
+            let res = random(&mut rng, dtype, shape, -3.0, 3.0);
+            let w = random(&mut rng, dtype, &[d], 0.5, 1.5);
+            let eps = 1e-5;
+            let got = values(&run(&Op::RmsNorm { eps: eps as f32 }, &[&x, &w], shape));
+            let want = rms_norm_f64(&x.vals, d, &w.vals, eps);
+            check(&format!("rms-norm {dtype} {shape:?}"), &got, &want, None, tol(dtype), 1e-6);
+            // The residual sum rounds to the dtype first, like the add op.
+            let sum = step(&Op::Binary(BinaryOp::Add), &[&x, &res]);
+            let got = values(&run(&Op::RmsNorm { eps: eps as f32 }, &[&x, &res, &w], shape));
+            let want = rms_norm_f64(&sum.vals, d, &w.vals, eps);
+            check(&format!("add-rms-norm {dtype} {shape:?}"), &got, &want, None, tol(dtype), 1e-6);
+            // Equal to the unfused chain within the dtype's rounding.
+            let chain = values(&run(&Op::RmsNorm { eps: eps as f32 }, &[&sum, &w], shape));
+            check(&format!("add-rms-norm vs chain {dtype} {shape:?}"), &got, &chain, None, tol(dtype), 1e-6);
+        }
+    }
+}
+
+/// Causal GQA attention in f64 from its definition (see the WIT `gqa-attention-args`).
+#[allow(clippy::too_many_arguments)]
+fn gqa_f64(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    s: usize,
+    heads: usize,
+    kv_heads: usize,
+    d: usize,
+    n: usize,
+    scale: f64,
+) -> Vec<f64> {
+    let mut out = vec![0.0; s * heads * d];
+    for i in 0..s {
+        for h in 0..heads {
+            let g = h / (heads / kv_heads);
+            let qr = &q[(i * heads + h) * d..][..d];
+            let at = |j: usize| (j * kv_heads + g) * d;
+            let scores: Vec<f64> = (0..=n - s + i)
+                .map(|j| qr.iter().zip(&k[at(j)..][..d]).map(|(a, b)| a * b).sum::<f64>() * scale)
+                .collect();
+            let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let sum: f64 = scores.iter().map(|x| (x - max).exp()).sum();
+            for (j, sc) in scores.iter().enumerate() {
+                let w = (sc - max).exp() / sum;
+                for c in 0..d {
+                    out[(i * heads + h) * d + c] += w * v[at(j) + c];
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn gqa_attention_over_a_cache_is_causal_and_reads_only_kv_len_positions() {
+    let mut rng = StdRng::seed_from_u64(91);
+    // (s, heads, kv_heads, d, ctx, kv_len): a prompt into an empty cache, decode steps,
+    // a chunk in the middle, plain multi-head (kv_heads = heads).
+    let cases =
+        [(7, 9, 3, 64, 48, 7), (1, 9, 3, 64, 48, 41), (1, 9, 3, 64, 48, 48), (3, 4, 2, 6, 10, 8), (2, 2, 2, 4, 3, 2)];
+    for dtype in FLOATS {
+        for (s, heads, kv_heads, d, ctx, n) in cases {
+            let q = random(&mut rng, dtype, &[s, heads, d], -1.0, 1.0);
+            let k = random(&mut rng, dtype, &[ctx, kv_heads, d], -1.0, 1.0);
+            let v = random(&mut rng, dtype, &[ctx, kv_heads, d], -1.0, 1.0);
+            let scale = 1.0 / (d as f64).sqrt();
+            let op = Op::GqaAttention { kv_len: n as u32, scale: scale as f32 };
+            let got = values(&run(&op, &[&q, &k, &v], &[s, heads, d]));
+            let want = gqa_f64(&q.vals, &k.vals, &v.vals, s, heads, kv_heads, d, n, scale as f32 as f64);
+            let ctx_ = format!("gqa {dtype} s={s} heads={heads}/{kv_heads} d={d} n={n}");
+            // Outputs are averages of values in [-1, 1]: an absolute bound at that scale.
+            check(&ctx_, &got, &want, None, tol(dtype), 1.0);
+            // Positions past kv_len are never read: garbage there changes nothing.
+            let mut kv_noise = k.vals.clone();
+            kv_noise[n * kv_heads * d..].iter_mut().for_each(|x| *x = 1e4);
+            let k2 = input(dtype, &[ctx, kv_heads, d], kv_noise);
+            assert_eq!(values(&run(&op, &[&q, &k2, &v], &[s, heads, d])), got, "{ctx_}: read past kv_len");
+        }
+    }
 }

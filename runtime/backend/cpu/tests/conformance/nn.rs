@@ -256,3 +256,69 @@ fn pool2d_max_and_avg() {
         }
     }
 }
+
+/// RoPE in f64 from its definition: for x `[..., s, heads, d]` the pair (2i, 2i + 1) at
+/// sequence index j turns by `(offset + j) · base^(-2i/d)`.
+fn rope_f64(x: &[f64], shape: &[usize], base: f64, offset: u32) -> Vec<f64> {
+    let r = shape.len();
+    let (s, heads, d) = (shape[r - 3], shape[r - 2], shape[r - 1]);
+    let mut out = x.to_vec();
+    for (row, chunk) in out.chunks_mut(d).enumerate() {
+        let p = offset as f64 + (row / heads % s) as f64;
+        for i in 0..d / 2 {
+            let theta = p * base.powf(-2.0 * i as f64 / d as f64);
+            let (x0, x1) = (chunk[2 * i], chunk[2 * i + 1]);
+            chunk[2 * i] = x0 * theta.cos() - x1 * theta.sin();
+            chunk[2 * i + 1] = x0 * theta.sin() + x1 * theta.cos();
+        }
+    }
+    out
+}
+
+#[test]
+fn rope_rotates_adjacent_pairs_by_position() {
+    let mut rng = StdRng::seed_from_u64(71);
+    for dtype in FLOATS {
+        for (shape, base, offset) in
+            [(&[4, 9, 64][..], 1e5, 0u32), (&[1, 3, 64], 1e5, 4095), (&[2, 3, 2, 6], 1e4, 17), (&[2, 1, 2], 10.0, 8191)]
+        {
+            let x = random(&mut rng, dtype, shape, -2.0, 2.0);
+            let got = values(&run(&Op::Rope { base: base as f32, offset }, &[&x], shape));
+            let want = rope_f64(&x.vals, shape, base as f32 as f64, offset);
+            // cos and sin are rounded to f32 before the products.
+            let tol = if dtype == DType::F32 { 1e-6 } else { tol(dtype) };
+            check(&format!("rope {dtype} {shape:?} offset {offset}"), &got, &want, None, tol, 1.0);
+        }
+    }
+    // Offset o on sequence index 0 equals offset 0 on sequence index o.
+    let x = random(&mut rng, DType::F32, &[1, 2, 8], -1.0, 1.0);
+    let long = input(DType::F32, &[6, 2, 8], (0..96).map(|i| x.vals[i % 16]).collect());
+    let shifted = values(&run(&Op::Rope { base: 1e4, offset: 5 }, &[&x], &[1, 2, 8]));
+    let whole = values(&run(&Op::Rope { base: 1e4, offset: 0 }, &[&long], &[6, 2, 8]));
+    assert_eq!(shifted, whole[5 * 16..].to_vec());
+}
+
+#[test]
+fn argmax_takes_the_first_largest_and_the_first_nan() {
+    let mut rng = StdRng::seed_from_u64(81);
+    for dtype in FLOATS {
+        for shape in [&[1, 49152][..], &[3, 17], &[2, 2, 5], &[7]] {
+            let x = random(&mut rng, dtype, shape, -2.0, 2.0);
+            let len = *shape.last().unwrap();
+            let out_shape = &shape[..shape.len() - 1];
+            let got = run(&Op::Argmax, &[&x], out_shape);
+            assert_eq!(got.dtype(), DType::I32);
+            let want: Vec<f64> = x
+                .vals
+                .chunks(len)
+                .map(|row| {
+                    let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    row.iter().position(|&v| v == max).unwrap() as f64
+                })
+                .collect();
+            assert_eq!(values(&got), want, "argmax {dtype} {shape:?}");
+        }
+    }
+    let x = input(DType::F32, &[3, 4], vec![1.0, 3.0, 3.0, 2.0, 0.0, f64::NAN, 9.0, f64::NAN, -1.0, -1.0, -1.0, -1.0]);
+    assert_eq!(values(&run(&Op::Argmax, &[&x], &[3])), vec![1.0, 1.0, 0.0]);
+}

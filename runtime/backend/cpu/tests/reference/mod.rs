@@ -294,3 +294,29 @@ pub fn pool2d(
     }
     (vec![n, c, oh, ow], vals)
 }
+
+/// The elements of ggml Q4_1 or Q8_0 blocks, decoded from the format's definition
+/// (Q4_1: f16 d, f16 m, 16 bytes whose low nibbles are elements 0..16 and high nibbles
+/// 16..32, element = d·q + m; Q8_0: f16 d, 32 signed bytes, element = d·q).
+pub fn dequantize(dtype: sluice_host_api::DType, bytes: &[u8]) -> Vec<f64> {
+    let f16 = |b: &[u8]| half::f16::from_bits(u16::from(b[0]) | (u16::from(b[1]) << 8)).to_f64();
+    let mut out = Vec::new();
+    match dtype {
+        sluice_host_api::DType::Q4_1 => {
+            for block in bytes.chunks_exact(20) {
+                let (d, m) = (f16(&block[0..2]), f16(&block[2..4]));
+                let q = &block[4..20];
+                out.extend(q.iter().map(|&b| d * f64::from(b & 0x0f) + m));
+                out.extend(q.iter().map(|&b| d * f64::from(b >> 4) + m));
+            }
+        }
+        sluice_host_api::DType::Q8_0 => {
+            for block in bytes.chunks_exact(34) {
+                let d = f16(&block[0..2]);
+                out.extend(block[2..34].iter().map(|&b| d * f64::from(b as i8)));
+            }
+        }
+        other => panic!("{other} is not a block format"),
+    }
+    out
+}

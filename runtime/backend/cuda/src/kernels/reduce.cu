@@ -52,3 +52,53 @@ __device__ __forceinline__ void reduce_rows(const T* __restrict__ x, T* __restri
 #define REDUCE(COLS, ROWS, R, T) \
     extern "C" __global__ void COLS(const T* x, T* out, u64 outer, u64 len, u64 inner) { reduce_cols<T, R>(x, out, outer, len, inner); } \
     extern "C" __global__ void __launch_bounds__(ROW_THREADS) ROWS(const T* x, T* out, u64 rows, u64 len) { reduce_rows<T, R>(x, out, rows, len); }
+
+// argmax_<dtype>: one block per row (the last axis), the index of its largest element
+// as int: the first NaN if any, else the first of the largest (as the CPU backend).
+__device__ __forceinline__ bool argmax_better(float v, u32 i, float bv, u32 bi) {
+    if (i == 0xffffffffu) return false;
+    if (bi == 0xffffffffu) return true;
+    const bool vn = v != v, bn = bv != bv;
+    if (vn != bn) return vn;
+    if (vn) return i < bi;
+    return v > bv || (v == bv && i < bi);
+}
+
+template <typename T>
+__device__ __forceinline__ void argmax_rows(const T* __restrict__ x, int* __restrict__ out, u64 rows, u64 len) {
+    __shared__ float sv[32];
+    __shared__ u32 si[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int warps = (blockDim.x + 31) >> 5;
+    for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        float bv = 0.0f;
+        u32 bi = 0xffffffffu;
+        for (u64 j = threadIdx.x; j < len; j += blockDim.x) {
+            const float v = Num<T>::load(x[row * len + j]);
+            if (argmax_better(v, (u32)j, bv, bi)) { bv = v; bi = (u32)j; }
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const u32 oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (argmax_better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+        }
+        __syncthreads();
+        if (lane == 0) { sv[warp] = bv; si[warp] = bi; }
+        __syncthreads();
+        if (warp == 0) {
+            bv = lane < warps ? sv[lane] : 0.0f;
+            bi = lane < warps ? si[lane] : 0xffffffffu;
+            for (int o = 16; o > 0; o >>= 1) {
+                const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                const u32 oi = __shfl_xor_sync(0xffffffffu, bi, o);
+                if (argmax_better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+            }
+            if (lane == 0) out[row] = (int)bi;
+        }
+    }
+}
+
+#define ARGMAX(NAME, T) \
+    extern "C" __global__ void __launch_bounds__(ROW_THREADS) NAME(const T* x, int* out, u64 rows, u64 len) { \
+        argmax_rows<T>(x, out, rows, len); \
+    }

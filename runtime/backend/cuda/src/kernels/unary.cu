@@ -18,6 +18,10 @@ struct U_Sigmoid { static __device__ __forceinline__ float apply(float v) { retu
 struct U_Exp { static __device__ __forceinline__ float apply(float v) { return expf(v); } };
 struct U_Log { static __device__ __forceinline__ float apply(float v) { return logf(v); } };
 struct U_Sqrt { static __device__ __forceinline__ float apply(float v) { return sqrtf(v); } };
+// SiLU as x / (1 + e^-x); -inf gives -0 (the limit), as the CPU backend does.
+struct U_Silu {
+    static __device__ __forceinline__ float apply(float v) { return v == -F32_INF ? -0.0f : v / (1.0f + expf(-v)); }
+};
 struct U_Rsqrt { static __device__ __forceinline__ float apply(float v) { return 1.0f / sqrtf(v); } };
 
 template <typename T, typename F>

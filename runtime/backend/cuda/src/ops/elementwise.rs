@@ -53,7 +53,9 @@ pub(crate) fn cast(
     if n > 0 {
         let (xp, yp) = (x.device_ptr(), y.device_ptr());
         let cfg = elementwise_config(n, dev.launch_sms());
-        launch_kernel!(dev, Module::Cast, kernels::cast_symbol(xm.dtype, to), cfg, &xp, &yp, &n)?;
+        // A block format's cast to f32 is `quant.cu`'s dequantization.
+        let module = kernels::gather_module(xm.dtype, Module::Cast);
+        launch_kernel!(dev, module, kernels::cast_symbol(xm.dtype, to), cfg, &xp, &yp, &n)?;
     }
     Ok(y)
 }

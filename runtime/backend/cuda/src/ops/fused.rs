@@ -1,9 +1,14 @@
 //! The fused ops on the GPU, each in as few launches as the hardware path allows:
 //!
 //! - linear: one cuBLAS GEMM over `x` as an `[m, k]` matrix (any leading axes folded
-//!   into m) and `w` (transposed by the op flag, never copied), then, when there is a
-//!   bias or an activation, one `bias_act` kernel in place on the GEMM's output;
+//!   into m) and `w` (transposed by the op flag, never copied), or with a
+//!   block-quantized `w` one `qlinear` kernel dequantizing it on the fly (`quant.cu`, a
+//!   warp per output element), then, when there is a bias or an activation, one
+//!   `bias_act` kernel in place on the product;
 //! - add-layer-norm: one `add_layernorm` kernel, one block per row;
+//! - gqa-attention: one `gqa_attention` kernel, a warp per query and head walking the
+//!   cache positions with an online softmax (decode-shaped: s is small);
+//! - rms-norm: one `rms_norm` kernel, one block per row (the residual add fused in);
 //! - attention: three launches whatever the batch: one batched GEMM over every batch
 //!   element and head reading q and k in place (leading dimension `heads * d`, heads `d`
 //!   apart), in f16 with the scale as its alpha (so f16 scores hold the scaled values,
@@ -45,7 +50,7 @@ pub(crate) fn linear(
     transpose_w: bool,
     activation: Option<UnaryOp>,
     x: (&CudaBuffer, &TensorMeta),
-    w: &CudaBuffer,
+    w: (&CudaBuffer, &TensorMeta),
     bias: Option<&CudaBuffer>,
     out: &TensorMeta,
 ) -> Result<CudaBuffer, CudaError> {
@@ -62,7 +67,7 @@ pub(crate) fn linear_rows(
     transpose_w: bool,
     activation: Option<UnaryOp>,
     (x, xm): (&CudaBuffer, &TensorMeta),
-    w: &CudaBuffer,
+    (w, wm): (&CudaBuffer, &TensorMeta),
     bias: Option<&CudaBuffer>,
     out: &TensorMeta,
     rows: std::ops::Range<usize>,
@@ -88,8 +93,26 @@ pub(crate) fn linear_rows(
             } else {
                 0
             };
-        gemm(dev, out.dtype, &linear_call(block, n, k, transpose_w), w.device_ptr(), x_rows, y.device_ptr(), 0.0)
-            .map_err(|e| annotate(e, &format!("linear {:?} rows {rows:?} (k = {k}, n = {n})", xm.shape)))?;
+        if wm.dtype.is_quantized() {
+            // One warp per output element (`quant.cu`); `infer` made w `[n, k]`, x f32.
+            let (wp, yp) = (w.device_ptr(), y.device_ptr());
+            let cfg = elementwise_config(total * 32, dev.launch_sms());
+            launch_kernel!(
+                dev,
+                Module::Quant,
+                kernels::qlinear_symbol(wm.dtype),
+                cfg,
+                &x_rows,
+                &wp,
+                &yp,
+                &block,
+                &n,
+                &k
+            )?;
+        } else {
+            gemm(dev, out.dtype, &linear_call(block, n, k, transpose_w), w.device_ptr(), x_rows, y.device_ptr(), 0.0)
+                .map_err(|e| annotate(e, &format!("linear {:?} rows {rows:?} (k = {k}, n = {n})", xm.shape)))?;
+        }
     }
     if bias.is_some() || activation.is_some() {
         let (yp, bp) = (y.device_ptr(), bias.map_or(0, CudaBuffer::device_ptr));
@@ -121,6 +144,55 @@ pub(crate) fn add_layer_norm(
     let cfg = rows_config(rows, len);
     let symbol = kernels::add_layernorm_symbol(xm.dtype);
     launch_kernel!(dev, Module::Fused, symbol, cfg, &xp, &rp, &gp, &bp, &yp, &rows, &len, &eps)?;
+    Ok(y)
+}
+
+/// RMS norm of `x` (or `x + residual`) over the last axis, times `w`: one kernel, one
+/// block per row.
+pub(crate) fn rms_norm(
+    dev: &CudaDevice,
+    eps: f32,
+    (x, xm): (&CudaBuffer, &TensorMeta),
+    residual: Option<&CudaBuffer>,
+    w: &CudaBuffer,
+    out: &TensorMeta,
+) -> Result<CudaBuffer, CudaError> {
+    let y = dev.alloc(out.byte_len())?;
+    let len = xm.shape.last().copied().unwrap_or(1) as u64;
+    let rows = (xm.numel() as u64).checked_div(len).unwrap_or(0);
+    if rows == 0 {
+        return Ok(y);
+    }
+    let (xp, wp, yp) = (x.device_ptr(), w.device_ptr(), y.device_ptr());
+    // Without a residual the kernel never reads `r`; x stands in for the pointer.
+    let (rp, has_r) = residual.map_or((xp, 0i32), |r| (r.device_ptr(), 1));
+    let cfg = rows_config(rows, len);
+    let symbol = kernels::rms_norm_symbol(xm.dtype);
+    launch_kernel!(dev, Module::Fused, symbol, cfg, &xp, &rp, &wp, &yp, &rows, &len, &eps, &has_r)?;
+    Ok(y)
+}
+
+/// Causal grouped-query attention of q `[s, heads, d]` over the first `kv_len` positions
+/// of the caches k, v `[ctx, kv_heads, d]`: one kernel, a warp per query and head.
+pub(crate) fn gqa_attention(
+    dev: &CudaDevice,
+    kv_len: u32,
+    scale: f32,
+    (q, qm): (&CudaBuffer, &TensorMeta),
+    (k, km): (&CudaBuffer, &TensorMeta),
+    v: &CudaBuffer,
+    out: &TensorMeta,
+) -> Result<CudaBuffer, CudaError> {
+    let y = dev.alloc(out.byte_len())?;
+    let (s, heads, d) = (qm.shape[0] as u64, qm.shape[1] as u64, qm.shape[2] as u64);
+    let (kv_heads, kv_len) = (km.shape[1] as u64, u64::from(kv_len));
+    if s * heads * d == 0 {
+        return Ok(y);
+    }
+    let (qp, kp, vp, yp) = (q.device_ptr(), k.device_ptr(), v.device_ptr(), y.device_ptr());
+    let cfg = elementwise_config(s * heads * 32, dev.launch_sms());
+    let symbol = kernels::gqa_attention_symbol(qm.dtype);
+    launch_kernel!(dev, Module::Fused, symbol, cfg, &qp, &kp, &vp, &yp, &s, &heads, &kv_heads, &d, &kv_len, &scale)?;
     Ok(y)
 }
 

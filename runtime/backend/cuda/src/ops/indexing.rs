@@ -25,7 +25,9 @@ pub(crate) fn embedding(
         let (tp, ip, yp, fp) = (table.device_ptr(), ids.device_ptr(), y.device_ptr(), fault.record.device_ptr());
         let cfg = elementwise_config(n_ids * dim, dev.launch_sms());
         let sym = kernels::embedding_symbol(tm.dtype, im.dtype);
-        launch_kernel!(dev, Module::Indexing, sym, cfg, &tp, &ip, &yp, &n_ids, &dim, &vocab, &fp)?;
+        // A block-format table's rows are dequantized by `quant.cu`'s gather.
+        let module = kernels::gather_module(tm.dtype, Module::Indexing);
+        launch_kernel!(dev, module, sym, cfg, &tp, &ip, &yp, &n_ids, &dim, &vocab, &fp)?;
         y.add_faults([&fault]);
     }
     Ok(y)

@@ -110,10 +110,27 @@ pub(crate) fn launch(
             arity(1)?;
             conv::pool2d(dev, args, inputs[0], out)
         }
+        Op::Argmax => {
+            arity(1)?;
+            reduce::argmax(dev, inputs[0], out)
+        }
+        Op::Rope { base, offset } => {
+            arity(1)?;
+            norm::rope(dev, *base, *offset, inputs[0], out)
+        }
         Op::Linear { transpose_w, activation } => {
             arity(2)?;
             let bias = inputs.get(2).map(|(b, _)| *b);
-            fused::linear(dev, *transpose_w, *activation, inputs[0], inputs[1].0, bias, out)
+            fused::linear(dev, *transpose_w, *activation, inputs[0], inputs[1], bias, out)
+        }
+        Op::GqaAttention { kv_len, scale } => {
+            arity(3)?;
+            fused::gqa_attention(dev, *kv_len, *scale, inputs[0], inputs[1], inputs[2].0, out)
+        }
+        Op::RmsNorm { eps } => {
+            arity(2)?;
+            let (residual, w) = if inputs.len() > 2 { (Some(inputs[1].0), inputs[2].0) } else { (None, inputs[1].0) };
+            fused::rms_norm(dev, *eps, inputs[0], residual, w, out)
         }
         Op::AddLayerNorm { eps } => {
             arity(4)?;
@@ -144,10 +161,10 @@ pub fn plan(op: &Op, dtypes: &[DType]) -> Vec<Step> {
         Op::Binary(b) => vec![k(Module::Binary, kernels::binary_symbol(*b, d))],
         Op::Unary(u) => vec![k(Module::Unary, kernels::unary_symbol(*u, d))],
         Op::Affine { .. } => vec![k(Module::Unary, kernels::affine_symbol(d))],
-        Op::Cast(to) => vec![k(Module::Cast, kernels::cast_symbol(d, *to))],
+        Op::Cast(to) => vec![k(kernels::gather_module(d, Module::Cast), kernels::cast_symbol(d, *to))],
         Op::Softmax { .. } => vec![k(Module::Softmax, kernels::softmax_symbol(d))],
         Op::LayerNorm { .. } => vec![k(Module::LayerNorm, kernels::layernorm_symbol(d))],
-        Op::Embedding => vec![k(Module::Indexing, kernels::embedding_symbol(d, dtypes[1]))],
+        Op::Embedding => vec![k(kernels::gather_module(d, Module::Indexing), kernels::embedding_symbol(d, dtypes[1]))],
         Op::Reduce(a) => vec![
             k(Module::Reduce, kernels::reduce_symbol(a.op, d, false)),
             k(Module::Reduce, kernels::reduce_symbol(a.op, d, true)),
@@ -162,12 +179,24 @@ pub fn plan(op: &Op, dtypes: &[DType]) -> Vec<Step> {
             k(Module::Conv, kernels::bias_fill_symbol(d)),
         ],
         Op::Pool2d(p) => vec![k(Module::Pool, kernels::pool_symbol(p.kind, d))],
+        Op::Rope { .. } => vec![k(Module::Rope, kernels::rope_symbol(d))],
+        Op::Argmax => vec![k(Module::Reduce, kernels::argmax_symbol(d))],
+        // A block-format weight: the dequantizing kernel instead of cuBLAS (f32 out).
+        Op::Linear { activation, .. } if dtypes.get(1).is_some_and(|w| w.is_quantized()) => {
+            let mut steps = vec![k(Module::Quant, kernels::qlinear_symbol(dtypes[1]))];
+            if activation.is_some() || dtypes.len() > 2 {
+                steps.push(k(Module::Fused, kernels::bias_act_symbol(*activation, d)));
+            }
+            steps
+        }
         // The epilogue runs only with a bias (a third input) or an activation.
         Op::Linear { activation, .. } if activation.is_some() || dtypes.len() > 2 => {
             vec![Step::Cublas, k(Module::Fused, kernels::bias_act_symbol(*activation, d))]
         }
         Op::Linear { .. } => vec![Step::Cublas],
         Op::AddLayerNorm { .. } => vec![k(Module::Fused, kernels::add_layernorm_symbol(d))],
+        Op::RmsNorm { .. } => vec![k(Module::Fused, kernels::rms_norm_symbol(d))],
+        Op::GqaAttention { .. } => vec![k(Module::Fused, kernels::gqa_attention_symbol(d))],
         Op::Attention { .. } => vec![Step::Cublas, k(Module::Softmax, kernels::softmax_symbol(d))],
     }
 }

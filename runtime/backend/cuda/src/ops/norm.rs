@@ -1,10 +1,10 @@
 //! Row kernels over the last axis: softmax (scale and broadcast additive mask) and layer
-//! norm, one block per row.
+//! norm, one block per row; and rotary position embedding, one thread per pair.
 
 use sluice_host_api::TensorMeta;
 
 use super::launch_kernel;
-use crate::kernels::{self, Module, rows_config};
+use crate::kernels::{self, Module, elementwise_config, rows_config};
 use crate::layout::{Layout, broadcast_strides, contiguous_strides};
 use crate::{CudaBuffer, CudaDevice, CudaError};
 
@@ -101,6 +101,40 @@ pub(crate) fn layer_norm(
         &len,
         &eps
     )?;
+    Ok(y)
+}
+
+/// Rotary position embedding of `x` `[..., s, heads, d]` (adjacent pairs): one thread per
+/// pair (`rope.cu`).
+pub(crate) fn rope(
+    dev: &CudaDevice,
+    base: f32,
+    offset: u32,
+    (x, xm): (&CudaBuffer, &TensorMeta),
+    out: &TensorMeta,
+) -> Result<CudaBuffer, CudaError> {
+    let y = dev.alloc(out.byte_len())?;
+    let r = xm.rank();
+    let (s, heads, d) = (xm.shape[r - 3] as u64, xm.shape[r - 2] as u64, xm.shape[r - 1] as u64);
+    let pairs = xm.numel() as u64 / 2;
+    if pairs > 0 {
+        let (xp, yp) = (x.device_ptr(), y.device_ptr());
+        let cfg = elementwise_config(pairs, dev.launch_sms());
+        launch_kernel!(
+            dev,
+            Module::Rope,
+            kernels::rope_symbol(xm.dtype),
+            cfg,
+            &xp,
+            &yp,
+            &pairs,
+            &s,
+            &heads,
+            &d,
+            &base,
+            &offset
+        )?;
+    }
     Ok(y)
 }
 

@@ -1,6 +1,6 @@
 //! Reductions of one axis: the input viewed as `[outer, len, inner]`. A block per output
 //! when the axis is innermost (`inner == 1`), else a thread per output walking the axis
-//! (coalesced across `inner`).
+//! (coalesced across `inner`). Argmax: a block per row of the last axis.
 
 use sluice_host_api::{ReduceArgs, TensorMeta};
 
@@ -51,6 +51,23 @@ pub(crate) fn reduce(
             &len,
             &inner
         )?;
+    }
+    Ok(y)
+}
+
+/// The index of each row's largest element (last axis) as i32: one block per row.
+pub(crate) fn argmax(
+    dev: &CudaDevice,
+    (x, xm): (&CudaBuffer, &TensorMeta),
+    out: &TensorMeta,
+) -> Result<CudaBuffer, CudaError> {
+    let y = dev.alloc(out.byte_len())?;
+    let len = xm.shape.last().copied().unwrap_or(0) as u64;
+    let rows = out.numel() as u64;
+    if rows > 0 && len > 0 {
+        let (xp, yp) = (x.device_ptr(), y.device_ptr());
+        let cfg = rows_config(rows, len);
+        launch_kernel!(dev, Module::Reduce, kernels::argmax_symbol(xm.dtype), cfg, &xp, &yp, &rows, &len)?;
     }
     Ok(y)
 }

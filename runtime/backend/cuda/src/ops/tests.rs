@@ -51,6 +51,11 @@ fn launches(d: DType) -> Vec<(Op, Vec<TensorMeta>)> {
         }
     }
     v.push((Op::AddLayerNorm { eps: 1e-12 }, vec![t(d, &[2, 4]), t(d, &[2, 4]), t(d, &[4]), t(d, &[4])]));
+    v.push((Op::RmsNorm { eps: 1e-5 }, vec![t(d, &[2, 4]), t(d, &[4])]));
+    v.push((Op::Rope { base: 1e4, offset: 3 }, vec![t(d, &[2, 3, 4])]));
+    v.push((Op::Argmax, vec![t(d, &[2, 3, 4])]));
+    v.push((Op::GqaAttention { kv_len: 3, scale: 0.5 }, vec![t(d, &[2, 4, 8]), t(d, &[5, 2, 8]), t(d, &[5, 2, 8])]));
+    v.push((Op::RmsNorm { eps: 1e-5 }, vec![t(d, &[2, 4]), t(d, &[2, 4]), t(d, &[4])]));
     let attention = Op::Attention { heads: 2, scale: 0.5 };
     v.push((attention.clone(), vec![t(d, &[2, 3, 4]), t(d, &[2, 5, 4]), t(d, &[2, 5, 4])]));
     v.push((attention, vec![t(d, &[2, 3, 4]), t(d, &[2, 5, 4]), t(d, &[2, 5, 4]), t(d, &[2, 1, 1, 5])]));
@@ -104,6 +109,10 @@ fn every_accepted_op_maps_to_defined_kernels() {
         "linear",
         "add-layer-norm",
         "attention",
+        "rms-norm",
+        "rope",
+        "argmax",
+        "gqa-attention",
     ];
     for name in all {
         assert!(covered.contains(name), "op {name} never accepted by infer in this test");
@@ -125,4 +134,39 @@ fn integer_ops_only_where_infer_allows() {
     assert!(infer(&Op::Unary(sluice_host_api::UnaryOp::Abs), &[&x]).is_ok());
     assert!(Module::Unary.instances().iter().any(|(s, _)| s == "abs_i32"));
     assert!(!Module::Unary.instances().iter().any(|(s, _)| s == "exp_i32"));
+}
+
+#[test]
+fn block_formats_map_to_the_quant_kernels() {
+    let defined: HashSet<String> = Module::Quant.instances().into_iter().map(|(s, _)| s).collect();
+    for q in DType::QUANTIZED {
+        let mut launches = vec![(Op::Cast(DType::F32), vec![t(q, &[2, 64])])];
+        for ids in [DType::I32, DType::I64] {
+            launches.push((Op::Embedding, vec![t(q, &[5, 32]), t(ids, &[3])]));
+        }
+        for activation in [None, Some(UnaryOp::Relu)] {
+            let op = Op::Linear { transpose_w: true, activation };
+            launches.push((op.clone(), vec![t(DType::F32, &[2, 64]), t(q, &[5, 64])]));
+            launches.push((op, vec![t(DType::F32, &[2, 64]), t(q, &[5, 64]), t(DType::F32, &[5])]));
+        }
+        for (op, metas) in launches {
+            let refs: Vec<&TensorMeta> = metas.iter().collect();
+            infer(&op, &refs).unwrap_or_else(|e| panic!("{op:?} on {metas:?}: {e}"));
+            let dtypes: Vec<DType> = metas.iter().map(|m| m.dtype).collect();
+            let steps = plan(&op, &dtypes);
+            let Some(Step::Kernel(Module::Quant, symbol)) = steps.first() else {
+                panic!("{op:?} on {dtypes:?} does not start with a quant kernel: {steps:?}")
+            };
+            assert!(defined.contains(symbol), "{symbol} is not defined by quant.cu");
+            let epilogue =
+                matches!(op, Op::Linear { activation: Some(_), .. }) || dtypes.len() > 2 && op.name() == "linear";
+            assert_eq!(steps.len(), 1 + epilogue as usize, "{op:?} on {dtypes:?}: {steps:?}");
+        }
+    }
+}
+
+#[test]
+fn the_gqa_kernel_holds_the_largest_head_infer_allows() {
+    let line = format!("#define GQA_MAX_D {}", sluice_host_api::GQA_MAX_HEAD_DIM);
+    assert!(Module::Fused.source().contains(&line), "fused.cu must define {line}");
 }

@@ -3,12 +3,17 @@
 //! Artifact files are memory-mapped, not read into the heap: blobs are immutable
 //! (content-addressed, written once), so the map is safe to share, and the pages
 //! belong to the OS page cache. Raw artifacts (vocabularies, configs) are copied to
-//! the guest on demand. Tensors of safetensors artifacts are loaded on first use,
+//! the guest on demand. Tensors of safetensors and GGUF artifacts ([`gguf`]; the
+//! format is told by the file's magic) are loaded on first use,
 //! uploaded once (cast to the asked dtype on the device) and shared read-only by every
 //! invocation of the version: later `load-tensor` calls get a handle to the same
 //! device tensor. The weights are charged once to the account given at creation
 //! (the tenant's). A device that was lost and reset since they were loaded
-//! ([`DeviceQueue::resets`]) no longer holds them: they are loaded again.
+//! ([`DeviceQueue::resets`]) no longer holds them: they are loaded again. The metadata
+//! of a GGUF artifact (its tokenizer, chat template, hyper-parameters) reaches the
+//! guest as JSON ([`ArtifactSet::metadata`]).
+
+pub mod gguf;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -38,6 +43,7 @@ pub struct ArtifactSet {
     files: HashMap<String, PathBuf>,
     account: Arc<MemoryAccount>,
     maps: Mutex<HashMap<String, Arc<memmap2::Mmap>>>,
+    ggufs: Mutex<HashMap<String, Arc<gguf::Gguf>>>,
     weights: Mutex<HashMap<WeightKey, (Arc<TensorLease>, TensorMeta)>>,
     /// The device's resets when the weights were loaded.
     weights_resets: AtomicU64,
@@ -53,6 +59,7 @@ impl ArtifactSet {
             files,
             account,
             maps: Mutex::new(HashMap::new()),
+            ggufs: Mutex::new(HashMap::new()),
             weights: Mutex::new(HashMap::new()),
             weights_resets: AtomicU64::new(0),
             loaded: AtomicU64::new(0),
@@ -118,7 +125,7 @@ impl ArtifactSet {
 
     /// The shared device tensor `name` of safetensors artifact `artifact`,
     /// converted to `as_dtype` if given; loaded on first use.
-    pub(crate) fn load_tensor(
+    pub fn load_tensor(
         &self,
         queue: &DeviceQueue,
         artifact: &str,
@@ -140,14 +147,22 @@ impl ArtifactSet {
             return Ok((a.clone(), m.clone()));
         }
         let bytes = self.bytes(artifact)?;
-        let st = safetensors::SafeTensors::deserialize(&bytes)
-            .map_err(|e| ApiError::arg(format!("artifact {artifact:?} is not a valid safetensors file: {e}")))?;
-        let view = st.tensor(name).map_err(|_| {
-            ApiError::new(ErrorCode::NotFound, format!("artifact {artifact:?} has no tensor named {name:?}"))
-        })?;
-        let stored = dtype_of(view.dtype())
-            .ok_or_else(|| ApiError::dtype(format!("tensor {name:?} has unsupported dtype {:?}", view.dtype())))?;
-        let shape: Vec<u32> = view.shape().iter().map(|&d| d as u32).collect();
+        let (stored, shape, data) = if is_gguf(&bytes) {
+            let file = self.gguf(artifact, &bytes)?;
+            let info = file.tensor(name).ok_or_else(|| {
+                ApiError::new(ErrorCode::NotFound, format!("artifact {artifact:?} has no tensor named {name:?}"))
+            })?;
+            let stored = gguf_dtype(info.ggml_type).ok_or_else(|| {
+                ApiError::dtype(format!(
+                    "tensor {name:?} has ggml type {}, which sluice cannot load",
+                    info.ggml_type.name()
+                ))
+            })?;
+            let shape = gguf_shape(name, info)?;
+            (stored, shape, file.data(&bytes, info))
+        } else {
+            safetensors_tensor(&bytes, artifact, name)?
+        };
         let mut meta = TensorMeta::new(stored, shape)?;
         let lease = match as_dtype {
             Some(to) if to != stored => {
@@ -156,7 +171,7 @@ impl ArtifactSet {
                 let out = infer(&Op::Cast(to), &[&meta])?;
                 let lease = Arc::new(TensorLease::reserve(queue, &self.account, &out)?);
                 let source = queue.new_tensor_id();
-                queue.upload(InvocationId::SYSTEM, source, meta.clone(), view.data().to_vec());
+                queue.upload(InvocationId::SYSTEM, source, meta.clone(), data.to_vec());
                 queue.launch(InvocationId::SYSTEM, lease.id(), Op::Cast(to), vec![(source, meta)], out.clone());
                 queue.free(source);
                 meta = out;
@@ -165,7 +180,7 @@ impl ArtifactSet {
             _ => {
                 let lease = Arc::new(TensorLease::reserve(queue, &self.account, &meta)?);
                 // Shared weights are the runtime's own work: never cancelled with an invocation.
-                queue.upload(InvocationId::SYSTEM, lease.id(), meta.clone(), view.data().to_vec());
+                queue.upload(InvocationId::SYSTEM, lease.id(), meta.clone(), data.to_vec());
                 lease
             }
         };
@@ -174,6 +189,87 @@ impl ArtifactSet {
         weights.insert(key, (lease.clone(), meta.clone()));
         Ok((lease, meta))
     }
+
+    /// The metadata of GGUF artifact `artifact` as one JSON object (key → value;
+    /// arrays as arrays, non-finite floats as `null`), at most `limit` bytes of it.
+    pub fn metadata(&self, artifact: &str, limit: usize) -> Result<String, ApiError> {
+        let bytes = self.bytes(artifact)?;
+        if !is_gguf(&bytes) {
+            return Err(ApiError::arg(format!("artifact {artifact:?} is not a GGUF file, so it has no metadata")));
+        }
+        let json = self.gguf(artifact, &bytes)?.metadata_json();
+        if json.len() > limit {
+            return Err(ApiError::new(
+                ErrorCode::TooLarge,
+                format!(
+                    "the metadata of {artifact:?} is {} bytes of JSON, more than the {limit} a guest may read",
+                    json.len()
+                ),
+            ));
+        }
+        Ok(json)
+    }
+
+    /// The parsed index of GGUF artifact `artifact` (whose bytes are `bytes`), parsed once.
+    fn gguf(&self, artifact: &str, bytes: &[u8]) -> Result<Arc<gguf::Gguf>, ApiError> {
+        if let Some(g) = self.ggufs.lock().get(artifact) {
+            return Ok(g.clone());
+        }
+        let parsed = gguf::Gguf::parse(bytes)
+            .map_err(|e| ApiError::arg(format!("artifact {artifact:?} is not a valid GGUF file: {e}")))?;
+        let parsed = Arc::new(parsed);
+        self.ggufs.lock().insert(artifact.to_owned(), parsed.clone());
+        Ok(parsed)
+    }
+}
+
+/// Whether `bytes` start with GGUF's magic (safetensors start with a header length).
+fn is_gguf(bytes: &[u8]) -> bool {
+    bytes.starts_with(b"GGUF")
+}
+
+/// The dtype, shape and data of tensor `name` of a safetensors file.
+fn safetensors_tensor<'a>(
+    bytes: &'a [u8],
+    artifact: &str,
+    name: &str,
+) -> Result<(DType, Vec<u32>, &'a [u8]), ApiError> {
+    let st = safetensors::SafeTensors::deserialize(bytes)
+        .map_err(|e| ApiError::arg(format!("artifact {artifact:?} is not a valid safetensors file: {e}")))?;
+    let view = st.tensor(name).map_err(|_| {
+        ApiError::new(ErrorCode::NotFound, format!("artifact {artifact:?} has no tensor named {name:?}"))
+    })?;
+    let stored = dtype_of(view.dtype())
+        .ok_or_else(|| ApiError::dtype(format!("tensor {name:?} has unsupported dtype {:?}", view.dtype())))?;
+    let shape = view.shape().iter().map(|&d| d as u32).collect();
+    Ok((stored, shape, view.data()))
+}
+
+/// The device dtype a GGUF tensor of `t` loads as.
+fn gguf_dtype(t: gguf::GgmlType) -> Option<DType> {
+    use gguf::GgmlType as G;
+    Some(match t {
+        G::F32 => DType::F32,
+        G::F16 => DType::F16,
+        G::BF16 => DType::BF16,
+        G::I32 => DType::I32,
+        G::I64 => DType::I64,
+        // Block formats stay quantized on the device (blocks along ne0, the last axis).
+        G::Q4_1 => DType::Q4_1,
+        G::Q8_0 => DType::Q8_0,
+        _ => return None,
+    })
+}
+
+/// The row-major shape of a GGUF tensor, checked to fit a device tensor's dimensions.
+fn gguf_shape(name: &str, info: &gguf::TensorInfo) -> Result<Vec<u32>, ApiError> {
+    info.shape()
+        .into_iter()
+        .map(|d| {
+            u32::try_from(d)
+                .map_err(|_| ApiError::new(ErrorCode::TooLarge, format!("tensor {name:?} has a dimension of {d}")))
+        })
+        .collect()
 }
 
 fn dtype_of(d: safetensors::Dtype) -> Option<DType> {

@@ -1,0 +1,256 @@
+//! The block-quantized weight formats (ggml's Q4_1 and Q8_0, see [`DType::Q4_1`]):
+//! dequantization, quantization (for casts and tests), and the quantized linear
+//! `y = x · Wᵀ` with f32 activations, dequantizing the weight on the fly.
+//!
+//! The linear takes two paths. For few rows of `x` (decode: one token) each output is a
+//! dot product of an x row with a weight row, computed block by block straight from
+//! the packed bytes ([`dot_rows`], vectorised by [`multiversion!`] over [`LANES`]
+//! fixed lanes, so every vector width gives the same bits); weight rows are split over
+//! rayon. For more rows (a prompt) panels of weight rows are dequantized into f32 and
+//! multiplied with the gemm kernels of `matmul.rs`, one panel per rayon task, so the
+//! dequantization is paid once per panel rather than once per x row. Both paths sum in
+//! an order other than a dequantize-then-gemm reference, so results agree with it to
+//! f32 rounding (the conformance tests bound the difference), not bit for bit.
+
+use std::sync::Arc;
+
+use half::f16;
+use rayon::prelude::*;
+use sluice_host_api::{DType, QUANT_BLOCK};
+
+use crate::KernelError;
+use crate::matmul::gemm_f32;
+use crate::simd::{LANES, multiversion};
+
+/// Rows of `x` up to which the linear takes the dot-product path.
+const DOT_MAX_ROWS: usize = 4;
+/// Weight rows dequantized per panel of the gemm path.
+const PANEL_ROWS: usize = 256;
+/// Multiply-adds below which the work stays on the calling thread.
+const PAR_MIN_MACS: usize = 1 << 16;
+
+const _: () = assert!(QUANT_BLOCK == 2 * LANES, "the kernels take a block as two halves of LANES lanes");
+
+/// The little-endian f16 at `b[at..at + 2]`, widened exactly (bit arithmetic the
+/// compiler inlines into the vector kernels; `half`'s conversion is an out-of-line call).
+#[inline(always)]
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    f16_bits_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
+}
+
+#[inline(always)]
+fn f16_bits_to_f32(h: u16) -> f32 {
+    let sign = u32::from(h & 0x8000) << 16;
+    let (exp, man) = (u32::from(h >> 10) & 0x1f, u32::from(h & 0x3ff));
+    match exp {
+        // Zero and subnormals: man · 2^-24, exact in f32.
+        0 => f32::from_bits((man as f32 * (1.0 / 16_777_216.0)).to_bits() | sign),
+        31 => f32::from_bits(sign | 0x7f80_0000 | (man << 13)),
+        _ => f32::from_bits(sign | ((exp + 112) << 23) | (man << 13)),
+    }
+}
+
+/// Dequantizes whole blocks of `dtype` from `bytes` into `out` (32 values per block).
+pub(crate) fn dequantize_into(dtype: DType, bytes: &[u8], out: &mut [f32]) {
+    let bb = dtype.block_bytes();
+    for (block, o) in bytes.chunks_exact(bb).zip(out.chunks_exact_mut(QUANT_BLOCK)) {
+        let d = f16_at(block, 0);
+        match dtype {
+            DType::Q4_1 => {
+                let m = f16_at(block, 2);
+                for (j, &q) in block[4..20].iter().enumerate() {
+                    o[j] = d * f32::from(q & 15) + m;
+                    o[j + 16] = d * f32::from(q >> 4) + m;
+                }
+            }
+            _ => {
+                for (o, &q) in o.iter_mut().zip(&block[2..34]) {
+                    *o = d * f32::from(q as i8);
+                }
+            }
+        }
+    }
+}
+
+/// Every element of a block-format buffer as f32.
+pub(crate) fn dequantize(dtype: DType, bytes: &[u8]) -> Vec<f32> {
+    let mut out = vec![0.0; bytes.len() / dtype.block_bytes() * QUANT_BLOCK];
+    dequantize_into(dtype, bytes, &mut out);
+    out
+}
+
+/// Quantizes `v` to `dtype` the way ggml's reference quantizers do (Q8_0: `d =
+/// max|x| / 127`, `q = round(x / d)`; Q4_1: `d = (max - min) / 15`, `m = min`,
+/// `q = round((x - m) / d)` clamped to 0..15). A trailing partial block is dropped.
+pub(crate) fn quantize(dtype: DType, v: &[f32]) -> Arc<[u8]> {
+    let mut out = Vec::with_capacity(v.len() / QUANT_BLOCK * dtype.block_bytes());
+    for block in v.chunks_exact(QUANT_BLOCK) {
+        match dtype {
+            DType::Q4_1 => {
+                let min = block.iter().copied().fold(f32::INFINITY, f32::min);
+                let max = block.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let d = (max - min) / 15.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                out.extend(f16::from_f32(d).to_le_bytes());
+                out.extend(f16::from_f32(min).to_le_bytes());
+                for j in 0..16 {
+                    let q = |x: f32| ((x - min) * id + 0.5).clamp(0.0, 15.0) as u8;
+                    out.push(q(block[j]) | (q(block[j + 16]) << 4));
+                }
+            }
+            _ => {
+                let amax = block.iter().fold(0.0f32, |a, &x| a.max(x.abs()));
+                let d = amax / 127.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                out.extend(f16::from_f32(d).to_le_bytes());
+                out.extend(block.iter().map(|&x| (x * id).round() as i8 as u8));
+            }
+        }
+    }
+    out.into()
+}
+
+multiversion! {
+    /// `out[r] = Σ_k deq(w_r)[k] · x[k]` for the consecutive packed weight rows `w_r`
+    /// of `w` (each `x.len() / 32` blocks of `dtype`). A Q4_1 block contributes
+    /// `d · Σ q_j x_j + m · Σ x_j`, with `Σ x_j` of each block taken once from `xsums`;
+    /// the products of each block go to [`LANES`] lanes (element j and j + 16 to lane
+    /// j), summed once per row in a fixed order.
+    fn dot_rows(dtype: DType, w: &[u8], x: &[f32], xsums: &[f32], out: &mut [f32]) {
+        let bb = dtype.block_bytes();
+        let row_bytes = x.len() / QUANT_BLOCK * bb;
+        for (o, row) in out.iter_mut().zip(w.chunks_exact(row_bytes)) {
+            let mut acc = [0.0f32; LANES];
+            let mut offsets = 0.0f32;
+            for ((block, xb), &xsum) in row.chunks_exact(bb).zip(x.chunks_exact(QUANT_BLOCK)).zip(xsums) {
+                let d = f16_at(block, 0);
+                let (lo, hi) = xb.split_at(LANES);
+                if dtype == DType::Q4_1 {
+                    let qs: &[u8; 16] = block[4..20].try_into().expect("16 bytes");
+                    for j in 0..LANES {
+                        acc[j] += d * (f32::from(qs[j] & 15) * lo[j] + f32::from(qs[j] >> 4) * hi[j]);
+                    }
+                    offsets += f16_at(block, 2) * xsum;
+                } else {
+                    let qs: &[u8; 32] = block[2..34].try_into().expect("32 bytes");
+                    for j in 0..LANES {
+                        acc[j] += d * (f32::from(qs[j] as i8) * lo[j] + f32::from(qs[j + 16] as i8) * hi[j]);
+                    }
+                }
+            }
+            *o = acc.iter().sum::<f32>() + offsets;
+        }
+    }
+}
+
+/// The bytes the quantized linear holds besides its output, at most: on the gemm path
+/// one dequantized panel per thread and the product's blocks (the dot path holds none).
+pub fn linear_scratch_bytes(m: usize, k: usize, n: usize, threads: usize) -> u64 {
+    if m <= DOT_MAX_ROWS {
+        return 0;
+    }
+    let floats = threads.max(1) * PANEL_ROWS.min(n) * k + m * n;
+    floats as u64 * 4
+}
+
+/// `y = x · Wᵀ` for `x` `[m, k]` f32 and the block-format weight `w` `[n, k]` (packed
+/// bytes); `y` is `[m, n]` f32.
+pub(crate) fn linear(dtype: DType, x: &[f32], w: &[u8], m: usize, k: usize, n: usize) -> Result<Vec<f32>, KernelError> {
+    let row_bytes = k / QUANT_BLOCK * dtype.block_bytes();
+    if !k.is_multiple_of(QUANT_BLOCK) || x.len() != m * k || w.len() != n * row_bytes {
+        return Err(KernelError(format!(
+            "quantized linear: x of {} elements and {} weight bytes do not make [{m}, {k}] · [{n}, {k}]ᵀ in {dtype}",
+            x.len(),
+            w.len()
+        )));
+    }
+    let mut y = vec![0.0f32; m * n];
+    if m == 0 || n == 0 || k == 0 {
+        return Ok(y);
+    }
+    let parallel = m * n * k >= PAR_MIN_MACS;
+    if m <= DOT_MAX_ROWS {
+        // Output rows of [n], each split into chunks of weight rows.
+        let chunk = if parallel { n.div_ceil(rayon::current_num_threads() * 4).max(16) } else { n };
+        for (xr, yr) in x.chunks_exact(k).zip(y.chunks_exact_mut(n)) {
+            let xsums: Vec<f32> = xr.chunks_exact(QUANT_BLOCK).map(|b| b.iter().sum()).collect();
+            let work = |(i, out): (usize, &mut [f32])| {
+                let w_rows = &w[i * chunk * row_bytes..(i * chunk + out.len()) * row_bytes];
+                dot_rows(dtype, w_rows, xr, &xsums, out);
+            };
+            if parallel {
+                yr.par_chunks_mut(chunk).enumerate().for_each(work);
+            } else {
+                yr.chunks_mut(chunk).enumerate().for_each(work);
+            }
+        }
+        return Ok(y);
+    }
+    // Panels of dequantized weight rows, each multiplied into its own [m, rows] block.
+    let panels: Vec<(usize, usize)> = (0..n).step_by(PANEL_ROWS).map(|s| (s, PANEL_ROWS.min(n - s))).collect();
+    let panel = |&(start, rows): &(usize, usize)| {
+        let mut wf = vec![0.0f32; rows * k];
+        dequantize_into(dtype, &w[start * row_bytes..(start + rows) * row_bytes], &mut wf);
+        let mut block = vec![0.0f32; m * rows];
+        // rhs[p, j] = W[start + j, p]: rows of wf are columns of the product.
+        gemm_f32(m, rows, k, &mut block, rows, (x, k, 1), (&wf, 1, k));
+        block
+    };
+    let blocks: Vec<Vec<f32>> =
+        if parallel { panels.par_iter().map(panel).collect() } else { panels.iter().map(panel).collect() };
+    for (&(start, rows), block) in panels.iter().zip(&blocks) {
+        for (yr, br) in y.chunks_exact_mut(n).zip(block.chunks_exact(rows)) {
+            yr[start..start + rows].copy_from_slice(br);
+        }
+    }
+    Ok(y)
+}
+
+/// Rows `rows` of the `[vocab, dim]` block-format table, dequantized (`[rows.len(), dim]`).
+pub(crate) fn gather_rows(dtype: DType, table: &[u8], dim: usize, rows: &[usize]) -> Vec<f32> {
+    let row_bytes = dim / QUANT_BLOCK * dtype.block_bytes();
+    let mut out = vec![0.0f32; rows.len() * dim];
+    if dim == 0 {
+        return out;
+    }
+    for (o, &r) in out.chunks_exact_mut(dim).zip(rows) {
+        dequantize_into(dtype, &table[r * row_bytes..(r + 1) * row_bytes], o);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantize_then_dequantize_is_close_and_exact_on_the_grid() {
+        let v: Vec<f32> = (0..64).map(|i| ((i * 37 % 64) as f32 - 30.0) / 8.0).collect();
+        for (dtype, tol) in [(DType::Q8_0, 0.03), (DType::Q4_1, 0.3)] {
+            let q = quantize(dtype, &v);
+            assert_eq!(q.len(), 2 * dtype.block_bytes());
+            let back = dequantize(dtype, &q);
+            let err = v.iter().zip(&back).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+            assert!(err <= tol, "{dtype}: {err}");
+            // Values on the grid survive a second round exactly.
+            assert_eq!(dequantize(dtype, &quantize(dtype, &back)), back, "{dtype}");
+        }
+    }
+
+    #[test]
+    fn f16_widening_is_exact_for_every_bit_pattern() {
+        for h in 0..=u16::MAX {
+            let (got, want) = (f16_bits_to_f32(h), f16::from_bits(h).to_f32());
+            assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{h:#06x}: {got} vs {want}");
+        }
+    }
+
+    #[test]
+    fn a_q4_1_block_is_read_low_nibbles_first() {
+        let mut block = f16::from_f32(0.5).to_le_bytes().to_vec();
+        block.extend(f16::from_f32(-1.0).to_le_bytes());
+        block.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+        let v = dequantize(DType::Q4_1, &block);
+        assert_eq!((v[0], v[15], v[16], v[31]), (-1.0, 6.5, 6.5, -1.0));
+    }
+}

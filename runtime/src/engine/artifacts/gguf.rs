@@ -1,0 +1,497 @@
+//! GGUF (version 3, also 2) files as artifacts: the header, the typed metadata and the
+//! tensor index, read from the mapped bytes without copying tensor data.
+//!
+//! Everything is checked before it is trusted: the magic and version, every count and
+//! length against the bytes that remain (so an absurd count fails at once instead of
+//! allocating), value types, UTF-8 of strings, duplicate keys and tensor names, the
+//! alignment (`general.alignment`, a power of two, default 32), each tensor's rank,
+//! element count, block divisibility, offset alignment and its extent inside the data
+//! section. A malformed file is a [`GgufError`], never a panic.
+//!
+//! Layout (little-endian): magic `GGUF`, u32 version, u64 tensor count, u64 metadata
+//! count, the metadata (key string, u32 value type, value), the tensor infos (name,
+//! u32 rank, u64 dims fastest-first, u32 ggml type, u64 offset into the data section),
+//! padding to the alignment, the data section. Dims are fastest-first: a GGUF tensor
+//! `[ne0, ne1]` is the row-major `[ne1, ne0]` the rest of sluice speaks.
+
+use std::collections::{BTreeMap, HashMap};
+
+/// The ggml element types sluice knows the block layout of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GgmlType {
+    F32,
+    F16,
+    BF16,
+    F64,
+    I8,
+    I16,
+    I32,
+    I64,
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
+    Q8_1,
+    Q2K,
+    Q3K,
+    Q4K,
+    Q5K,
+    Q6K,
+    Q8K,
+}
+
+impl GgmlType {
+    /// The type of ggml's numeric code, or `None` for a code sluice does not know.
+    pub fn from_code(code: u32) -> Option<GgmlType> {
+        use GgmlType::*;
+        Some(match code {
+            0 => F32,
+            1 => F16,
+            2 => Q4_0,
+            3 => Q4_1,
+            6 => Q5_0,
+            7 => Q5_1,
+            8 => Q8_0,
+            9 => Q8_1,
+            10 => Q2K,
+            11 => Q3K,
+            12 => Q4K,
+            13 => Q5K,
+            14 => Q6K,
+            15 => Q8K,
+            24 => I8,
+            25 => I16,
+            26 => I32,
+            27 => I64,
+            28 => F64,
+            30 => BF16,
+            _ => return None,
+        })
+    }
+
+    /// Elements per block (1 for plain types) and bytes per block.
+    pub const fn block(self) -> (u64, u64) {
+        use GgmlType::*;
+        match self {
+            F32 | I32 => (1, 4),
+            F16 | BF16 | I16 => (1, 2),
+            F64 | I64 => (1, 8),
+            I8 => (1, 1),
+            Q4_0 => (32, 18),
+            Q4_1 => (32, 20),
+            Q5_0 => (32, 22),
+            Q5_1 => (32, 24),
+            Q8_0 => (32, 34),
+            Q8_1 => (32, 36),
+            Q2K => (256, 84),
+            Q3K => (256, 110),
+            Q4K => (256, 144),
+            Q5K => (256, 176),
+            Q6K => (256, 210),
+            Q8K => (256, 292),
+        }
+    }
+
+    /// ggml's name of the type (`q4_1`, `f32`, ...).
+    pub const fn name(self) -> &'static str {
+        use GgmlType::*;
+        match self {
+            F32 => "f32",
+            F16 => "f16",
+            BF16 => "bf16",
+            F64 => "f64",
+            I8 => "i8",
+            I16 => "i16",
+            I32 => "i32",
+            I64 => "i64",
+            Q4_0 => "q4_0",
+            Q4_1 => "q4_1",
+            Q5_0 => "q5_0",
+            Q5_1 => "q5_1",
+            Q8_0 => "q8_0",
+            Q8_1 => "q8_1",
+            Q2K => "q2_K",
+            Q3K => "q3_K",
+            Q4K => "q4_K",
+            Q5K => "q5_K",
+            Q6K => "q6_K",
+            Q8K => "q8_K",
+        }
+    }
+}
+
+/// A metadata value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    U8(u8),
+    I8(i8),
+    U16(u16),
+    I16(i16),
+    U32(u32),
+    I32(i32),
+    U64(u64),
+    I64(i64),
+    F32(f32),
+    F64(f64),
+    Bool(bool),
+    String(String),
+    /// Elements of one type (nested arrays are arrays of arrays).
+    Array(Vec<Value>),
+}
+
+impl Value {
+    /// The value as an unsigned integer, if it is a non-negative integer of any width.
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Value::U8(v) => Some(v.into()),
+            Value::U16(v) => Some(v.into()),
+            Value::U32(v) => Some(v.into()),
+            Value::U64(v) => Some(v),
+            Value::I8(v) => u64::try_from(v).ok(),
+            Value::I16(v) => u64::try_from(v).ok(),
+            Value::I32(v) => u64::try_from(v).ok(),
+            Value::I64(v) => u64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+
+    /// The value as a float, if it is a float or an integer.
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            Value::F32(v) => Some(v.into()),
+            Value::F64(v) => Some(v),
+            Value::I8(v) => Some(v.into()),
+            Value::I16(v) => Some(v.into()),
+            Value::I32(v) => Some(v.into()),
+            Value::I64(v) => Some(v as f64),
+            _ => self.as_u64().map(|v| v as f64),
+        }
+    }
+
+    /// The value as a string slice, if it is a string.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The elements, if it is an array.
+    pub fn as_array(&self) -> Option<&[Value]> {
+        match self {
+            Value::Array(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// The value as JSON: numbers, booleans, strings and arrays as themselves; a
+    /// non-finite float (which JSON cannot hold) as `null`.
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::Value as J;
+        match self {
+            Value::U8(v) => (*v).into(),
+            Value::I8(v) => (*v).into(),
+            Value::U16(v) => (*v).into(),
+            Value::I16(v) => (*v).into(),
+            Value::U32(v) => (*v).into(),
+            Value::I32(v) => (*v).into(),
+            Value::U64(v) => (*v).into(),
+            Value::I64(v) => (*v).into(),
+            Value::F32(v) => serde_json::Number::from_f64(f64::from(*v)).map_or(J::Null, J::Number),
+            Value::F64(v) => serde_json::Number::from_f64(*v).map_or(J::Null, J::Number),
+            Value::Bool(v) => (*v).into(),
+            Value::String(s) => J::String(s.clone()),
+            Value::Array(a) => J::Array(a.iter().map(Value::to_json).collect()),
+        }
+    }
+}
+
+/// One entry of the tensor index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorInfo {
+    pub name: String,
+    /// Dimensions as GGUF stores them, fastest-varying first.
+    pub dims: Vec<u64>,
+    pub ggml_type: GgmlType,
+    /// Offset of the data from the start of the file (already checked to lie inside it).
+    pub offset: u64,
+    /// Bytes of the data.
+    pub byte_len: u64,
+}
+
+impl TensorInfo {
+    /// The row-major shape, outermost first (GGUF's dims reversed).
+    pub fn shape(&self) -> Vec<u64> {
+        self.dims.iter().rev().copied().collect()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> u64 {
+        self.dims.iter().product()
+    }
+}
+
+/// Why a GGUF file could not be read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum GgufError {
+    #[error("not a GGUF file (magic {0:02x?}, expected \"GGUF\")")]
+    BadMagic([u8; 4]),
+    #[error("GGUF version {0} is not supported (2 and 3 are)")]
+    UnsupportedVersion(u32),
+    #[error("the file ends at byte {len} while reading {what} at byte {at}")]
+    Truncated { what: String, at: u64, len: u64 },
+    #[error("{what} count {count} is impossible for a file of {len} bytes")]
+    AbsurdCount { what: String, count: u64, len: u64 },
+    #[error("metadata value of key {key:?} has unknown type {code}")]
+    BadValueType { key: String, code: u32 },
+    #[error("metadata value of key {key:?} is a bool stored as {byte} (not 0 or 1)")]
+    BadBool { key: String, byte: u8 },
+    #[error("metadata arrays nest deeper than {MAX_DEPTH} levels (key {0:?})")]
+    TooDeep(String),
+    #[error("{0} is not valid UTF-8")]
+    NotUtf8(String),
+    #[error("duplicate {what} {name:?}")]
+    Duplicate { what: &'static str, name: String },
+    #[error("general.alignment {0} is not a power of two")]
+    BadAlignment(u64),
+    #[error("tensor {name:?}: {problem}")]
+    BadTensor { name: String, problem: String },
+}
+
+/// Deepest nesting of metadata arrays accepted.
+pub const MAX_DEPTH: usize = 4;
+/// Largest rank of a GGUF tensor (ggml's `GGML_MAX_DIMS`).
+pub const MAX_DIMS: u32 = 4;
+/// The alignment of tensor data when the file does not set `general.alignment`.
+pub const DEFAULT_ALIGNMENT: u64 = 32;
+
+/// A parsed GGUF file: metadata and tensor index (the data stays in the caller's bytes).
+#[derive(Clone, Debug)]
+pub struct Gguf {
+    pub version: u32,
+    /// Metadata by key (sorted, for stable output).
+    pub metadata: BTreeMap<String, Value>,
+    /// Tensors in file order.
+    pub tensors: Vec<TensorInfo>,
+    by_name: HashMap<String, usize>,
+    /// Alignment of the data section and of every tensor in it.
+    pub alignment: u64,
+    /// Offset of the data section from the start of the file.
+    pub data_offset: u64,
+}
+
+impl Gguf {
+    /// Parses the header, metadata and tensor index of `bytes` (the whole file).
+    pub fn parse(bytes: &[u8]) -> Result<Gguf, GgufError> {
+        let mut r = Reader { bytes, at: 0 };
+        let magic: [u8; 4] = r.take(4, "the magic")?.try_into().expect("4 bytes");
+        if &magic != b"GGUF" {
+            return Err(GgufError::BadMagic(magic));
+        }
+        let version = r.u32("the version")?;
+        if !(2..=3).contains(&version) {
+            return Err(GgufError::UnsupportedVersion(version));
+        }
+        let n_tensors = r.u64("the tensor count")?;
+        let n_kv = r.u64("the metadata count")?;
+        // Each metadata entry takes ≥ 12 bytes (key length, type, a 1-byte value is
+        // still ≥ 1), each tensor info ≥ 24 (name length, rank, type, offset).
+        r.check_count("metadata", n_kv, 13)?;
+        r.check_count("tensor", n_tensors, 24)?;
+
+        let mut metadata = BTreeMap::new();
+        for _ in 0..n_kv {
+            let key = r.string("a metadata key")?;
+            let code = r.u32("a metadata value type")?;
+            let value = r.value(&key, code, 0)?;
+            if metadata.insert(key.clone(), value).is_some() {
+                return Err(GgufError::Duplicate { what: "metadata key", name: key });
+            }
+        }
+        let alignment = match metadata.get("general.alignment") {
+            None => DEFAULT_ALIGNMENT,
+            Some(v) => match v.as_u64() {
+                Some(a) if a.is_power_of_two() => a,
+                _ => return Err(GgufError::BadAlignment(v.as_u64().unwrap_or(0))),
+            },
+        };
+
+        let mut infos = Vec::with_capacity(n_tensors as usize);
+        for _ in 0..n_tensors {
+            let name = r.string("a tensor name")?;
+            let rank = r.u32("a tensor rank")?;
+            let bad = |problem: String| GgufError::BadTensor { name: name.clone(), problem };
+            if rank > MAX_DIMS {
+                return Err(bad(format!("rank {rank} exceeds {MAX_DIMS}")));
+            }
+            let mut dims = Vec::with_capacity(rank as usize);
+            for _ in 0..rank {
+                dims.push(r.u64("a tensor dimension")?);
+            }
+            let code = r.u32("a tensor type")?;
+            let offset = r.u64("a tensor offset")?;
+            let ggml_type = GgmlType::from_code(code).ok_or_else(|| bad(format!("unknown ggml type {code}")))?;
+            infos.push((name, dims, ggml_type, offset));
+        }
+        let data_offset = r.at.div_ceil(alignment).saturating_mul(alignment);
+        let len = bytes.len() as u64;
+        if data_offset > len && n_tensors > 0 {
+            return Err(GgufError::Truncated { what: "the data section".into(), at: data_offset, len });
+        }
+        let data_len = len.saturating_sub(data_offset);
+
+        let mut tensors = Vec::with_capacity(infos.len());
+        let mut by_name = HashMap::with_capacity(infos.len());
+        for (name, dims, ggml_type, offset) in infos {
+            let bad = |problem: String| GgufError::BadTensor { name: name.clone(), problem };
+            let numel = dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d));
+            let numel = numel.ok_or_else(|| bad(format!("dims {dims:?} overflow")))?;
+            let (block, block_bytes) = ggml_type.block();
+            let row = dims.first().copied().unwrap_or(1);
+            if !row.is_multiple_of(block) {
+                return Err(bad(format!(
+                    "the first dimension {row} is not a multiple of the {} block size {block}",
+                    ggml_type.name()
+                )));
+            }
+            let byte_len =
+                (numel / block).checked_mul(block_bytes).ok_or_else(|| bad(format!("dims {dims:?} overflow")))?;
+            if !offset.is_multiple_of(alignment) {
+                return Err(bad(format!("offset {offset} is not a multiple of the alignment {alignment}")));
+            }
+            match offset.checked_add(byte_len) {
+                Some(end) if end <= data_len => {}
+                _ => {
+                    return Err(bad(format!(
+                        "data at {offset}..+{byte_len} lies past the end of the {data_len}-byte data section"
+                    )));
+                }
+            }
+            if by_name.insert(name.clone(), tensors.len()).is_some() {
+                return Err(GgufError::Duplicate { what: "tensor name", name });
+            }
+            tensors.push(TensorInfo { name, dims, ggml_type, offset: data_offset + offset, byte_len });
+        }
+        Ok(Gguf { version, metadata, tensors, by_name, alignment, data_offset })
+    }
+
+    /// The tensor named `name`.
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.by_name.get(name).map(|&i| &self.tensors[i])
+    }
+
+    /// The metadata value of `key`.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.metadata.get(key)
+    }
+
+    /// The data of `info` inside `bytes` (the file `self` was parsed from).
+    pub fn data<'a>(&self, bytes: &'a [u8], info: &TensorInfo) -> &'a [u8] {
+        &bytes[info.offset as usize..(info.offset + info.byte_len) as usize]
+    }
+
+    /// Every metadata entry as one JSON object, key → value.
+    pub fn metadata_json(&self) -> String {
+        let map: serde_json::Map<String, serde_json::Value> =
+            self.metadata.iter().map(|(k, v)| (k.clone(), v.to_json())).collect();
+        serde_json::Value::Object(map).to_string()
+    }
+}
+
+/// A bounds-checked little-endian cursor over the file.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: u64,
+}
+
+impl<'a> Reader<'a> {
+    fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    fn take(&mut self, n: u64, what: &str) -> Result<&'a [u8], GgufError> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.len());
+        let Some(end) = end else {
+            return Err(GgufError::Truncated { what: what.to_owned(), at: self.at, len: self.len() });
+        };
+        let s = &self.bytes[self.at as usize..end as usize];
+        self.at = end;
+        Ok(s)
+    }
+
+    /// Fails when `count` items of at least `min_bytes` each cannot fit in what remains.
+    fn check_count(&self, what: &str, count: u64, min_bytes: u64) -> Result<(), GgufError> {
+        let remaining = self.len() - self.at;
+        if count.checked_mul(min_bytes).is_none_or(|need| need > remaining) {
+            return Err(GgufError::AbsurdCount { what: what.to_owned(), count, len: self.len() });
+        }
+        Ok(())
+    }
+
+    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], GgufError> {
+        Ok(self.take(N as u64, what)?.try_into().expect("N bytes"))
+    }
+
+    fn u32(&mut self, what: &str) -> Result<u32, GgufError> {
+        Ok(u32::from_le_bytes(self.array(what)?))
+    }
+
+    fn u64(&mut self, what: &str) -> Result<u64, GgufError> {
+        Ok(u64::from_le_bytes(self.array(what)?))
+    }
+
+    fn string(&mut self, what: &str) -> Result<String, GgufError> {
+        let n = self.u64(what)?;
+        let bytes = self.take(n, what)?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| GgufError::NotUtf8(format!("{what} at byte {}", self.at - n)))
+    }
+
+    /// A value of type `code` for metadata key `key`, nested `depth` arrays deep.
+    fn value(&mut self, key: &str, code: u32, depth: usize) -> Result<Value, GgufError> {
+        let what = key;
+        Ok(match code {
+            0 => Value::U8(u8::from_le_bytes(self.array(what)?)),
+            1 => Value::I8(i8::from_le_bytes(self.array(what)?)),
+            2 => Value::U16(u16::from_le_bytes(self.array(what)?)),
+            3 => Value::I16(i16::from_le_bytes(self.array(what)?)),
+            4 => Value::U32(u32::from_le_bytes(self.array(what)?)),
+            5 => Value::I32(i32::from_le_bytes(self.array(what)?)),
+            6 => Value::F32(f32::from_le_bytes(self.array(what)?)),
+            7 => match self.array::<1>(what)?[0] {
+                0 => Value::Bool(false),
+                1 => Value::Bool(true),
+                byte => return Err(GgufError::BadBool { key: key.to_owned(), byte }),
+            },
+            8 => Value::String(self.string(&format!("the value of {key:?}"))?),
+            9 => {
+                if depth >= MAX_DEPTH {
+                    return Err(GgufError::TooDeep(key.to_owned()));
+                }
+                let elem = self.u32(what)?;
+                let n = self.u64(what)?;
+                let min = match elem {
+                    0 | 1 | 7 => 1,
+                    2 | 3 => 2,
+                    4..=6 => 4,
+                    8 | 10..=12 => 8,
+                    9 => 12,
+                    _ => return Err(GgufError::BadValueType { key: key.to_owned(), code: elem }),
+                };
+                self.check_count(&format!("array {key:?} element"), n, min)?;
+                let mut items = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    items.push(self.value(key, elem, depth + 1)?);
+                }
+                Value::Array(items)
+            }
+            10 => Value::U64(u64::from_le_bytes(self.array(what)?)),
+            11 => Value::I64(i64::from_le_bytes(self.array(what)?)),
+            12 => Value::F64(f64::from_le_bytes(self.array(what)?)),
+            _ => return Err(GgufError::BadValueType { key: key.to_owned(), code }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
