@@ -173,6 +173,18 @@ class Tensor:
     def abs(self) -> "Tensor":
         return self.unary(UNARY.ABS)
 
+    def silu(self) -> "Tensor":
+        """`x * sigmoid(x)` (SwiGLU is `gate.linear(..., UNARY.SILU) * up`)."""
+        return self.unary(UNARY.SILU)
+
+    def rope(self, base: float, offset: int = 0) -> "Tensor":
+        """Rotary position embedding (llama.cpp's adjacent-pair layout), positions from `offset`."""
+        return self._op(ops.Op_Rope(ops.RopeArgs(float(base), int(offset))))
+
+    def argmax(self) -> "Tensor":
+        """The i32 index of each row's largest element (last axis): greedy decoding."""
+        return self._op(ops.Op_Argmax())
+
     def affine(self, scale: float, bias: float = 0.0) -> "Tensor":
         """`x * scale + bias`, elementwise."""
         return self._op(ops.Op_Affine(ops.AffineArgs(float(scale), float(bias))))
@@ -256,6 +268,17 @@ class Tensor:
     def add_layer_norm(self, residual: "Tensor", gamma: "Tensor", beta: "Tensor", eps: float = 1e-5) -> "Tensor":
         """`layer_norm(x + residual)` in one launch."""
         return self._fused(fused.FusedOp_AddLayerNorm(ops.LayerNormArgs(float(eps))), residual, gamma, beta)
+
+    def rms_norm(self, weight: "Tensor", residual: Optional["Tensor"] = None, eps: float = 1e-5) -> "Tensor":
+        """RMS normalisation over the last axis, of `x + residual` when one is given."""
+        op = fused.FusedOp_RmsNorm(ops.LayerNormArgs(float(eps)))
+        return self._fused(op, residual, weight) if residual is not None else self._fused(op, weight)
+
+    def gqa_attention(self, k_cache: "Tensor", v_cache: "Tensor", kv_len: int, scale: float) -> "Tensor":
+        """Causal grouped-query attention of these queries over the first `kv_len`
+        positions of a `[ctx, kv_heads, d]` KV cache."""
+        op = fused.FusedOp_GqaAttention(fused.GqaAttentionArgs(int(kv_len), float(scale)))
+        return self._fused(op, k_cache, v_cache)
 
     def attention(
         self, k: "Tensor", v: "Tensor", heads: int, scale: float, mask: Optional["Tensor"] = None
