@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 pub mod fixtures;
 pub mod hostile;
 pub mod skip;
+pub mod sse;
 
 /// The admin key every test server starts with.
 pub const ADMIN_KEY: &str = "test-admin-key-0123456789";
