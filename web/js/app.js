@@ -1,9 +1,12 @@
 // The console's shell: sign-in with an API key (kept in sessionStorage), and the
-// pages (#/live, #/functions) rendered into #page.
+// pages (#/live, #/functions, #/demos) rendered into #page.
 
 import { Api, ApiError, storedKey, storeKey } from "./api.js";
 import { LivePage } from "./live.js";
 import { FunctionsPage } from "./functions.js";
+import { DemosPage } from "./digits.js";
+
+const PAGES = { live: LivePage, functions: FunctionsPage, demos: DemosPage };
 
 const $ = (id) => document.getElementById(id);
 
@@ -16,11 +19,8 @@ async function signIn(key) {
   const status = await api.get("/v1/status");
   // The admin's status names the engine; a tenant's shows its own usage only.
   const admin = "engine_fingerprint" in status;
-  let tenant = null;
-  if (!admin) {
-    const functions = await api.get("/v1/functions").catch(() => null);
-    tenant = (status.tenants[0] && status.tenants[0].tenant) || (functions && functions[0] && functions[0].tenant) || null;
-  }
+  // A tenant's own usage names it once it has deployed or run something.
+  const tenant = admin ? null : (status.tenants[0] && status.tenants[0].tenant) || null;
   return { api, admin, tenant, devices: status.devices.length };
 }
 
@@ -43,12 +43,13 @@ function stopPage() {
 
 function route() {
   if (!session) return;
-  const name = location.hash === "#/functions" ? "functions" : "live";
-  for (const n of ["live", "functions"]) $(`nav-${n}`).classList.toggle("active", n === name);
+  const asked = location.hash.replace(/^#\//, "");
+  const name = Object.hasOwn(PAGES, asked) ? asked : "live";
+  for (const n of Object.keys(PAGES)) $(`nav-${n}`).classList.toggle("active", n === name);
   stopPage();
   const root = $("page");
   root.replaceChildren();
-  page = name === "functions" ? new FunctionsPage(root, session) : new LivePage(root, session);
+  page = new PAGES[name](root, session);
   page.start();
 }
 

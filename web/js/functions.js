@@ -66,19 +66,20 @@ export class FunctionsPage {
   async refresh() {
     let list;
     try {
-      list = await this.api.get("/v1/functions");
+      const summaries = (await this.api.get("/v1/functions")).functions;
+      // Each function's versions and the one serving.
+      list = await Promise.all(summaries.map((f) => this.api.get(`/v1/functions/${encodeURIComponent(f.name)}`)));
     } catch (e) {
-      this.message.textContent = e.message;
-      this.message.className = "error";
+      this.say(e.message, "error");
       return;
     }
     this.tableBody.replaceChildren(...list.map((f) => this.row(f)));
-    const names = list.filter((f) => f.serving).map((f) => f.name);
+    const names = list.filter((f) => f.serving_version != null).map((f) => f.name);
     const current = this.trySelect.value;
     this.trySelect.replaceChildren(el("option", { value: "" }, "choose a function"), ...names.map((n) => el("option", { value: n }, n)));
     if (names.includes(current)) this.trySelect.value = current;
     for (const f of list) {
-      if (!f.serving || this.metadata.has(f.name)) continue;
+      if (f.serving_version == null || this.metadata.has(f.name)) continue;
       this.api.get(`/v2/models/${encodeURIComponent(f.name)}`).then(
         (m) => {
           this.metadata.set(f.name, m);
@@ -91,7 +92,7 @@ export class FunctionsPage {
   }
 
   row(f) {
-    const v = f.serving || f.latest;
+    const v = f.versions.find((x) => x.version === f.serving_version) || f.versions[f.versions.length - 1];
     const options = v.options || {};
     const artifacts = Object.entries(v.artifacts || {}).map(([name, blob]) => `${name} (${formatBytes(blob.size)})`).join(", ");
     const del = el("button", { type: "button", class: "danger", id: `delete-${f.name}` }, "Delete");
@@ -114,8 +115,8 @@ export class FunctionsPage {
       "tr",
       { id: `function-${f.name}` },
       el("td", {}, f.name),
-      el("td", {}, f.serving ? `v${f.serving.version}` : "staged only"),
-      el("td", {}, String(f.latest.version)),
+      el("td", {}, f.serving_version != null ? `v${f.serving_version}` : "staged only"),
+      el("td", {}, f.versions.map((x) => `v${x.version}${x.staged ? " (staged)" : ""}`).join(", ")),
       el("td", {}, options.priority || ""),
       el("td", {}, options.weight == null ? "tenant's" : String(options.weight)),
       el("td", { id: `signature-${f.name}` }, signature(this.metadata.get(f.name))),
@@ -130,7 +131,7 @@ export class FunctionsPage {
   }
 
   deployForm() {
-    const name = el("input", { id: "deploy-name", required: "", pattern: "[a-z0-9][a-z0-9_-]*", placeholder: "my-function" });
+    const name = el("input", { id: "deploy-name", required: "", pattern: "[a-z0-9][a-z0-9._\\-]{0,62}", placeholder: "my-function" });
     const component = el("input", { id: "deploy-component", type: "file", accept: ".wasm", required: "" });
     const artifacts = el("input", { id: "deploy-artifacts", type: "file", multiple: "" });
     const priority = el("select", { id: "deploy-priority" }, el("option", { value: "latency" }, "latency"), el("option", { value: "batch" }, "batch"));

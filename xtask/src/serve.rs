@@ -4,7 +4,8 @@
 //! Builds the guests and a release `sluice`, fetches the model, starts `sluice serve`
 //! (sled in `./sluice-data`, the GPU if one is usable, else the CPU), creates the tenant
 //! `demo`, deploys `echo`, `mlp`, `minilm-embed` (with its weights, vocabulary and
-//! config) and `gemm-burn` (batch class) unless they are already there, prints a key
+//! config), `gemm-burn` (batch class) and `mnist` (the digit classifier, with its
+//! converted weights) unless they are already there, prints a key
 //! and a few curl commands, and then runs until Ctrl-C.
 //!
 //! `--addr`, `--grpc-listen`, `--data-dir` and `--device` are passed to `sluice serve`
@@ -95,6 +96,7 @@ pub fn run(args: &[String]) -> Result<()> {
     build_functions::run(&[])?;
     let wasm_dir = root.join("functions/target/wasm32-wasip2/release");
     let model = fetch_model::fetch()?;
+    let mnist = fetch_model::fetch_mnist()?;
     cmd::run(cmd::cargo().current_dir(&root).args(["build", "--release", "-p", "sluice-runtime", "--bin", "sluice"]))?;
     let sluice = root.join("target/release/sluice");
     let admin = admin_key()?;
@@ -141,6 +143,10 @@ pub fn run(args: &[String]) -> Result<()> {
             ],
         ),
         ("gemm-burn", vec![wasm("gemm_burn"), "--priority".into(), "batch".into()]),
+        (
+            "mnist",
+            vec![wasm("mnist"), "--artifact".into(), format!("model={}", mnist.join("model.safetensors").display())],
+        ),
     ];
     for (name, rest) in &examples {
         if client(&sluice, &url, &key, &["functions", "get", name]).is_some() {
@@ -154,7 +160,8 @@ pub fn run(args: &[String]) -> Result<()> {
     }
 
     println!(
-        "\nsluice is serving on {url} (gRPC on {grpc}) with echo, mlp, minilm-embed and gemm-burn (tenant `demo`).\n\
+        "\nsluice is serving on {url} (gRPC on {grpc}) with echo, mlp, minilm-embed, gemm-burn and mnist (tenant `demo`);\n\
+         the web console: {url}/ (sign in with a key below).\n\
          admin key: {admin}\n\
          demo key:  {key}\n\n\
          try:\n  \

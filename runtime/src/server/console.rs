@@ -20,8 +20,10 @@ pub const FILES: &[(&str, &str, &str)] = &[
     ("js/api.js", "text/javascript; charset=utf-8", include_str!("../../../web/js/api.js")),
     ("js/app.js", "text/javascript; charset=utf-8", include_str!("../../../web/js/app.js")),
     ("js/charts.js", "text/javascript; charset=utf-8", include_str!("../../../web/js/charts.js")),
+    ("js/digits.js", "text/javascript; charset=utf-8", include_str!("../../../web/js/digits.js")),
     ("js/functions.js", "text/javascript; charset=utf-8", include_str!("../../../web/js/functions.js")),
     ("js/live.js", "text/javascript; charset=utf-8", include_str!("../../../web/js/live.js")),
+    ("js/similarity.js", "text/javascript; charset=utf-8", include_str!("../../../web/js/similarity.js")),
 ];
 
 /// The console's Content-Security-Policy.
