@@ -351,7 +351,12 @@ fn the_console_signs_in_deploys_tries_and_shows_two_tenants_live() {
                 (t.contains("mlp") && t.contains("burn") && t.contains("latency-co: ")).then_some(())
             })
             .await;
-            screenshot(&client, "console-live.png").await;
+            if std::env::var_os("SLUICE_SCREENSHOTS").is_some() {
+                // A few seconds of co-location on the charts, and a closer look.
+                tokio::time::sleep(Duration::from_secs(6)).await;
+                client.find(Locator::Css("#device-0 button[data-zoom='2']")).await.unwrap().click().await.unwrap();
+                screenshot(&client, "console-live.png").await;
+            }
             // Pausing freezes the timeline; zooming changes its window.
             client.find(Locator::Css("#pause-0")).await.unwrap().click().await.unwrap();
             assert_eq!(text(&client, "#pause-0").await, "Resume");

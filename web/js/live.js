@@ -209,6 +209,10 @@ class DeviceView {
         ctx.fillStyle = "#ffffff";
         ctx.fillRect(x, y, w, 3);
       }
+      if (r.preempting) {
+        ctx.fillStyle = "#ff6b8b";
+        ctx.fillRect(x, y + h - 3, Math.max(2, w), 3);
+      }
       drawn.add(r.tenant);
       count++;
       this.drawnRects.push({ x, y, w, h, r });
@@ -226,7 +230,7 @@ class DeviceView {
       this.canvas.dataset.tenants = key;
       this.legend.replaceChildren(
         ...tenants.map((t) => swatch(tenantColor(t), t)),
-        el("span", {}, "white top edge: a slice of a sliced kernel"),
+        el("span", {}, "white top edge: a slice of a sliced kernel · red bottom edge: latency work that preempted waiting best-effort work"),
       );
     }
     this.canvas.dataset.kernels = String(count);
@@ -245,6 +249,7 @@ class DeviceView {
     const parts = [r.tenant, r.function, r.op, r.class, `lane ${r.lane}`, formatUs(r.end_us - r.start_us), `waited ${formatUs(r.start_us - r.queued_us)}`];
     if (r.invocation) parts.push(`invocation ${r.invocation}`);
     if (r.sliced) parts.push("slice");
+    if (r.preempting) parts.push("preempted best-effort work");
     this.hoverLine.textContent = parts.join(" · ");
   }
 

@@ -15,7 +15,8 @@ use sluice_registry::Principal;
 use super::Platform;
 use crate::device::{DeviceInfo, PartitionState};
 use crate::scheduler::{
-    DeviceHealth, DeviceQueue, KernelBatch, KernelRecord, LatencySummary, Policy, PriorityClass, TenantStatus,
+    DeviceHealth, DeviceQueue, FEED_BATCH, KernelBatch, KernelRecord, LatencySummary, Policy, PriorityClass,
+    TenantStatus,
 };
 
 /// What another tenant is called in a tenant's view.
@@ -93,7 +94,7 @@ impl Platform {
     /// may see them; `None` for an unknown device.
     pub async fn live_kernels(&self, viewer: &Principal, index: usize, since: u64) -> Option<(LiveKernels, u64)> {
         let queue = self.device_queue(index)?;
-        let KernelBatch { mut records, missed, next } = queue.kernels(since).await;
+        let KernelBatch { mut records, missed, next } = queue.kernels(since, FEED_BATCH).await;
         if let Principal::Tenant(me) = viewer {
             for r in &mut records {
                 anonymise(r, me);
@@ -198,6 +199,7 @@ mod tests {
             start_us: 1,
             end_us: 2,
             sliced: false,
+            preempting: false,
         }
     }
 

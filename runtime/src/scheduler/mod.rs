@@ -44,7 +44,7 @@ use work::Work;
 
 pub use crate::clock::Clock;
 pub use cost::{CostModel, KernelKey};
-pub use kernels::{DEFAULT_KERNEL_LOG, KernelBatch, KernelRecord, KernelWatch, RUNTIME_TENANT};
+pub use kernels::{DEFAULT_KERNEL_LOG, FEED_BATCH, KernelBatch, KernelRecord, KernelWatch, RUNTIME_TENANT};
 pub use lease::TensorLease;
 pub use memory::{MemoryAccount, Reservation};
 pub use pool::{DevicePool, Placement, PlacementError};
@@ -187,9 +187,10 @@ pub(crate) enum Command {
     Status {
         reply: oneshot::Sender<DeviceStatus>,
     },
-    /// The kernel log's records from sequence number `since` on.
+    /// The kernel log's newest `limit` records from sequence number `since` on.
     Kernels {
         since: u64,
+        limit: usize,
         reply: oneshot::Sender<KernelBatch>,
     },
 }
@@ -387,18 +388,19 @@ impl DeviceQueue {
         KernelWatch::new(self.shared.published.kernel_watchers.clone())
     }
 
-    /// The kernel log's records from sequence number `since` on (0: all it keeps),
-    /// taken after the commands sent before. Empty for a stopped device.
-    pub async fn kernels(&self, since: u64) -> KernelBatch {
+    /// The kernel log's newest `limit` records from sequence number `since` on (0:
+    /// all it keeps), taken after the commands sent before; older ones since `since`
+    /// count as missed. Empty for a stopped device.
+    pub async fn kernels(&self, since: u64, limit: usize) -> KernelBatch {
         let (reply, rx) = oneshot::channel();
-        self.send(Command::Kernels { since, reply });
+        self.send(Command::Kernels { since, limit, reply });
         rx.await.unwrap_or_default()
     }
 
     /// Blocking variant of [`DeviceQueue::kernels`].
-    pub fn kernels_blocking(&self, since: u64) -> KernelBatch {
+    pub fn kernels_blocking(&self, since: u64, limit: usize) -> KernelBatch {
         let (reply, rx) = oneshot::channel();
-        self.send(Command::Kernels { since, reply });
+        self.send(Command::Kernels { since, limit, reply });
         rx.blocking_recv().unwrap_or_default()
     }
 

@@ -21,7 +21,7 @@ fn records_follow_the_order_kernels_ran_in_with_their_tenants() {
     let e = upload(queue, &early, &[1], &[1.0]);
     read_f32(queue, &e);
     drop(early);
-    assert!(queue.kernels_blocking(0).records.is_empty(), "no watcher, no records");
+    assert!(queue.kernels_blocking(0, 100).records.is_empty(), "no watcher, no records");
 
     let _watch = queue.watch_kernels();
     sim.gate.close();
@@ -39,7 +39,7 @@ fn records_follow_the_order_kernels_ran_in_with_their_tenants() {
     assert_eq!(read_f32(queue, &z), vec![1.0]);
     assert_eq!(read_f32(queue, &last), vec![-1.0, -2.0]);
 
-    let batch = queue.kernels_blocking(0);
+    let batch = queue.kernels_blocking(0, 100);
     assert_eq!(batch.missed, 0);
     let kernels: Vec<_> = batch.records.iter().filter(|r| r.op != "upload").collect();
     // The device's own log says what ran, in order: the records say the same.
@@ -57,6 +57,8 @@ fn records_follow_the_order_kernels_ran_in_with_their_tenants() {
     }
     let exp = kernels.iter().position(|r| r.tenant.as_ref() == "latency-tenant").expect("the latency kernel");
     assert_eq!(exp, 2, "it overtook the queued best-effort kernels, and the log shows it");
+    assert!(kernels[exp].preempting, "it ran ahead of waiting best-effort work");
+    assert_eq!(kernels.iter().filter(|r| r.preempting).count(), 1, "only it did");
     // Sequence numbers without gaps; simulated times that do not overlap.
     for pair in batch.records.windows(2) {
         assert_eq!(pair[1].seq, pair[0].seq + 1);
@@ -67,7 +69,7 @@ fn records_follow_the_order_kernels_ran_in_with_their_tenants() {
     assert!(kernels.iter().all(|r| r.queued_us <= r.start_us));
 
     // A watcher asking from where it stopped gets only what is new.
-    let again = queue.kernels_blocking(batch.next);
+    let again = queue.kernels_blocking(batch.next, 100);
     assert!(again.records.is_empty());
     assert_eq!(again.next, batch.next);
 }
@@ -84,7 +86,7 @@ fn the_log_is_bounded() {
         last = unary(queue, &inv, UnaryOp::Neg, &last);
     }
     read_f32(queue, &last);
-    let batch = queue.kernels_blocking(0);
+    let batch = queue.kernels_blocking(0, 100);
     assert_eq!(batch.records.len(), 8, "the newest 8 of 21");
     assert_eq!(batch.records.first().map(|r| r.seq), Some(14));
     assert_eq!((batch.missed, batch.next), (13, 22));

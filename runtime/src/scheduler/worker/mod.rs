@@ -216,8 +216,8 @@ impl Actor {
             Command::Status { reply } => {
                 let _ = reply.send(self.status());
             }
-            Command::Kernels { since, reply } => {
-                let _ = reply.send(self.kernel_log.since(since));
+            Command::Kernels { since, limit, reply } => {
+                let _ = reply.send(self.kernel_log.since(since, limit));
             }
         }
     }
@@ -256,7 +256,9 @@ impl Actor {
     fn step(&mut self) -> Step {
         let Some(pick) = self.queues.pick(self.config.policy) else { return Step::Ran };
         let class = self.queues.class_of(pick);
-        if self.config.policy == Policy::Priority && class == PriorityClass::Latency && self.queues.batch_waiting() {
+        let preempting =
+            self.config.policy == Policy::Priority && class == PriorityClass::Latency && self.queues.batch_waiting();
+        if preempting {
             self.stats.preemptions += 1;
         }
         // On a partitioned device best-effort work has its own SMs while latency work
@@ -284,7 +286,8 @@ impl Actor {
         let (queued, watched) = (taken.item.at, self.kernel_log.watched());
         let (elapsed, done) = self.execute(&mut taken.item, slice_now, taken.tenant);
         if watched {
-            let (tenant, function) = self.queues.names(taken.inv);
+            let queues = &self.queues;
+            let (tenant, function) = self.kernel_log.names(taken.inv.0, || queues.names(taken.inv));
             let sliced = was_sliced || !done;
             let ran = Ran {
                 tenant,
@@ -297,6 +300,7 @@ impl Actor {
                 start: started,
                 elapsed,
                 sliced,
+                preempting,
             };
             self.kernel_log.push(ran);
         }
