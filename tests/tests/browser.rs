@@ -165,15 +165,18 @@ async fn screenshot(client: &Client, name: &str) {
     eprintln!("saved {}", dir.join(name).display());
 }
 
-/// Digits to draw on the 280×280 pad: strokes of points, offsets from its centre.
-const DIGITS: &[(u8, &[&[(i64, i64)]])] = &[
+/// A stroke of the mouse: points, offsets from the pad's centre.
+type Stroke = &'static [(i64, i64)];
+
+/// Digits to draw on the 280×280 pad.
+const DIGITS: &[(u8, &[Stroke])] = &[
     (1, &[&[(5, -90), (0, 0), (-5, 90)]]),
     (7, &[&[(-60, -80), (65, -80), (30, -10), (0, 90)]]),
     (0, &[&[(0, -90), (-45, -60), (-60, 0), (-45, 60), (0, 90), (45, 60), (60, 0), (45, -60), (0, -90)]]),
 ];
 
 /// Draws `strokes` on `pad` with the mouse (pointer events, as a person would).
-async fn draw(client: &Client, pad: &fantoccini::elements::Element, strokes: &[&[(i64, i64)]]) {
+async fn draw(client: &Client, pad: &fantoccini::elements::Element, strokes: &[Stroke]) {
     let mut mouse = MouseActions::new("mouse".into());
     for stroke in strokes {
         let step = |(x, y): (i64, i64)| PointerAction::MoveToElement {

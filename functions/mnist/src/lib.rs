@@ -50,12 +50,8 @@ impl Function for Mnist {
             h = block(&h, layer)?;
         }
         let flat = h.reshape(&[batch, 128 * 3 * 3])?;
-        let hidden = flat.linear(
-            &weight("fc_layers.0.weight")?,
-            Some(&weight("fc_layers.0.bias")?),
-            true,
-            Some(UnaryOp::Relu),
-        )?;
+        let hidden =
+            flat.linear(&weight("fc_layers.0.weight")?, Some(&weight("fc_layers.0.bias")?), true, Some(UnaryOp::Relu))?;
         let logits = hidden.linear(&weight("fc_layers.2.weight")?, Some(&weight("fc_layers.2.bias")?), true, None)?;
         let out = logits.to_io("logits")?;
         let scores = out.as_f32()?;

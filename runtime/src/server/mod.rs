@@ -6,7 +6,7 @@
 //! `docs/openapi.yaml`):
 //!
 //! - no key: the health endpoints `GET /v2/health/live`, `GET /v2/health/ready`, and
-//!   the web console's files, `GET /` (a redirect) and `/console/...` ([`console`]);
+//!   the web console's files, `GET /` (a redirect) and `/console/...` (`console`);
 //! - admin key: `/v1/tenants[/{id}[/keys[/{key_id}]]]` (`PATCH /v1/tenants/{id}` changes
 //!   a tenant's policy; a tenant's key may `GET` its own entry), and `GET /metrics`
 //!   (Prometheus, OpenMetrics text; admin only because it names every tenant and function);
@@ -15,7 +15,7 @@
 //!   `/v2/models[/{name}]/stats`;
 //! - any key: `GET /v1/status` (the admin sees everything; a tenant its own usage only),
 //!   and `GET /v1/devices/{index}/live`, the live console's feed of one device
-//!   (server-sent events, [`live`]; others' work anonymised for a tenant).
+//!   (server-sent events, `live`; others' work anonymised for a tenant).
 //!
 //! Errors map to statuses in [`error`] only.
 
