@@ -82,7 +82,7 @@ class DeviceView {
       el(
         "div",
         { class: "grid" },
-        el("div", { class: "card" }, el("h3", {}, "Device time share (solid) against weight (dashed)"), this.shareCanvas, this.shareLegend),
+        el("div", { class: "card" }, el("h3", {}, "Device time share (solid) against its weight's share within its class (dashed)"), this.shareCanvas, this.shareLegend),
         el(
           "div",
           { class: "card" },
@@ -193,14 +193,16 @@ class DeviceView {
     const drawn = new Set();
     let count = 0;
     this.drawnRects = [];
-    for (const r of this.records) {
-      if (r.end_us < left || r.start_us > right) continue;
+    // Best-effort work first, latency work over it: short latency kernels stay visible.
+    const visible = this.records.filter((r) => r.end_us >= left && r.start_us <= right);
+    const ordered = visible.filter((r) => r.class !== "latency").concat(visible.filter((r) => r.class === "latency"));
+    for (const r of ordered) {
       const row = lanes.indexOf(r.lane);
       if (row < 0) continue;
       const x0 = labelWidth + ((r.start_us - left) / this.windowUs) * plot;
       const x1 = labelWidth + ((r.end_us - left) / this.windowUs) * plot;
       const x = Math.max(labelWidth, x0);
-      const w = Math.max(1, Math.min(width, x1) - x);
+      const w = Math.max(r.class === "latency" ? 2 : 1, Math.min(width, x1) - x);
       const y = row * rowHeight + 4;
       const h = rowHeight - 8;
       ctx.fillStyle = tenantColor(r.tenant);
@@ -306,31 +308,29 @@ class DeviceView {
   }
 }
 
-/** Each tenant's share of the device time between two snapshots, and its fair share by weight among the tenants that ran. */
+/**
+ * Each tenant's share of the device time between two snapshots, and the share its
+ * weight entitles it to. Weights share device time within a class (latency work has
+ * strict priority over batch work), so the entitlement is each class's actual share
+ * split by weight among the tenants of that class that ran.
+ */
 function shareBetween(a, b) {
-  const time = (s) => {
-    const m = {};
-    for (const t of s.tenants) m[t.tenant] = (m[t.tenant] || 0) + t.device_time_us;
-    return m;
-  };
-  const before = time(a);
-  const after = time(b);
-  const delta = {};
-  let total = 0;
-  for (const [t, us] of Object.entries(after)) {
-    const d = Math.max(0, us - (before[t] || 0));
-    if (d > 0) {
-      delta[t] = d;
-      total += d;
-    }
-  }
+  const rowKey = (t) => `${t.class}\u0000${t.tenant}`;
+  const before = new Map(a.tenants.map((t) => [rowKey(t), t.device_time_us]));
+  const ran = b.tenants
+    .map((t) => ({ ...t, delta: Math.max(0, t.device_time_us - (before.get(rowKey(t)) || 0)) }))
+    .filter((t) => t.delta > 0);
+  const total = ran.reduce((sum, t) => sum + t.delta, 0);
   const share = {};
   const fair = {};
-  let weights = 0;
-  for (const t of Object.keys(delta)) weights += weightOf(b, t);
-  for (const [t, d] of Object.entries(delta)) {
-    share[t] = total ? d / total : 0;
-    fair[t] = weights ? weightOf(b, t) / weights : 0;
+  for (const cls of new Set(ran.map((t) => t.class))) {
+    const rows = ran.filter((t) => t.class === cls);
+    const classShare = rows.reduce((sum, t) => sum + t.delta, 0) / (total || 1);
+    const weights = rows.reduce((sum, t) => sum + t.weight, 0) || 1;
+    for (const t of rows) {
+      share[t.tenant] = (share[t.tenant] || 0) + t.delta / (total || 1);
+      fair[t.tenant] = (fair[t.tenant] || 0) + (classShare * t.weight) / weights;
+    }
   }
   return { share, fair };
 }
