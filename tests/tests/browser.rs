@@ -15,6 +15,7 @@
 //! `SLUICE_SCREENSHOTS` naming a directory (`cargo xtask screenshots` names
 //! `docs/img`) it saves the live view and the functions page there.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,7 +53,8 @@ fn browser() -> Option<(PathBuf, PathBuf)> {
     None
 }
 
-/// A running chromedriver; killed on drop.
+/// A running chromedriver in a process group of its own, with the browser it starts;
+/// the group is killed on drop, so a failing test leaves no browser behind.
 struct Driver {
     child: Child,
     url: String,
@@ -63,6 +65,7 @@ impl Driver {
         let port = free_port();
         let child = Command::new(path)
             .arg(format!("--port={port}"))
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -79,7 +82,8 @@ impl Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
         let _ = self.child.wait();
     }
 }
@@ -92,7 +96,8 @@ async fn session(driver: &Driver, chromium: &Path) -> Client {
         json!({
             "binary": chromium,
             "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--window-size=1400,1100", "--hide-scrollbars"],
+                     "--window-size=1400,1100", "--hide-scrollbars", "--disable-breakpad",
+                     "--disable-crash-reporter"],
         }),
     );
     caps.insert("goog:loggingPrefs".into(), json!({ "browser": "ALL" }));
