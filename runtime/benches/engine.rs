@@ -131,7 +131,12 @@ impl Bench {
         let ctx = InvocationContext {
             queue: self.queue.clone(),
             account: MemoryAccount::new("bench", None, None),
-            scheduling: SchedulingInfo { tenant: "bench".into(), class: PriorityClass::Latency, weight: 1 },
+            scheduling: SchedulingInfo {
+                tenant: "bench".into(),
+                function: "bench".into(),
+                class: PriorityClass::Latency,
+                weight: 1,
+            },
             timeout: None,
         };
         self.rt.block_on(engine.invoke(image, ctx, inputs)).unwrap_or_else(|e| panic!("{}: {e}", image.name()))

@@ -465,7 +465,12 @@ fn direct(device: &dyn Device, s: &Stream) -> Duration {
 
 /// The same stream through one invocation's queue of the scheduler.
 fn scheduled(queue: &DeviceQueue, s: &Stream) -> Duration {
-    let inv = queue.begin(SchedulingInfo { tenant: "t".into(), class: PriorityClass::Latency, weight: 1 });
+    let inv = queue.begin(SchedulingInfo {
+        tenant: "t".into(),
+        function: "f".into(),
+        class: PriorityClass::Latency,
+        weight: 1,
+    });
     let up = |m: &TensorMeta| {
         let id = queue.new_tensor_id();
         queue.upload(inv.id(), id, m.clone(), bytes(m.numel()));

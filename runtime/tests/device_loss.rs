@@ -34,7 +34,12 @@ fn sim(device: impl FnOnce(SimBuilder) -> SimBuilder) -> Sim {
 }
 
 fn stream(queue: &DeviceQueue, tenant: &str) -> InvocationGuard {
-    queue.begin(SchedulingInfo { tenant: tenant.into(), class: PriorityClass::Latency, weight: 1 })
+    queue.begin(SchedulingInfo {
+        tenant: tenant.into(),
+        function: "f".into(),
+        class: PriorityClass::Latency,
+        weight: 1,
+    })
 }
 
 fn upload(queue: &DeviceQueue, inv: &InvocationGuard, data: &[f32]) -> Tensor {

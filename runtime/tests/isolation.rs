@@ -35,7 +35,7 @@ fn sim(config: SchedulerConfig, device: impl FnOnce(SimBuilder) -> SimBuilder) -
 }
 
 fn stream(queue: &DeviceQueue, tenant: &str, class: PriorityClass) -> InvocationGuard {
-    queue.begin(SchedulingInfo { tenant: tenant.into(), class, weight: 1 })
+    queue.begin(SchedulingInfo { tenant: tenant.into(), function: "f".into(), class, weight: 1 })
 }
 
 fn upload(queue: &DeviceQueue, inv: &InvocationGuard, data: &[f32]) -> (TensorId, TensorMeta) {

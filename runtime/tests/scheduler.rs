@@ -19,6 +19,8 @@ use sluice_runtime::scheduler::{
     Clock, DeviceQueue, DeviceStatus, InvocationGuard, Policy, PriorityClass, SchedulerConfig, SchedulingInfo, TensorId,
 };
 
+#[path = "scheduler/kernel_log.rs"]
+mod kernel_log;
 #[path = "scheduler/streams.rs"]
 mod streams;
 
@@ -56,7 +58,7 @@ fn status_after_held_kernel(sim: &Sim) -> DeviceStatus {
 }
 
 fn stream(queue: &DeviceQueue, tenant: &str, class: PriorityClass, weight: u32) -> InvocationGuard {
-    queue.begin(SchedulingInfo { tenant: tenant.into(), class, weight })
+    queue.begin(SchedulingInfo { tenant: tenant.into(), function: "f".into(), class, weight })
 }
 
 fn f32_meta(shape: &[u32]) -> TensorMeta {

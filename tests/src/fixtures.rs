@@ -61,3 +61,23 @@ pub fn clients_python() -> Option<PathBuf> {
     skip("Python clients", &reason);
     None
 }
+
+/// The MNIST demo's directory (`SLUICE_MNIST_DIR`, else the fetch cache of `cargo
+/// xtask fetch-mnist`) with `model.safetensors` and `mnist_5k.bin`, or `None` after
+/// recording the skip (class "MNIST"); `SLUICE_REQUIRE_MNIST=1` or `CI=true` makes its
+/// absence a failure instead.
+pub fn mnist_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("SLUICE_MNIST_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/sluice/models/mnist"));
+    if dir.join("model.safetensors").is_file() && dir.join("mnist_5k.bin").is_file() {
+        return Some(dir);
+    }
+    let reason = format!("no MNIST model and samples in {} (`cargo xtask fetch-mnist`)", dir.display());
+    let required =
+        std::env::var("SLUICE_REQUIRE_MNIST").as_deref() == Ok("1") || std::env::var("CI").as_deref() == Ok("true");
+    assert!(!required, "SLUICE_REQUIRE_MNIST=1 or CI=true: {reason}");
+    skip("MNIST", &reason);
+    None
+}

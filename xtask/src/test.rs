@@ -1,7 +1,8 @@
 //! `cargo xtask test`: every check and every test of the project, from a fresh machine.
 //!
-//! Set-up first (the wasm target, the guest components, the MiniLM and SmolLM2 models, NVRTC, the Python
-//! clients' environment: [`clients_venv`]), then the
+//! Set-up first (the wasm target, the guest components, the MiniLM and SmolLM2 models, NVRTC,
+//! the Python clients' environment: [`clients_venv`], Chromium for the console's browser
+//! tests: [`browser`], the MNIST demo's model: [`fetch_model::fetch_mnist`]), then the
 //! lint steps of `cargo xtask lint` (rustfmt, module cycles, unused dependencies, the
 //! OpenAPI spec, clippy, rustdoc), then the host workspace's tests, the CUDA backend's
 //! tests on the fake CUDA libraries (`cargo xtask test-cuda-fake`), the doc tests, a
@@ -25,7 +26,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use crate::steps::Steps;
-use crate::{build_functions, clients_venv, cmd, fake_cuda, fetch_llm, fetch_model, fetch_nvrtc, lint, skips};
+use crate::{browser, build_functions, clients_venv, cmd, fake_cuda, fetch_llm, fetch_model, fetch_nvrtc, lint, skips};
 
 /// The test steps after the lint steps.
 const TEST_STEPS: usize = 5;
@@ -36,6 +37,8 @@ pub fn run(args: &[String]) -> Result<()> {
     let llm_dir = fetch_llm::fetch()?;
     let nvrtc_lib = nvrtc()?;
     let clients_python = clients_venv::ensure_for_tests()?;
+    let browser = browser::ensure_for_tests()?;
+    let mnist = fetch_model::fetch_mnist_for_tests()?;
     let root = cmd::repo_root();
     let skip_log = fresh_skip_log(&root)?;
 
@@ -53,6 +56,12 @@ pub fn run(args: &[String]) -> Result<()> {
             .env("SLUICE_SKIP_LOG", &skip_log);
         if let Some(python) = &clients_python {
             host.env(clients_venv::PYTHON_VAR, python);
+        }
+        if let Some(browser) = &browser {
+            browser.apply(&mut host);
+        }
+        if let Some(dir) = &mnist {
+            host.env(fetch_model::MNIST_VAR, dir);
         }
         if let Some(lib) = &nvrtc_lib {
             host.env("LD_LIBRARY_PATH", fetch_nvrtc::ld_library_path(lib)?).env("SLUICE_REQUIRE_NVRTC", "1");

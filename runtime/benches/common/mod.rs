@@ -126,7 +126,7 @@ pub fn ctx(queue: &DeviceQueue, tenant: &str, class: PriorityClass) -> Invocatio
     InvocationContext {
         queue: queue.clone(),
         account: MemoryAccount::new("invocation", None, None),
-        scheduling: SchedulingInfo { tenant: tenant.into(), class, weight: 1 },
+        scheduling: SchedulingInfo { tenant: tenant.into(), function: "f".into(), class, weight: 1 },
         timeout: None,
     }
 }

@@ -60,7 +60,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let image = engine.prepare(&name, &component, ArtifactSet::new(files, account.clone()), limits)?;
 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let scheduling = SchedulingInfo { tenant: "local".into(), class: PriorityClass::Latency, weight: 1 };
+    let scheduling =
+        SchedulingInfo { tenant: "local".into(), function: "run".into(), class: PriorityClass::Latency, weight: 1 };
     let ctx = InvocationContext {
         queue,
         account: MemoryAccount::new("invocation", None, Some(account)),

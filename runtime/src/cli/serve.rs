@@ -10,7 +10,7 @@ use sluice_registry::PriorityClass;
 
 use crate::device::{DeviceChoice, DeviceSettings, OpenedDevices, open_devices};
 use crate::platform::{Platform, PlatformConfig};
-use crate::scheduler::{Policy, SchedulerConfig};
+use crate::scheduler::{DEFAULT_KERNEL_LOG, Policy, SchedulerConfig};
 use crate::server::{self, BodyLimits};
 
 #[derive(clap::Args, Debug)]
@@ -55,6 +55,10 @@ pub struct ServeArgs {
     /// first-kernel wait of latency tenants that send requests with think time.
     #[arg(long, default_value_t = 0)]
     latency_hold_ms: u64,
+    /// Kernel records each device keeps for the live console's feed
+    /// (`/v1/devices/{index}/live`), written only while a feed is open; 0 turns it off.
+    #[arg(long, default_value_t = DEFAULT_KERNEL_LOG)]
+    kernel_log: usize,
     /// SMs of the GPU reserved for latency-class functions (a CUDA green-context
     /// partition, rounded up to the hardware's granularity: 8 SMs on Hopper); best-effort
     /// work uses the rest while latency work is active and the whole GPU otherwise.
@@ -126,6 +130,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             preemption_budget: Duration::from_micros(args.preemption_budget_us),
             fill_depth: Duration::from_micros(args.fill_depth_us),
             latency_hold: Duration::from_millis(args.latency_hold_ms),
+            kernel_log: args.kernel_log,
             ..SchedulerConfig::default()
         },
         warm_instances_per_function: args.warm_instances,

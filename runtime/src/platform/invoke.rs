@@ -128,6 +128,7 @@ impl Platform {
             account: MemoryAccount::new("invocation", None, Some(tenant_rt.account.clone())),
             scheduling: SchedulingInfo {
                 tenant: tenant.into(),
+                function: name.into(),
                 class: scheduling_class(clamp_class(
                     tenant_rt.policy.max_priority,
                     function.version.options.priority,

@@ -15,7 +15,8 @@
 //! - `policy`: the admin-owned tenant policy and its clamp at each invocation;
 //! - `heap`: the allocator's free memory back to the OS when idle after bursts;
 //! - `metrics`: Prometheus metrics of invocations, plus the status at scrape time;
-//! - `stats`: the same invocations per function, as Triton's statistics extension reports them.
+//! - `stats`: the same invocations per function, as Triton's statistics extension reports them;
+//! - `live`: one device as the live console shows it to a caller (kernel records, status).
 //!
 //! Methods that touch the disk or compile are synchronous: the HTTP layer calls them on
 //! the blocking pool. Errors are [`PlatformError`]s with stable codes.
@@ -27,6 +28,7 @@ mod functions;
 mod guest_threads;
 mod heap;
 mod invoke;
+mod live;
 mod metrics;
 mod policy;
 mod stats;
@@ -53,6 +55,7 @@ pub use error::{LimitScope, PlatformError, Result};
 pub use functions::{FunctionInfo, LoadedFunction, WarmReport};
 use guest_threads::GuestThreads;
 pub use invoke::{Invocation, InvokeOptions, UNKNOWN_FUNCTION};
+pub use live::{FunctionLatency, LiveKernels, LiveStatus, OTHER_TENANT, QueueDepth, TenantMemory};
 pub use metrics::{DURATION_BUCKETS, Metrics};
 pub use policy::{TenantPolicy, TenantView, clamp_class, clamp_weight, merge_settings};
 pub use stats::{FunctionStats, Timed};

@@ -4,12 +4,19 @@
 //!
 //! Kept beside the Prometheus histograms (whose sums the metrics library does not expose)
 //! and updated at the same points, so the two always agree; dropped with the function.
+//! The latencies of each function's last [`RECENT`] successful invocations are kept too,
+//! for the live console's p50/p99 ([`StatsTable::recent_latency`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 use serde::Serialize;
+
+use crate::scheduler::LatencySummary;
+
+/// How many recent latencies of each function are kept.
+pub const RECENT: usize = 512;
 
 /// A count and the total time it took.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -40,10 +47,18 @@ pub struct FunctionStats {
     pub compute: Timed,
 }
 
+/// One function's counters and recent latencies.
+#[derive(Debug, Default)]
+struct Entry {
+    stats: FunctionStats,
+    /// Latencies of the last successful invocations, in nanoseconds.
+    recent: VecDeque<u64>,
+}
+
 /// tenant → function → statistics.
 #[derive(Debug, Default)]
 pub(crate) struct StatsTable {
-    stats: Mutex<HashMap<String, HashMap<String, FunctionStats>>>,
+    stats: Mutex<HashMap<String, HashMap<String, Entry>>>,
 }
 
 fn now_ms() -> u64 {
@@ -51,23 +66,28 @@ fn now_ms() -> u64 {
 }
 
 impl StatsTable {
-    fn update(&self, tenant: &str, function: &str, f: impl FnOnce(&mut FunctionStats)) {
+    fn update(&self, tenant: &str, function: &str, f: impl FnOnce(&mut Entry)) {
         let mut stats = self.stats.lock();
         let entry = stats.entry(tenant.to_owned()).or_default().entry(function.to_owned()).or_default();
-        entry.last_inference_ms = now_ms();
+        entry.stats.last_inference_ms = now_ms();
         f(entry);
     }
 
     pub(crate) fn record_ok(&self, tenant: &str, function: &str, total: Duration, queue: Duration, compute: Duration) {
-        self.update(tenant, function, |s| {
+        self.update(tenant, function, |e| {
+            let s = &mut e.stats;
             s.success.add(total);
             s.queue.add(queue);
             s.compute.add(compute);
+            if e.recent.len() == RECENT {
+                e.recent.pop_front();
+            }
+            e.recent.push_back(u64::try_from(total.as_nanos()).unwrap_or(u64::MAX));
         });
     }
 
     pub(crate) fn record_error(&self, tenant: &str, function: &str, total: Duration) {
-        self.update(tenant, function, |s| s.fail.add(total));
+        self.update(tenant, function, |e| e.stats.fail.add(total));
     }
 
     /// The statistics of `function` (all of `tenant`'s when `None`), by function name.
@@ -77,9 +97,27 @@ impl StatsTable {
         let mut out: Vec<_> = functions
             .iter()
             .filter(|(name, _)| function.is_none_or(|f| f == name.as_str()))
-            .map(|(name, s)| (name.clone(), *s))
+            .map(|(name, e)| (name.clone(), e.stats))
             .collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// The latency distribution of each function's recent successful invocations, by
+    /// tenant and function name (every tenant's when `tenant` is `None`).
+    pub(crate) fn recent_latency(&self, tenant: Option<&str>) -> Vec<(String, String, LatencySummary)> {
+        let stats = self.stats.lock();
+        let mut out: Vec<_> = stats
+            .iter()
+            .filter(|(t, _)| tenant.is_none_or(|me| me == t.as_str()))
+            .flat_map(|(t, functions)| {
+                functions.iter().filter(|(_, e)| !e.recent.is_empty()).map(|(f, e)| {
+                    let samples: Vec<u64> = e.recent.iter().copied().collect();
+                    (t.clone(), f.clone(), LatencySummary::from_ns(&samples))
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
         out
     }
 
@@ -126,5 +164,22 @@ mod tests {
         table.forget("u", None);
         assert!(table.get("u", None).is_empty());
         assert_eq!(table.get("t", None).len(), 1);
+    }
+
+    #[test]
+    fn recent_latency_is_bounded_and_per_function() {
+        let table = StatsTable::default();
+        for i in 1..=(RECENT as u64 + 100) {
+            table.record_ok("t", "f", Duration::from_micros(i), Duration::ZERO, Duration::ZERO);
+        }
+        table.record_error("t", "g", Duration::from_millis(1));
+        table.record_ok("u", "h", Duration::from_micros(7), Duration::ZERO, Duration::ZERO);
+        let all = table.recent_latency(None);
+        assert_eq!(all.iter().map(|(t, f, _)| (t.as_str(), f.as_str())).collect::<Vec<_>>(), [("t", "f"), ("u", "h")]);
+        let f = &all[0].2;
+        assert_eq!(f.count, RECENT, "only the newest are kept");
+        assert_eq!(f.max_us, (RECENT + 100) as f64);
+        assert!(f.p50_us > 100.0 && f.p99_us > f.p50_us, "{f:?}");
+        assert_eq!(table.recent_latency(Some("u")).len(), 1);
     }
 }

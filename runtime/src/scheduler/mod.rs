@@ -20,6 +20,7 @@
 
 mod cost;
 mod inflight;
+mod kernels;
 mod lease;
 mod memory;
 mod pool;
@@ -43,6 +44,7 @@ use work::Work;
 
 pub use crate::clock::Clock;
 pub use cost::{CostModel, KernelKey};
+pub use kernels::{DEFAULT_KERNEL_LOG, FEED_BATCH, KernelBatch, KernelRecord, KernelWatch, RUNTIME_TENANT};
 pub use lease::TensorLease;
 pub use memory::{MemoryAccount, Reservation};
 pub use pool::{DevicePool, Placement, PlacementError};
@@ -78,6 +80,8 @@ pub enum PriorityClass {
 #[derive(Clone, Debug)]
 pub struct SchedulingInfo {
     pub tenant: Arc<str>,
+    /// The function invoked (named in the kernel log).
+    pub function: Arc<str>,
     pub class: PriorityClass,
     /// The tenant's weight in fair sharing (≥ 1).
     pub weight: u32,
@@ -122,6 +126,9 @@ pub struct SchedulerConfig {
     /// the device's account ([`DeviceQueue::memory`]), whose limit is the device's
     /// memory less this (less at most a quarter of it, on a small device).
     pub memory_headroom_bytes: u64,
+    /// Kernel records the device keeps for live watchers ([`DeviceQueue::kernels`]),
+    /// written only while one watches; 0 turns the log off.
+    pub kernel_log: usize,
     /// Where the scheduler reads time: the monotonic clock, or a simulated one that
     /// only moves when told (tests and benchmarks on [`crate::device::sim`]).
     pub clock: Clock,
@@ -141,6 +148,7 @@ impl Default for SchedulerConfig {
             latency_hold: Duration::ZERO,
             max_queued_per_invocation: DEFAULT_MAX_QUEUED_PER_INVOCATION,
             memory_headroom_bytes: 512 << 20,
+            kernel_log: DEFAULT_KERNEL_LOG,
             clock: Clock::monotonic(),
         }
     }
@@ -179,6 +187,12 @@ pub(crate) enum Command {
     Status {
         reply: oneshot::Sender<DeviceStatus>,
     },
+    /// The kernel log's newest `limit` records from sequence number `since` on.
+    Kernels {
+        since: u64,
+        limit: usize,
+        reply: oneshot::Sender<KernelBatch>,
+    },
 }
 
 /// What the device thread publishes for placement decisions.
@@ -195,6 +209,8 @@ pub(crate) struct Published {
     pub resets: AtomicU64,
     /// The device was lost and could not be reset: it fails every work item.
     pub unrecoverable: std::sync::atomic::AtomicBool,
+    /// Live watchers of the kernel log ([`KernelWatch`]): it records while any exist.
+    pub kernel_watchers: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 struct Shared {
@@ -363,6 +379,29 @@ impl DeviceQueue {
         let (reply, rx) = oneshot::channel();
         self.send(Command::Status { reply });
         rx.await.unwrap_or_else(|_| self.failed_status())
+    }
+
+    /// Starts watching the device's kernels: while the returned guard (or another)
+    /// lives, the device records each kernel it runs in its log, which
+    /// [`DeviceQueue::kernels`] reads.
+    pub fn watch_kernels(&self) -> KernelWatch {
+        KernelWatch::new(self.shared.published.kernel_watchers.clone())
+    }
+
+    /// The kernel log's newest `limit` records from sequence number `since` on (0:
+    /// all it keeps), taken after the commands sent before; older ones since `since`
+    /// count as missed. Empty for a stopped device.
+    pub async fn kernels(&self, since: u64, limit: usize) -> KernelBatch {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Kernels { since, limit, reply });
+        rx.await.unwrap_or_default()
+    }
+
+    /// Blocking variant of [`DeviceQueue::kernels`].
+    pub fn kernels_blocking(&self, since: u64, limit: usize) -> KernelBatch {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Kernels { since, limit, reply });
+        rx.blocking_recv().unwrap_or_default()
     }
 
     /// Blocking variant of [`DeviceQueue::status`].

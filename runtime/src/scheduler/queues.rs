@@ -15,6 +15,8 @@ use super::{InvocationId, Policy, PriorityClass, QueueRoom, SchedulingInfo};
 
 struct Invocation {
     tenant: usize,
+    /// The function invoked (for the kernel log).
+    function: Arc<str>,
     class: PriorityClass,
     items: VecDeque<Queued>,
     /// Whether a work item of this invocation has been taken (for preemption latency).
@@ -99,8 +101,17 @@ impl Queues {
         let t = &mut self.tenants[index];
         t.weight = info.weight.max(1);
         t.active += 1;
-        self.invocations
-            .insert(inv, Invocation { tenant: index, class: info.class, items: VecDeque::new(), started: false, room });
+        self.invocations.insert(
+            inv,
+            Invocation {
+                tenant: index,
+                function: info.function,
+                class: info.class,
+                items: VecDeque::new(),
+                started: false,
+                room,
+            },
+        );
     }
 
     /// Ends an invocation at `now` and returns the work it still had queued.
@@ -298,6 +309,15 @@ impl Queues {
         }
     }
 
+    /// The tenant and function of an open invocation (the runtime's own for
+    /// [`InvocationId::SYSTEM`]), for the kernel log.
+    pub fn names(&self, inv: InvocationId) -> (Arc<str>, Arc<str>) {
+        match self.invocations.get(&inv) {
+            Some(i) => (self.tenants[i.tenant].name.clone(), i.function.clone()),
+            None => (Arc::from(super::RUNTIME_TENANT), Arc::from("(runtime)")),
+        }
+    }
+
     /// Every tenant's queues and charges, by name.
     pub fn tenant_statuses(&self) -> Vec<TenantStatus> {
         let mut tenants: Vec<TenantStatus> = self
@@ -331,7 +351,7 @@ mod tests {
     use sluice_host_api::{DType, TensorMeta};
 
     fn info(tenant: &str, class: PriorityClass, weight: u32) -> SchedulingInfo {
-        SchedulingInfo { tenant: tenant.into(), class, weight }
+        SchedulingInfo { tenant: tenant.into(), function: "f".into(), class, weight }
     }
 
     fn work() -> Work {

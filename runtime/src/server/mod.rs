@@ -5,21 +5,26 @@
 //! requests while the running ones finish). Endpoints (documented in
 //! `docs/openapi.yaml`):
 //!
-//! - health, no key: `GET /v2/health/live`, `GET /v2/health/ready`;
+//! - no key: the health endpoints `GET /v2/health/live`, `GET /v2/health/ready`, and
+//!   the web console's files, `GET /` (a redirect) and `/console/...` (`console`);
 //! - admin key: `/v1/tenants[/{id}[/keys[/{key_id}]]]` (`PATCH /v1/tenants/{id}` changes
 //!   a tenant's policy; a tenant's key may `GET` its own entry), and `GET /metrics`
 //!   (Prometheus, OpenMetrics text; admin only because it names every tenant and function);
 //! - tenant key: `/v1/functions[/{name}[/invoke|/artifacts/{artifact}|/versions/{v}/publish]]` and the
 //!   Open Inference Protocol's `/v2`, `/v2/models/{name}[/versions/{v}][/ready|/infer|/config]`,
 //!   `/v2/models[/{name}]/stats`;
-//! - any key: `GET /v1/status` (the admin sees everything; a tenant its own usage only).
+//! - any key: `GET /v1/status` (the admin sees everything; a tenant its own usage only),
+//!   and `GET /v1/devices/{index}/live`, the live console's feed of one device
+//!   (server-sent events, `live`; others' work anonymised for a tenant).
 //!
 //! Errors map to statuses in [`error`] only.
 
 mod auth;
+mod console;
 pub mod error;
 mod functions;
 pub mod grpc;
+mod live;
 mod tenants;
 mod v2;
 
@@ -99,6 +104,11 @@ pub fn app(platform: Arc<Platform>, limits: BodyLimits) -> Router {
         .route("/v2/models/{name}/versions/{version}/infer", limited(post(v2::version_infer), limits.invoke_bytes));
     Router::new()
         .route("/v1/status", get(status))
+        .route("/v1/devices/{index}/live", get(live::feed))
+        .route("/", get(console::root))
+        .route("/console", get(console::root))
+        .route("/console/", get(console::index))
+        .route("/console/{*path}", get(console::asset))
         .merge(admin)
         .merge(functions)
         .merge(oip)

@@ -63,5 +63,5 @@ pub fn context() -> (InvocationContext, Arc<MemoryAccount>) {
 
 /// Scheduling of a test invocation: one tenant, latency class.
 pub fn scheduling() -> SchedulingInfo {
-    SchedulingInfo { tenant: "test".into(), class: PriorityClass::Latency, weight: 1 }
+    SchedulingInfo { tenant: "test".into(), function: "f".into(), class: PriorityClass::Latency, weight: 1 }
 }

@@ -331,7 +331,12 @@ mod tests {
         let queue = DeviceQueue::start_with(Box::new(device), SchedulerConfig { clock, ..Default::default() });
         // An invocation negating the shared weight.
         let negate = |w: &TensorLease, meta: &TensorMeta| {
-            let inv = queue.begin(SchedulingInfo { tenant: "t".into(), class: PriorityClass::Latency, weight: 1 });
+            let inv = queue.begin(SchedulingInfo {
+                tenant: "t".into(),
+                function: "f".into(),
+                class: PriorityClass::Latency,
+                weight: 1,
+            });
             let y = queue.new_tensor_id();
             queue.launch(inv.id(), y, Op::Unary(UnaryOp::Neg), vec![(w.id(), meta.clone())], meta.clone());
             queue.read_blocking(y, meta.clone())

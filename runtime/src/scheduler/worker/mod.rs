@@ -21,6 +21,7 @@ use sluice_host_api::{ApiError, ErrorCode, RowSplit, TensorMeta};
 
 use super::cost::{CostModel, KernelKey};
 use super::inflight::InFlight;
+use super::kernels::{KernelLog, Ran};
 use super::queues::Queues;
 use super::status::{DeviceStatus, Stats};
 use super::tensors::{ReadOutcome, Reply, TensorState, TensorTable};
@@ -55,6 +56,8 @@ struct Actor {
     faults: Cell<u64>,
     /// Losses of the device and its resets ([`recover`]).
     recovery: recover::Recovery,
+    /// What ran, for live watchers.
+    kernel_log: KernelLog,
 }
 
 pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver<Command>, published: Arc<Published>) {
@@ -64,6 +67,7 @@ pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver
         tracing::info!(partition = %device.partition(), "latency work runs on the reserved partition");
     }
     let recovery = recover::Recovery::new(published.clone());
+    let kernel_log = KernelLog::new(config.kernel_log, published.kernel_watchers.clone());
     let mut actor = Actor {
         device: recovery.watch(device),
         config,
@@ -77,6 +81,7 @@ pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver
         lane: Lane::Whole,
         faults: Cell::new(0),
         recovery,
+        kernel_log,
     };
     // A panic outside the backend's boundary is a bug of the scheduler itself: its
     // state can no longer be trusted, so the device stops, saying why (status then
@@ -211,6 +216,9 @@ impl Actor {
             Command::Status { reply } => {
                 let _ = reply.send(self.status());
             }
+            Command::Kernels { since, limit, reply } => {
+                let _ = reply.send(self.kernel_log.since(since, limit));
+            }
         }
     }
 
@@ -248,7 +256,9 @@ impl Actor {
     fn step(&mut self) -> Step {
         let Some(pick) = self.queues.pick(self.config.policy) else { return Step::Ran };
         let class = self.queues.class_of(pick);
-        if self.config.policy == Policy::Priority && class == PriorityClass::Latency && self.queues.batch_waiting() {
+        let preempting =
+            self.config.policy == Policy::Priority && class == PriorityClass::Latency && self.queues.batch_waiting();
+        if preempting {
             self.stats.preemptions += 1;
         }
         // On a partitioned device best-effort work has its own SMs while latency work
@@ -268,7 +278,32 @@ impl Actor {
         }
         let is_kernel = matches!(taken.item.work, Work::Launch { .. });
         self.enter(lane);
+        let (started, was_sliced) = (self.now(), taken.item.slices.is_some());
+        let op = match &taken.item.work {
+            Work::Launch { op, .. } => op.name(),
+            Work::Upload { .. } => "upload",
+        };
+        let (queued, watched) = (taken.item.at, self.kernel_log.watched());
         let (elapsed, done) = self.execute(&mut taken.item, slice_now, taken.tenant);
+        if watched {
+            let queues = &self.queues;
+            let (tenant, function) = self.kernel_log.names(taken.inv.0, || queues.names(taken.inv));
+            let sliced = was_sliced || !done;
+            let ran = Ran {
+                tenant,
+                function,
+                invocation: taken.inv.0,
+                op,
+                lane,
+                class,
+                queued,
+                start: started,
+                elapsed,
+                sliced,
+                preempting,
+            };
+            self.kernel_log.push(ran);
+        }
         if !done && let Err(work) = self.queues.put_back(taken.inv, taken.item) {
             self.cancel(work);
         }
