@@ -128,21 +128,18 @@ pub fn run(args: &[String]) -> Result<()> {
 
     let wasm = |name: &str| wasm_dir.join(format!("{name}.wasm")).display().to_string();
     let artifact = |name: &str, file: &str| format!("{name}={}", model.join(file).display());
+    // A MiniLM component with the model's weights, vocabulary and config as artifacts.
+    let minilm = |component: &str| {
+        let mut args = vec![wasm(component)];
+        for (name, file) in [("model", "model.safetensors"), ("vocab", "vocab.txt"), ("config", "config.json")] {
+            args.extend(["--artifact".to_owned(), artifact(name, file)]);
+        }
+        args
+    };
     let examples: Vec<(&str, Vec<String>)> = vec![
         ("echo", vec![wasm("echo")]),
         ("mlp", vec![wasm("mlp")]),
-        (
-            "minilm-embed",
-            vec![
-                wasm("minilm_embed"),
-                "--artifact".into(),
-                artifact("model", "model.safetensors"),
-                "--artifact".into(),
-                artifact("vocab", "vocab.txt"),
-                "--artifact".into(),
-                artifact("config", "config.json"),
-            ],
-        ),
+        ("minilm-embed", minilm("minilm_embed")),
         ("gemm-burn", vec![wasm("gemm_burn"), "--priority".into(), "batch".into()]),
         (
             "mnist",
@@ -151,18 +148,7 @@ pub fn run(args: &[String]) -> Result<()> {
         // Written in Python (functions/*/app.py, the Python guest SDK).
         ("echo-py", vec![wasm("echo_py")]),
         ("mlp-py", vec![wasm("mlp_py")]),
-        (
-            "minilm-embed-py",
-            vec![
-                wasm("minilm_embed_py"),
-                "--artifact".into(),
-                artifact("model", "model.safetensors"),
-                "--artifact".into(),
-                artifact("vocab", "vocab.txt"),
-                "--artifact".into(),
-                artifact("config", "config.json"),
-            ],
-        ),
+        ("minilm-embed-py", minilm("minilm_embed_py")),
     ];
     for (name, rest) in &examples {
         if client(&sluice, &url, &key, &["functions", "get", name]).is_some() {

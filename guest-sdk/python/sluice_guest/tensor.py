@@ -29,13 +29,6 @@ REDUCE = ops.ReduceOp
 POOL = ops.PoolKind
 
 
-def _count(shape: Sequence[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
 class Tensor:
     """A device tensor owned by this invocation; freed when garbage-collected or `drop`ped."""
 
