@@ -317,12 +317,12 @@ async fn guest_cpu_time_is_measured_and_charged_to_the_tenant() {
     assert!(matches!(err, InvokeError::Timeout { .. }), "{err}");
     let status = host().queue.status().await;
     let burner = status.tenants.iter().find(|t| t.tenant == "cpu-burner").expect("the tenant is known");
-    // Measured time, bounded by what holds on any machine: no more than the invocation
-    // took, and most of its 200 ms deadline (the guest computed from its start to the
-    // deadline; only the set-up before its first instruction is not its own).
+    // Measured time, judged against the invocation's own wall clock (both stretch alike
+    // on a busy machine): no more than it took, and most of it (only the set-up before
+    // the guest's first instruction and the unwinding after its deadline are not its own).
     let charged = Duration::from_micros(burner.guest_cpu_us);
     assert!(charged <= wall, "{charged:?} charged in {wall:?}");
-    assert!(charged >= Duration::from_millis(100), "{charged:?} charged for a 200 ms loop");
+    assert!(charged >= wall / 2, "{charged:?} charged of an invocation of {wall:?}");
     assert_eq!(burner.kernels, 0, "charged without running a kernel");
 }
 

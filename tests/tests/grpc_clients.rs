@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use sluice_tests::fixtures::{clients_python, required_model_dir as model_dir};
+use sluice_tests::fixtures::clients_python;
 use sluice_tests::{Server, repo_root};
 
 /// Runs `script` against `server`; returns its `ok:` lines, or panics with its output.
@@ -43,12 +43,7 @@ fn tritonclient_and_kserve_grpc_clients_work_unchanged() {
     let server = Server::start();
     let key = server.create_tenant("acme");
     server.deploy(&key, "echo", "echo", "");
-    server.deploy(&key, "minilm-embed", "minilm_embed", "timeout_ms=60000");
-    let dir = model_dir();
-    for (artifact, file) in [("model", "model.safetensors"), ("vocab", "vocab.txt"), ("config", "config.json")] {
-        let bytes = std::fs::read(dir.join(file)).unwrap();
-        server.put_bytes(&format!("/v1/functions/minilm-embed/artifacts/{artifact}"), &key, bytes).expect(201);
-    }
+    sluice_tests::minilm::deploy(&server, &key, "minilm-embed", "minilm_embed");
 
     let triton = run_script(&python, "grpc_tritonclient.py", &server, &key);
     let kserve = run_script(&python, "grpc_kserve.py", &server, &key);

@@ -9,7 +9,7 @@
 
 use std::process::Command;
 
-use sluice_tests::fixtures::{clients_python, required_model_dir as model_dir};
+use sluice_tests::fixtures::clients_python;
 use sluice_tests::{Server, repo_root};
 
 #[test]
@@ -18,12 +18,7 @@ fn tritonclient_and_kserve_over_http() {
     let server = Server::start();
     let key = server.create_tenant("acme");
     server.deploy(&key, "echo", "echo", "");
-    server.deploy(&key, "minilm-embed", "minilm_embed", "timeout_ms=60000");
-    let dir = model_dir();
-    for (artifact, file) in [("model", "model.safetensors"), ("vocab", "vocab.txt"), ("config", "config.json")] {
-        let bytes = std::fs::read(dir.join(file)).unwrap();
-        server.put_bytes(&format!("/v1/functions/minilm-embed/artifacts/{artifact}"), &key, bytes).expect(201);
-    }
+    sluice_tests::minilm::deploy(&server, &key, "minilm-embed", "minilm_embed");
     // Version 1 of `echo` is the one deployed above: the script asks for it by number.
     let out = Command::new(&python)
         .arg(repo_root().join("tests/clients/http_clients.py"))
