@@ -7,7 +7,7 @@
 //! round by round, in one process; it prints the median ops/s of each and its ratio
 //! to the log being off. Asserts nothing about time.
 //!
-//! `cargo bench -p sluice-runtime --bench kernel_log [-- --ops N --rounds R]`
+//! `cargo bench -p sluice-runtime --bench kernel_log [-- --ops N --rounds R --ring RECORDS]`
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -101,12 +101,13 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn main() {
     let ops = arg("--ops", 200_000);
     let rounds = arg("--rounds", 7);
+    let ring = arg("--ring", sluice_runtime::scheduler::DEFAULT_KERNEL_LOG);
     let start = |kernel_log| {
         DeviceQueue::start_with(Box::new(CpuDevice::new()), SchedulerConfig { kernel_log, ..Default::default() })
     };
     let off = start(0);
-    let unwatched = start(sluice_runtime::scheduler::DEFAULT_KERNEL_LOG);
-    let watched = start(sluice_runtime::scheduler::DEFAULT_KERNEL_LOG);
+    let unwatched = start(ring);
+    let watched = start(ring);
     let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
     let (mut seen, mut missed, mut bytes) = (0u64, 0u64, 0usize);
     // Warm-up: the allocator and the cost model.
@@ -143,8 +144,7 @@ fn main() {
         println!("{name:<42} {w:>13.0} {:>7.3}x {c:>16.0} {:>7.3}x", w / wall(&base), c / cpu(&base));
     }
     println!(
-        "watcher: {seen} records read, {missed} missed (ring of {}), {:.1} MiB of JSON",
-        sluice_runtime::scheduler::DEFAULT_KERNEL_LOG,
+        "watcher: {seen} records read, {missed} missed (ring of {ring}), {:.1} MiB of JSON",
         bytes as f64 / (1 << 20) as f64
     );
 }

@@ -101,8 +101,7 @@ fn same_predictions_as_numpy(python: &Path, dir: &Path, visible: &[Value], predi
         }
     }
 
-    let expected: Vec<i64> =
-        reference["predictions"].as_array().unwrap().iter().map(|d| d.as_i64().unwrap()).collect();
+    let expected: Vec<i64> = reference["predictions"].as_array().unwrap().iter().map(|d| d.as_i64().unwrap()).collect();
     let margins: Vec<f64> = reference["margins"].as_array().unwrap().iter().map(|m| m.as_f64().unwrap()).collect();
     assert_eq!(expected.len(), predictions.len());
     let differing: Vec<String> = (0..expected.len())

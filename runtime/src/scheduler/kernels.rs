@@ -1,8 +1,9 @@
 //! The kernel log: what a device ran, kernel by kernel, for whoever watches it live
 //! (the web console's timeline, through `GET /v1/devices/{index}/kernels`).
 //!
-//! The device actor writes one [`KernelRecord`] per kernel, kernel slice or upload it
-//! ran into a bounded ring it owns (no lock: only the actor touches it), and only
+//! The device actor writes one record per kernel, kernel slice or upload it ran into a
+//! bounded ring it owns (no lock: only the actor touches it; plain data, the names
+//! interned, so a record costs no reference count), and only
 //! while someone watches ([`DeviceQueue::watch_kernels`](super::DeviceQueue::watch_kernels)
 //! holds a [`KernelWatch`]): with no watcher the cost is one relaxed atomic load per
 //! step. Watchers read the records newer than the last they saw, at most a batch
@@ -10,7 +11,7 @@
 //! a watcher did not read (the ring wrapped, or they were past the limit) are counted
 //! as missed, never waited for.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -24,10 +25,11 @@ use crate::device::Lane;
 /// records a device keeps for its watchers (a few seconds of small kernels).
 pub const DEFAULT_KERNEL_LOG: usize = 8192;
 
-/// The most records the live feed takes per batch (every 100 ms): 10,240 kernels a
-/// second, more than a timeline can show; a device running more sends the newest and
-/// counts the rest as missed, which keeps a watcher's cost bounded.
-pub const FEED_BATCH: usize = 1024;
+/// The most records the live feed takes per batch (every 100 ms): 5,120 kernels a
+/// second, which fills the console's 10 s timeline within the 50,000 records it keeps
+/// (`web/js/live.js`); a device running more sends the newest and counts the rest as
+/// missed, which keeps a watcher's cost bounded whatever the kernel rate.
+pub const FEED_BATCH: usize = 512;
 
 /// The tenant named in the records of the runtime's own work.
 pub const RUNTIME_TENANT: &str = "sluice";
@@ -79,22 +81,49 @@ pub struct KernelBatch {
     pub next: u64,
 }
 
+/// The most distinct (tenant, function) pairs the log names at once; past it the
+/// ring starts afresh (its records count as missed), which bounds the table when
+/// functions come and go under a watcher for a long time.
+const MAX_NAMES: usize = 4096;
+
 /// The actor's ring of recent records.
+///
+/// A slot holds plain data: who ran a kernel is an index into a table of the distinct
+/// (tenant, function) pairs, filled when the invocation changes, so recording a
+/// kernel touches no reference count; names are attached when a watcher reads.
 pub(super) struct KernelLog {
-    ring: VecDeque<KernelRecord>,
+    ring: VecDeque<Slot>,
     capacity: usize,
     next_seq: u64,
     watchers: Arc<AtomicUsize>,
-    /// The names of the invocation recorded last (invocation ids are never reused):
-    /// consecutive kernels mostly come from one invocation, so most records skip the
-    /// queues' lookup.
-    last: Option<(u64, Arc<str>, Arc<str>)>,
+    names: Vec<(Arc<str>, Arc<str>)>,
+    name_index: HashMap<(Arc<str>, Arc<str>), u32>,
+    /// The names index of the invocation recorded last (invocation ids are never
+    /// reused): consecutive kernels mostly come from one invocation, so most records
+    /// skip the lookups.
+    last: Option<(u64, u32)>,
+}
+
+/// A [`KernelRecord`] in the ring, its names interned.
+#[derive(Clone, Copy)]
+struct Slot {
+    seq: u64,
+    names: u32,
+    invocation: u64,
+    op: &'static str,
+    lane: Lane,
+    class: PriorityClass,
+    queued_us: u64,
+    start_us: u64,
+    end_us: u64,
+    sliced: bool,
+    preempting: bool,
 }
 
 /// What the actor knows of a kernel when it records it.
 pub(super) struct Ran {
-    pub tenant: Arc<str>,
-    pub function: Arc<str>,
+    /// From [`KernelLog::names`].
+    pub names: u32,
     pub invocation: u64,
     pub op: &'static str,
     pub lane: Lane,
@@ -110,7 +139,15 @@ impl KernelLog {
     /// A log keeping at most `capacity` records (0: the log is off), recording while
     /// `watchers` counts someone.
     pub fn new(capacity: usize, watchers: Arc<AtomicUsize>) -> KernelLog {
-        KernelLog { ring: VecDeque::new(), capacity, next_seq: 1, watchers, last: None }
+        KernelLog {
+            ring: VecDeque::new(),
+            capacity,
+            next_seq: 1,
+            watchers,
+            names: Vec::new(),
+            name_index: HashMap::new(),
+            last: None,
+        }
     }
 
     /// Whether anyone watches (so [`KernelLog::push`] is worth calling).
@@ -118,29 +155,45 @@ impl KernelLog {
         self.capacity > 0 && self.watchers.load(Ordering::Relaxed) > 0
     }
 
-    /// The tenant and function of `invocation`, from `lookup` unless it was the last
-    /// one asked about.
-    pub fn names(&mut self, invocation: u64, lookup: impl FnOnce() -> (Arc<str>, Arc<str>)) -> (Arc<str>, Arc<str>) {
-        match &self.last {
-            Some((inv, tenant, function)) if *inv == invocation => (tenant.clone(), function.clone()),
-            _ => {
-                let (tenant, function) = lookup();
-                self.last = Some((invocation, tenant.clone(), function.clone()));
-                (tenant, function)
-            }
+    /// The names index of `invocation`'s tenant and function, asking `lookup` for them
+    /// unless it was the last invocation recorded.
+    pub fn names(&mut self, invocation: u64, lookup: impl FnOnce() -> (Arc<str>, Arc<str>)) -> u32 {
+        if let Some((inv, index)) = self.last
+            && inv == invocation
+        {
+            return index;
         }
+        let pair = lookup();
+        let index = match self.name_index.get(&pair) {
+            Some(&index) => index,
+            None => {
+                if self.names.len() == MAX_NAMES {
+                    self.ring.clear();
+                    self.names.clear();
+                    self.name_index.clear();
+                }
+                let index = self.names.len() as u32;
+                self.names.push(pair.clone());
+                self.name_index.insert(pair, index);
+                index
+            }
+        };
+        self.last = Some((invocation, index));
+        index
     }
 
     /// Appends a record, dropping the oldest when full.
     pub fn push(&mut self, ran: Ran) {
         if self.ring.len() == self.capacity {
             self.ring.pop_front();
+        } else if self.ring.capacity() == 0 {
+            // Allocated once, on the first record, so an unwatched device keeps none.
+            self.ring.reserve_exact(self.capacity);
         }
         let us = |d: Duration| d.as_micros() as u64;
-        self.ring.push_back(KernelRecord {
+        self.ring.push_back(Slot {
             seq: self.next_seq,
-            tenant: ran.tenant,
-            function: ran.function,
+            names: ran.names,
             invocation: ran.invocation,
             op: ran.op,
             lane: ran.lane,
@@ -161,9 +214,27 @@ impl KernelLog {
         let first = self.next_seq.saturating_sub(limit as u64).max(from);
         let oldest = self.ring.front().map_or(self.next_seq, |r| r.seq);
         let skip = first.saturating_sub(oldest) as usize;
-        let records: Vec<KernelRecord> = self.ring.iter().skip(skip).cloned().collect();
+        let records: Vec<KernelRecord> = self.ring.iter().skip(skip).map(|slot| self.record(slot)).collect();
         let missed = self.next_seq - from - records.len() as u64;
         KernelBatch { records, missed, next: self.next_seq }
+    }
+
+    fn record(&self, slot: &Slot) -> KernelRecord {
+        let (tenant, function) = self.names[slot.names as usize].clone();
+        KernelRecord {
+            seq: slot.seq,
+            tenant,
+            function,
+            invocation: slot.invocation,
+            op: slot.op,
+            lane: slot.lane,
+            class: slot.class,
+            queued_us: slot.queued_us,
+            start_us: slot.start_us,
+            end_us: slot.end_us,
+            sliced: slot.sliced,
+            preempting: slot.preempting,
+        }
     }
 }
 
@@ -189,11 +260,11 @@ impl Drop for KernelWatch {
 mod tests {
     use super::*;
 
-    fn ran(tenant: &str, start_us: u64) -> Ran {
+    fn ran(log: &mut KernelLog, tenant: &str, start_us: u64) -> Ran {
+        let invocation = tenant.len() as u64;
         Ran {
-            tenant: tenant.into(),
-            function: "f".into(),
-            invocation: 1,
+            names: log.names(invocation, || (tenant.into(), "f".into())),
+            invocation,
             op: "exp",
             lane: Lane::Whole,
             class: PriorityClass::Latency,
@@ -223,14 +294,16 @@ mod tests {
         let mut log = KernelLog::new(4, Arc::new(AtomicUsize::new(1)));
         assert_eq!(log.since(0, 100).next, 1);
         for i in 0..3 {
-            log.push(ran("a", i));
+            let r = ran(&mut log, "a", i);
+            log.push(r);
         }
         let first = log.since(0, 100);
         assert_eq!(first.records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 2, 3]);
         assert_eq!((first.missed, first.next), (0, 4));
         assert_eq!(first.records[1].end_us, 6, "start plus the device time");
         for i in 3..10 {
-            log.push(ran("b", i));
+            let r = ran(&mut log, "bb", i);
+            log.push(r);
         }
         let second = log.since(first.next, 100);
         assert_eq!(second.records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![7, 8, 9, 10], "the newest four");
@@ -242,5 +315,26 @@ mod tests {
         assert_eq!(limited.records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![9, 10], "the newest two");
         assert_eq!(limited.missed, 5, "4 to 8 were not sent");
         assert_eq!(log.since(99, 100).records.len(), 0, "a sequence number from the future");
+        assert_eq!((&*first.records[0].tenant, &*second.records[0].tenant), ("a", "bb"), "names by record");
+    }
+
+    #[test]
+    fn names_are_interned_across_invocations_and_bounded() {
+        let mut log = KernelLog::new(4, Arc::new(AtomicUsize::new(1)));
+        let a = log.names(1, || ("t".into(), "f".into()));
+        assert_eq!(log.names(2, || ("t".into(), "f".into())), a, "another invocation of the same function");
+        let g = log.names(3, || ("t".into(), "g".into()));
+        assert_ne!(g, a);
+        assert_eq!(log.names(3, || unreachable!("the last invocation's names are cached")), g);
+        for i in 0..(MAX_NAMES - 2) {
+            log.names(10 + i as u64, || ("t".into(), format!("f{i}").into()));
+        }
+        assert_eq!(log.names.len(), MAX_NAMES);
+        let r = ran(&mut log, "t", 0);
+        log.push(r);
+        let overflow = log.names(1 << 40, || ("u".into(), "new".into()));
+        assert_eq!((overflow, log.names.len(), log.ring.len()), (0, 1, 0), "the table and the ring start afresh");
+        let batch = log.since(0, 100);
+        assert_eq!((batch.records.len(), batch.missed), (0, 1), "the dropped record counts as missed");
     }
 }

@@ -287,11 +287,10 @@ impl Actor {
         let (elapsed, done) = self.execute(&mut taken.item, slice_now, taken.tenant);
         if watched {
             let queues = &self.queues;
-            let (tenant, function) = self.kernel_log.names(taken.inv.0, || queues.names(taken.inv));
+            let names = self.kernel_log.names(taken.inv.0, || queues.names(taken.inv));
             let sliced = was_sliced || !done;
             let ran = Ran {
-                tenant,
-                function,
+                names,
                 invocation: taken.inv.0,
                 op,
                 lane,
