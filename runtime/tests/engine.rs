@@ -270,6 +270,7 @@ async fn a_tenant_over_its_memory_quota_fails_alone() {
         account: MemoryAccount::new("invocation", None, Some(tenant.clone())),
         scheduling: common::scheduling(),
         timeout: None,
+        caller: Default::default(),
     };
     let (a, b) = tokio::join!(
         host().engine.invoke(&image, ctx(&tenant_a), &input),

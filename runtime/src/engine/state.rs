@@ -13,6 +13,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::artifacts::ArtifactSet;
+use super::caller::CallerState;
 use super::guest_cpu::GuestCpu;
 use crate::scheduler::{DeviceQueue, InvocationId, MemoryAccount, QueueRoom, TensorId, TensorLease};
 
@@ -100,6 +101,10 @@ pub struct InvocationState {
     pub(crate) quota_refusal: Option<String>,
     /// Time the guest computed between host calls.
     pub(crate) guest_cpu: GuestCpu,
+    /// Its caller: where emitted chunks go, whether it has gone.
+    pub(crate) caller: CallerState,
+    /// When the invocation's time limit is up (checked at every epoch tick).
+    pub(crate) deadline: std::time::Instant,
 }
 
 impl WasiView for InvocationState {

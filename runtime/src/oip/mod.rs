@@ -22,7 +22,7 @@ pub mod signature;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-pub use infer::{ModelInfo, infer, model};
+pub use infer::{ModelInfo, infer, infer_streaming, model};
 
 pub use crate::engine::DATATYPES;
 use crate::engine::{IoData, IoTensor};

@@ -39,6 +39,7 @@ pub fn grpc_code(code: Code) -> tonic::Code {
         | Code::QuotaExceeded => tonic::Code::ResourceExhausted,
         Code::ShuttingDown => tonic::Code::Unavailable,
         Code::Timeout => tonic::Code::DeadlineExceeded,
+        Code::Cancelled => tonic::Code::Cancelled,
         Code::FunctionFailed
         | Code::FunctionTrapped
         | Code::Internal
