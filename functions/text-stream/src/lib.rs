@@ -16,7 +16,8 @@
 //! out (`stop`). It returns `text_output` (the whole text), `finish_reason`,
 //! `prompt_tokens` (the prompt's words) and `completion_tokens` (the words generated).
 //! A device tensor is held for the whole generation, so a running invocation holds
-//! device memory until it ends.
+//! device memory until it ends. It declares its signature, so the generate extension
+//! types `repeat` as INT32.
 
 use sluice_guest::{Error, Function, Inputs, IoTensor, Result, Tensor, streaming};
 
@@ -123,3 +124,22 @@ impl Function for TextStream {
 }
 
 sluice_guest::export!(TextStream);
+
+sluice_guest::signature! {
+    inputs: [
+        "text_input": BYTES[1] optional,
+        "messages": BYTES[1] optional,
+        "max_tokens": INT32[1] optional,
+        "temperature": FP32[1] optional,
+        "top_p": FP32[1] optional,
+        "seed": INT64[1] optional,
+        "stop": BYTES[-1] optional,
+        "repeat": INT32[1] optional,
+    ],
+    outputs: [
+        "text_output": BYTES[1],
+        "finish_reason": BYTES[1],
+        "prompt_tokens": INT32[1],
+        "completion_tokens": INT32[1],
+    ],
+}
