@@ -12,7 +12,8 @@ use std::time::Duration;
 use common::{context, host, prepare};
 use half::{bf16, f16};
 use sluice_runtime::engine::{
-    ArtifactSet, ComponentError, Engine, EngineConfig, FunctionLimits, InvokeError, IoData, IoTensor,
+    ArtifactSet, CallerLink, Cancel, ComponentError, Engine, EngineConfig, FunctionLimits, InvokeError, IoData,
+    IoTensor,
 };
 
 fn tensor(name: &str, shape: &[u64], data: IoData) -> IoTensor {
@@ -142,6 +143,25 @@ async fn misbehave_loop_is_stopped_at_its_deadline() {
     assert!(matches!(err, InvokeError::Timeout { limit, .. } if limit == Duration::from_millis(300)), "{err}");
     assert!(started.elapsed() < Duration::from_secs(5), "stopped promptly: {:?}", started.elapsed());
     assert!(err.to_string().contains("time limit of 300 ms"), "{err}");
+}
+
+#[tokio::test]
+async fn a_spinning_guest_is_stopped_when_its_caller_goes() {
+    // A long time limit: only the caller's going can stop it first.
+    let image = prepare("misbehave", FunctionLimits { timeout: Duration::from_secs(120), ..FunctionLimits::default() });
+    let (mut ctx, account) = context();
+    let cancel = Cancel::default();
+    ctx.caller = CallerLink { sink: None, cancel: cancel.clone() };
+    // Another thread: the guest spins on this one without yielding to the runtime.
+    let raise = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        cancel.raise();
+    });
+    let err = host().engine.invoke(&image, ctx, &[text("mode", "loop")]).await.unwrap_err();
+    raise.join().unwrap();
+    assert!(matches!(err, InvokeError::Cancelled { .. }), "{err}");
+    assert_eq!(err.code(), sluice_host_api::Code::Cancelled);
+    assert_eq!(account.used(), 0);
 }
 
 #[tokio::test]

@@ -138,6 +138,7 @@ impl Kind {
 }
 
 /// A decoded request: the function, whether to stream, the contract's inputs.
+#[derive(Debug)]
 struct Decoded {
     model: String,
     stream: bool,
