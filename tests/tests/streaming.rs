@@ -4,13 +4,16 @@
 //! `stop` and `max_tokens`, bad requests (4xx JSON), a one-shot function through
 //! `/generate` and a streaming one through `/infer`, time-to-first-token metrics, and a
 //! client that disconnects mid-stream: its endless generation ends and frees its device
-//! memory.
+//! memory. The `openai` Python client (`tests/clients/openai_client.py`, in the clients'
+//! environment of `oip_clients.rs`; skipped without it) streams and not.
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sluice_tests::sse::EventStream;
-use sluice_tests::{ADMIN_KEY, Server};
+use sluice_tests::fixtures::clients_python;
+use sluice_tests::{ADMIN_KEY, Server, repo_root};
 
 const PROMPT: &str = "the quick brown fox jumps over the lazy dog";
 
@@ -214,4 +217,24 @@ fn a_client_that_disconnects_stops_an_endless_generation_and_frees_its_memory() 
     // The server still serves the tenant.
     let r = server.post_json("/v2/models/text-stream/generate", &key, &json!({ "text_input": "still here" })).expect(200);
     assert_eq!(r["text_output"], "still here");
+}
+
+#[test]
+fn the_openai_python_client_streams_and_not() {
+    let Some(python) = clients_python() else { return };
+    let (server, key) = server();
+    let out = Command::new(&python)
+        .arg(repo_root().join("tests/clients/openai_client.py"))
+        .env("SLUICE_URL", &server.url)
+        .env("SLUICE_KEY", &key)
+        .output()
+        .expect("running the openai client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("all checks passed"),
+        "the openai client failed ({}):\n{stdout}\n{}\nserver log:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        server.log()
+    );
 }
