@@ -11,8 +11,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sluice_tests::sse::EventStream;
 use sluice_tests::fixtures::clients_python;
+use sluice_tests::sse::EventStream;
 use sluice_tests::{ADMIN_KEY, Server, repo_root};
 
 const PROMPT: &str = "the quick brown fox jumps over the lazy dog";
@@ -60,8 +60,9 @@ fn generate_stream_concatenates_to_the_one_shot_text() {
     assert_eq!(whole["completion_tokens"], 9);
     assert_eq!(whole["prompt_tokens"], 9);
 
-    let stream = EventStream::post(&server, "/v2/models/text-stream/generate_stream", &key, &json!({ "text_input": PROMPT }))
-        .expect("a stream");
+    let stream =
+        EventStream::post(&server, "/v2/models/text-stream/generate_stream", &key, &json!({ "text_input": PROMPT }))
+            .expect("a stream");
     let events = events(stream);
     assert_eq!(events.len(), 10, "one event per word, then the final one: {events:?}");
     let (last, chunks) = events.split_last().unwrap();
@@ -90,7 +91,8 @@ fn generate_stream_concatenates_to_the_one_shot_text() {
     let f = status["functions"].as_array().unwrap().iter().find(|f| f["function"] == "text-stream").unwrap();
     assert_eq!(f["time_to_first_token"]["count"], 3, "{f}");
     assert_eq!(f["time_per_output_token"]["count"], 3, "{f}");
-    let (ttft, latency) = (f["time_to_first_token"]["p50_us"].as_f64().unwrap(), f["latency"]["p50_us"].as_f64().unwrap());
+    let (ttft, latency) =
+        (f["time_to_first_token"]["p50_us"].as_f64().unwrap(), f["latency"]["p50_us"].as_f64().unwrap());
     assert!(ttft <= latency, "the first token comes before the result: {f}");
 }
 
@@ -98,7 +100,8 @@ fn generate_stream_concatenates_to_the_one_shot_text() {
 fn one_shot_and_streaming_functions_cross_over() {
     let (server, key) = server();
     // A one-shot function through /generate: its outputs by name.
-    let r = server.post_json("/v2/models/echo/generate", &key, &json!({ "text_input": "hi", "x": [1.5, 2.0] })).expect(200);
+    let r =
+        server.post_json("/v2/models/echo/generate", &key, &json!({ "text_input": "hi", "x": [1.5, 2.0] })).expect(200);
     assert_eq!((&r["text_input"], &r["x"]), (&json!("hi"), &json!([1.5, 2.0])));
     // ... and through /generate_stream: no chunks, one final event.
     let stream = EventStream::post(&server, "/v2/models/echo/generate_stream", &key, &json!({ "label": "x" })).unwrap();
@@ -117,7 +120,11 @@ fn openai_chat_and_completions_stream_and_not() {
     let (server, key) = server();
     let messages = json!([{ "role": "system", "content": "be brief" }, { "role": "user", "content": PROMPT }]);
     let r = server
-        .post_json("/v1/chat/completions", &key, &json!({ "model": "text-stream", "messages": messages, "seed": 1, "temperature": 0.0 }))
+        .post_json(
+            "/v1/chat/completions",
+            &key,
+            &json!({ "model": "text-stream", "messages": messages, "seed": 1, "temperature": 0.0 }),
+        )
         .expect(200);
     assert_eq!(r["object"], "chat.completion");
     assert_eq!(r["model"], "text-stream");
@@ -139,9 +146,14 @@ fn openai_chat_and_completions_stream_and_not() {
     assert_eq!(last["choices"][0]["finish_reason"], "length");
     assert_eq!(last["usage"], json!({ "prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13 }));
 
-    let r = server.post_json("/v1/completions", &key, &json!({ "model": "text-stream", "prompt": PROMPT, "stop": ["fox"] })).expect(200);
+    let r = server
+        .post_json("/v1/completions", &key, &json!({ "model": "text-stream", "prompt": PROMPT, "stop": ["fox"] }))
+        .expect(200);
     assert_eq!(r["object"], "text_completion");
-    assert_eq!((&r["choices"][0]["text"], &r["choices"][0]["finish_reason"]), (&json!("the quick brown"), &json!("stop")));
+    assert_eq!(
+        (&r["choices"][0]["text"], &r["choices"][0]["finish_reason"]),
+        (&json!("the quick brown"), &json!("stop"))
+    );
     assert_eq!(r["usage"]["completion_tokens"], 3);
 
     let body = json!({ "model": "text-stream", "prompt": PROMPT, "stream": true, "stop": "lazy" });
@@ -168,7 +180,12 @@ fn bad_requests_are_4xx_json() {
     let chat = "/v1/chat/completions";
     openai_error(chat, &json!({ "messages": messages }), 400, "invalid_request");
     openai_error(chat, &json!({ "model": "text-stream", "messages": "hi" }), 400, "invalid_request");
-    openai_error(chat, &json!({ "model": "text-stream", "messages": messages, "max_tokens": "many" }), 400, "invalid_request");
+    openai_error(
+        chat,
+        &json!({ "model": "text-stream", "messages": messages, "max_tokens": "many" }),
+        400,
+        "invalid_request",
+    );
     openai_error(chat, &json!({ "model": "nope", "messages": messages }), 404, "not_found");
     openai_error(chat, &json!({ "model": "nope", "messages": messages, "stream": true }), 404, "not_found");
     openai_error(chat, &json!({ "model": "echo", "messages": messages }), 400, "invalid_request");
@@ -211,11 +228,14 @@ fn a_client_that_disconnects_stops_an_endless_generation_and_frees_its_memory() 
     assert_eq!(ended["tenants"][0]["in_flight"], 0);
     let metrics = String::from_utf8_lossy(&server.get("/metrics", ADMIN_KEY).body).into_owned();
     assert!(
-        metrics.lines().any(|l| l.starts_with("sluice_invocations_total") && l.contains("outcome=\"cancelled\"") && l.contains("text-stream")),
+        metrics.lines().any(|l| l.starts_with("sluice_invocations_total")
+            && l.contains("outcome=\"cancelled\"")
+            && l.contains("text-stream")),
         "the invocation ended as cancelled: {metrics}"
     );
     // The server still serves the tenant.
-    let r = server.post_json("/v2/models/text-stream/generate", &key, &json!({ "text_input": "still here" })).expect(200);
+    let r =
+        server.post_json("/v2/models/text-stream/generate", &key, &json!({ "text_input": "still here" })).expect(200);
     assert_eq!(r["text_output"], "still here");
 }
 

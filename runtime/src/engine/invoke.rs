@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_host_api::Code;
-use wasmtime::{Store, UpdateDeadline};
 use wasmtime::component::ResourceTable;
+use wasmtime::{Store, UpdateDeadline};
 use wasmtime_wasi::WasiCtx;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 

@@ -29,9 +29,7 @@ use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 pub use artifacts::{ArtifactSet, ArtifactStats, gguf};
 pub use bindings::{IoData, IoTensor, RunError};
-pub use caller::{
-    CHUNKS_BUFFERED, CallerLink, Cancel, CancelOnDrop, Chunk, ChunkSink, ChunkTimes, chunk_channel,
-};
+pub use caller::{CHUNKS_BUFFERED, CallerLink, Cancel, CancelOnDrop, Chunk, ChunkSink, ChunkTimes, chunk_channel};
 pub use component::{ComponentError, FunctionImage, FunctionLimits};
 pub use invoke::{InvocationContext, InvocationOutput, InvokeError};
 pub use signature::{DATATYPES, SIGNATURE_SECTION, Signature, TensorSpec, read_signature};

@@ -213,11 +213,17 @@ mod tests {
             IoTensor { name: COMPLETION_TOKENS.into(), shape: vec![1], data: IoData::I32(vec![2]) },
         ];
         let g = Generation::from_outputs("f", &outputs).unwrap();
-        assert_eq!((g.text.as_str(), g.finish_reason.as_str(), g.prompt_tokens, g.completion_tokens), ("a b", "length", 0, 2));
+        assert_eq!(
+            (g.text.as_str(), g.finish_reason.as_str(), g.prompt_tokens, g.completion_tokens),
+            ("a b", "length", 0, 2)
+        );
         assert_eq!(chunk_text(&outputs), Some("a b".to_owned()));
         let e = Generation::from_outputs("echo", &outputs[1..]).unwrap_err();
         assert!(e.0.contains("generation contract"), "{e}");
         let v = outputs_object("f", Some("1"), &outputs);
-        assert_eq!(v, json!({"model_name": "f", "model_version": "1", "text_output": "a b", "finish_reason": "length", "completion_tokens": 2}));
+        assert_eq!(
+            v,
+            json!({"model_name": "f", "model_version": "1", "text_output": "a b", "finish_reason": "length", "completion_tokens": 2})
+        );
     }
 }

@@ -60,9 +60,9 @@ async fn decode(
     let declared = |input: &str| {
         let spec = info.signature.as_ref().map(|s| s.inputs.iter().find(|i| i.name == input));
         match spec {
-            None => Some(None),                         // no signature: any input
+            None => Some(None),                                    // no signature: any input
             Some(Some(spec)) => Some(Some(spec.datatype.clone())), // declared
-            Some(None) => None,                         // not in the signature
+            Some(None) => None,                                    // not in the signature
         }
     };
     let mut parameters = match body.get("parameters") {

@@ -411,7 +411,10 @@ mod tests {
             (json!({"model": "m"}), "`messages`"),
             (json!({"model": "m", "messages": [{"role": "user"}]}), "`messages`"),
             (json!({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}), "`max_tokens`"),
-            (json!({"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"}), "`temperature`"),
+            (
+                json!({"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"}),
+                "`temperature`",
+            ),
             (json!({"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": [1]}), "`stop`"),
             (json!({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 2}), "`n`"),
             (json!({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}), "`stream`"),
