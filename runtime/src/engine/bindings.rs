@@ -27,7 +27,7 @@ wasmtime::component::bindgen!({
         "sluice:gpu/types.error" => super::host_error::HostError,
     },
     with: {
-        "sluice:gpu/tensors.tensor": super::state::TensorHandle,
+        "sluice:gpu/tensors.tensor": super::handle::TensorHandle,
     },
 });
 

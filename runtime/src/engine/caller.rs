@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use sluice_host_api::{ApiError, ErrorCode};
 use tokio::sync::mpsc;
 
-use super::bindings::IoTensor;
+use super::IoTensor;
 
 /// Chunks a streaming caller may leave unread before the function's `emit` waits.
 pub const CHUNKS_BUFFERED: usize = 16;
@@ -154,7 +154,7 @@ mod tests {
     use super::*;
 
     fn chunk(n: i32) -> Chunk {
-        vec![IoTensor { name: "n".into(), shape: vec![1], data: super::super::bindings::IoData::I32(vec![n]) }]
+        vec![IoTensor { name: "n".into(), shape: vec![1], data: crate::engine::IoData::I32(vec![n]) }]
     }
 
     #[tokio::test]

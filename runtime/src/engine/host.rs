@@ -13,8 +13,9 @@ use wasmtime::component::Resource;
 
 use super::bindings::WitDtype;
 use super::bindings::sluice::gpu::{artifacts, fused, io, ops, streaming, tensors, types};
+use super::handle::TensorHandle;
 use super::host_error::HostError;
-use super::state::{InvocationState, TensorHandle};
+use super::state::InvocationState;
 use crate::scheduler::{Reservation, TensorLease};
 
 /// What an import that returns a WIT `result` returns: a refusal or a trap in the `Err`.

@@ -13,6 +13,7 @@ mod caller;
 mod component;
 mod convert;
 mod guest_cpu;
+mod handle;
 mod host;
 mod host_error;
 mod invoke;
