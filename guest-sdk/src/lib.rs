@@ -32,6 +32,11 @@
 //! `sluice_guest` package, built into components by componentize-py; see its README
 //! and `functions/echo-py`, `functions/mlp-py`, `functions/minilm-embed-py`).
 //!
+//! A function may stream its output while it runs ([`streaming::emit`], e.g. a
+//! generation's tokens) and learn that its caller has gone ([`streaming::caller_gone`]);
+//! `docs/generation.md` is the contract the server's generate and OpenAI-compatible
+//! endpoints expect of a text-generation function.
+//!
 //! A function may declare its signature (input and output names, datatypes, shapes)
 //! with [`signature!`]; the host then reports it and refuses requests that do not match
 //! before the function runs.
@@ -55,6 +60,7 @@ mod fused;
 mod io;
 mod ops;
 pub mod signature;
+pub mod streaming;
 mod tensor;
 
 pub use convert::{bf16_bits_to_f32, f16_bits_to_f32};

@@ -75,11 +75,14 @@ pub enum Code {
     /// flight, so the same request can succeed once they finish (a request that alone
     /// needs more never will; the message names the limit).
     QuotaExceeded,
+    /// The caller went away (closed its connection) before the invocation finished; the
+    /// invocation was stopped. 499, nginx's "client closed request": nobody reads it but logs.
+    Cancelled,
 }
 
 impl Code {
     /// Every code, in declaration order.
-    pub const ALL: [Code; 26] = [
+    pub const ALL: [Code; 27] = [
         Code::InvalidRequest,
         Code::InvalidInput,
         Code::InvalidName,
@@ -106,6 +109,7 @@ impl Code {
         Code::InsufficientDeviceMemory,
         Code::Timeout,
         Code::QuotaExceeded,
+        Code::Cancelled,
     ];
 
     /// The code as it appears in error bodies and metric labels (snake_case).
@@ -137,6 +141,7 @@ impl Code {
             Code::InsufficientDeviceMemory => "insufficient_device_memory",
             Code::Timeout => "timeout",
             Code::QuotaExceeded => "quota_exceeded",
+            Code::Cancelled => "cancelled",
         }
     }
 
@@ -162,6 +167,7 @@ impl Code {
             Code::OutputTooLarge | Code::TransferTooLarge => 502,
             Code::ShuttingDown | Code::InsufficientDeviceMemory => 503,
             Code::Timeout => 504,
+            Code::Cancelled => 499,
         }
     }
 

@@ -13,6 +13,7 @@ pub enum ErrorCode {
     OutOfMemory,
     TooLarge,
     DeviceFailure,
+    Cancelled,
 }
 
 impl ErrorCode {
@@ -27,6 +28,7 @@ impl ErrorCode {
             ErrorCode::OutOfMemory => "out-of-memory",
             ErrorCode::TooLarge => "too-large",
             ErrorCode::DeviceFailure => "device-failure",
+            ErrorCode::Cancelled => "cancelled",
         }
     }
 }

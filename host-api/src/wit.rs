@@ -31,7 +31,8 @@ macro_rules! wit_conversions {
             $crate::__wit_enum_both_ways!(api::ErrorCode, wit_types::ErrorCode;
                 ShapeMismatch = ShapeMismatch, DtypeMismatch = DtypeMismatch,
                 InvalidArgument = InvalidArgument, NotFound = NotFound, QuotaExceeded = QuotaExceeded,
-                OutOfMemory = OutOfMemory, TooLarge = TooLarge, DeviceFailure = DeviceFailure);
+                OutOfMemory = OutOfMemory, TooLarge = TooLarge, DeviceFailure = DeviceFailure,
+                Cancelled = Cancelled);
             $crate::__wit_enum_both_ways!(api::UnaryOp, wit_ops::UnaryOp;
                 Relu = Relu, Gelu = Gelu, GeluTanh = GeluTanh, Tanh = Tanh, Sigmoid = Sigmoid,
                 Exp = Exp, Log = Log, Sqrt = Sqrt, Rsqrt = Rsqrt, Neg = Neg, Abs = Abs, Silu = Silu);

@@ -138,6 +138,7 @@ impl Bench {
                 weight: 1,
             },
             timeout: None,
+            caller: Default::default(),
         };
         self.rt.block_on(engine.invoke(image, ctx, inputs)).unwrap_or_else(|e| panic!("{}: {e}", image.name()))
     }

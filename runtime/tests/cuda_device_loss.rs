@@ -35,6 +35,7 @@ fn an_invocation_that_loses_the_gpu_fails_and_the_next_ones_run() {
             account: MemoryAccount::new("invocation", None, None),
             scheduling: common::scheduling(),
             timeout: None,
+            caller: Default::default(),
         };
         rt.block_on(common::host().engine.invoke(&image, ctx, &input))
     };

@@ -12,7 +12,8 @@ use std::time::Duration;
 use common::{context, host, prepare};
 use half::{bf16, f16};
 use sluice_runtime::engine::{
-    ArtifactSet, ComponentError, Engine, EngineConfig, FunctionLimits, InvokeError, IoData, IoTensor,
+    ArtifactSet, CallerLink, Cancel, ComponentError, Engine, EngineConfig, FunctionLimits, InvokeError, IoData,
+    IoTensor,
 };
 
 fn tensor(name: &str, shape: &[u64], data: IoData) -> IoTensor {
@@ -145,6 +146,25 @@ async fn misbehave_loop_is_stopped_at_its_deadline() {
 }
 
 #[tokio::test]
+async fn a_spinning_guest_is_stopped_when_its_caller_goes() {
+    // A long time limit: only the caller's going can stop it first.
+    let image = prepare("misbehave", FunctionLimits { timeout: Duration::from_secs(120), ..FunctionLimits::default() });
+    let (mut ctx, account) = context();
+    let cancel = Cancel::default();
+    ctx.caller = CallerLink { sink: None, cancel: cancel.clone() };
+    // Another thread: the guest spins on this one without yielding to the runtime.
+    let raise = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        cancel.raise();
+    });
+    let err = host().engine.invoke(&image, ctx, &[text("mode", "loop")]).await.unwrap_err();
+    raise.join().unwrap();
+    assert!(matches!(err, InvokeError::Cancelled { .. }), "{err}");
+    assert_eq!(err.code(), sluice_host_api::Code::Cancelled);
+    assert_eq!(account.used(), 0);
+}
+
+#[tokio::test]
 async fn misbehave_oom_hits_the_memory_cap() {
     let mut limits = FunctionLimits::default();
     limits.sandbox.memory_bytes = 32 << 20;
@@ -270,6 +290,7 @@ async fn a_tenant_over_its_memory_quota_fails_alone() {
         account: MemoryAccount::new("invocation", None, Some(tenant.clone())),
         scheduling: common::scheduling(),
         timeout: None,
+        caller: Default::default(),
     };
     let (a, b) = tokio::join!(
         host().engine.invoke(&image, ctx(&tenant_a), &input),

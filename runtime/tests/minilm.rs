@@ -63,8 +63,13 @@ fn image() -> FunctionImage {
 
 async fn embed(image: &FunctionImage, texts: &[&str]) -> (Vec<f32>, Vec<i64>, u64) {
     let account = MemoryAccount::new("test", None, None);
-    let ctx =
-        InvocationContext { queue: host().queue.clone(), account, scheduling: common::scheduling(), timeout: None };
+    let ctx = InvocationContext {
+        queue: host().queue.clone(),
+        account,
+        scheduling: common::scheduling(),
+        timeout: None,
+        caller: Default::default(),
+    };
     let inputs = vec![
         IoTensor {
             name: "text".into(),

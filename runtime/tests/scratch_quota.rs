@@ -51,6 +51,7 @@ fn mlp_on_scratch_hungry_device(quota: Option<u64>) -> (Result<Vec<IoTensor>, In
         account: MemoryAccount::new("invocation", None, Some(tenant.clone())),
         scheduling: common::scheduling(),
         timeout: None,
+        caller: Default::default(),
     };
     let image = common::prepare("mlp", FunctionLimits::default());
     let input = [IoTensor { name: "input".into(), shape: vec![4, 16], data: IoData::F32(vec![0.5; 64]) }];

@@ -1,6 +1,9 @@
 //! A blocking client of server-sent events (the live console's feed,
-//! `GET /v1/devices/{index}/live`): [`EventStream::open`] and one event at a time from
-//! [`EventStream::next_event`], each an event name with its JSON data.
+//! `GET /v1/devices/{index}/live`; the streamed generations of `POST .../generate_stream`
+//! and the OpenAI-compatible endpoints): [`EventStream::open`] or [`EventStream::post`],
+//! and one event at a time from [`EventStream::next_event`], each an event name with its
+//! JSON data (or [`EventStream::next_data`], its raw text: OpenAI's stream ends with
+//! `data: [DONE]`). Dropping the stream closes the connection.
 
 use std::io::{BufRead, BufReader};
 use std::time::Duration;
@@ -17,16 +20,39 @@ pub struct EventStream {
 impl EventStream {
     /// Opens `path` with `key`; on a status other than 200, that status and the body.
     pub fn open(server: &Server, path: &str, key: Option<&str>) -> Result<EventStream, (u16, Value)> {
+        Self::send(server, "GET", path, key, None)
+    }
+
+    /// POSTs the JSON `body` to `path` with `key`; on a status other than 200, that
+    /// status and the body.
+    pub fn post(server: &Server, path: &str, key: &str, body: &Value) -> Result<EventStream, (u16, Value)> {
+        Self::send(server, "POST", path, Some(key), Some(body))
+    }
+
+    fn send(
+        server: &Server,
+        method: &str,
+        path: &str,
+        key: Option<&str>,
+        body: Option<&Value>,
+    ) -> Result<EventStream, (u16, Value)> {
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(300)))
             .build();
         let agent = ureq::Agent::new_with_config(config);
-        let mut request = ureq::http::Request::builder().uri(format!("{}{path}", server.url));
+        let mut request = ureq::http::Request::builder().method(method).uri(format!("{}{path}", server.url));
         if let Some(k) = key {
             request = request.header("authorization", format!("Bearer {k}"));
         }
-        let response = agent.run(request.body(()).expect("request")).unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        let response = match body {
+            None => agent.run(request.body(()).expect("request")),
+            Some(body) => {
+                let request = request.header("content-type", "application/json");
+                agent.run(request.body(serde_json::to_vec(body).expect("json")).expect("request"))
+            }
+        };
+        let response = response.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
         let status = response.status().as_u16();
         let content_type =
             response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
@@ -44,6 +70,13 @@ impl EventStream {
     /// The next event with data (comments and keep-alives skipped); `None` when the
     /// stream ends.
     pub fn next_event(&mut self) -> Option<(String, Value)> {
+        let (name, data) = self.next_data()?;
+        let value = serde_json::from_str(&data).unwrap_or_else(|e| panic!("event {name}: {e}: {data}"));
+        Some((name, value))
+    }
+
+    /// The next event with data, its data as text; `None` when the stream ends.
+    pub fn next_data(&mut self) -> Option<(String, String)> {
         let (mut name, mut data) = (String::from("message"), String::new());
         loop {
             let mut line = String::new();
@@ -53,8 +86,7 @@ impl EventStream {
             let line = line.trim_end_matches(['\r', '\n']);
             if line.is_empty() {
                 if !data.is_empty() {
-                    let value = serde_json::from_str(&data).unwrap_or_else(|e| panic!("event {name}: {e}: {data}"));
-                    return Some((name, value));
+                    return Some((name, data));
                 }
                 name = "message".into();
             } else if let Some(v) = line.strip_prefix("event:") {

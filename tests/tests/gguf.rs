@@ -200,6 +200,7 @@ fn a_guest_reads_the_metadata_and_runs_linears_on_quantized_weights() {
             account: MemoryAccount::new("inv", None, None),
             scheduling,
             timeout: None,
+            caller: Default::default(),
         };
         let out = rt.block_on(engine.invoke(&image, ctx, &inputs)).unwrap_or_else(|e| panic!("{name}: {e:?}"));
         let find = |n: &str| &out.outputs.iter().find(|t| t.name == n).unwrap_or_else(|| panic!("no output {n}")).data;

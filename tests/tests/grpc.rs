@@ -1,6 +1,7 @@
 //! The gRPC endpoint over the wire, with a Rust client of the same `.proto`: errors as
 //! gRPC statuses (each with its `x-sluice-code`), the size limit, keys, versions, typed
-//! contents and the Triton extensions (configuration, statistics). The standard Python clients are in
+//! contents and the Triton extensions (configuration, statistics, decoupled streaming:
+//! `ModelStreamInfer` with `text-stream`). The standard Python clients are in
 //! `grpc_clients.rs`.
 
 use sluice_runtime::server::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
@@ -175,4 +176,73 @@ fn versions_typed_contents_health_and_the_triton_extensions() {
     let unknown = ModelStatisticsRequest { name: "nope".into(), version: String::new() };
     let e = rt.block_on(c.inner.model_statistics(with_key(Some(&key), unknown))).unwrap_err();
     assert_eq!(e.code(), Code::NotFound);
+}
+
+/// The one string of a raw BYTES output (a 4-byte length, then the bytes).
+fn raw_string(raw: &[u8]) -> String {
+    let n = u32::from_le_bytes(raw[..4].try_into().unwrap()) as usize;
+    assert_eq!(raw.len(), 4 + n, "one element");
+    String::from_utf8(raw[4..].to_vec()).unwrap()
+}
+
+#[test]
+fn model_stream_infer_sends_each_chunk_then_the_final_outputs() {
+    let server = Server::start();
+    let key = server.create_tenant("acme");
+    server.deploy(&key, "text-stream", "text_stream", "");
+    let mut client = Client::connect(&server);
+    let request = |model: &str, text: &str, id: &str| ModelInferRequest {
+        model_name: model.into(),
+        id: id.into(),
+        inputs: vec![InferInputTensor {
+            name: "text_input".into(),
+            datatype: "BYTES".into(),
+            shape: vec![1],
+            contents: Some(InferTensorContents { bytes_contents: vec![text.into()], ..Default::default() }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let requests =
+        vec![request("text-stream", "a b c", "r1"), request("nope", "x", "r2"), request("text-stream", "d e", "r3")];
+    let responses: Vec<ModelStreamInferResponse> = client.rt.block_on(async {
+        let call = client.inner.model_stream_infer(with_key(Some(&key), tokio_stream::iter(requests)));
+        let mut stream = call.await.expect("the stream opens").into_inner();
+        let mut all = Vec::new();
+        while let Some(r) = stream.message().await.expect("a response") {
+            all.push(r);
+        }
+        all
+    });
+    // (id, final, text_output or the error) of each response, in order.
+    let seen: Vec<(String, Option<bool>, String)> = responses
+        .iter()
+        .map(|r| match &r.infer_response {
+            None => (String::new(), None, r.error_message.clone()),
+            Some(i) => {
+                let last = match i.parameters["triton_final_response"].parameter_choice {
+                    Some(infer_parameter::ParameterChoice::BoolParam(b)) => b,
+                    ref other => panic!("triton_final_response is {other:?}"),
+                };
+                let text = i
+                    .outputs
+                    .iter()
+                    .position(|o| o.name == "text_output")
+                    .map(|k| raw_string(&i.raw_output_contents[k]));
+                (i.id.clone(), Some(last), text.unwrap_or_default())
+            }
+        })
+        .collect();
+    let chunk = |id: &str, text: &str| (id.to_owned(), Some(false), text.to_owned());
+    assert_eq!(
+        seen[..4],
+        [chunk("r1", "a"), chunk("r1", " b"), chunk("r1", " c"), ("r1".into(), Some(true), "a b c".into())]
+    );
+    assert_eq!(seen[4].1, None, "an unknown model is an error in the stream: {seen:?}");
+    assert!(seen[4].2.contains("nope"), "{seen:?}");
+    assert_eq!(
+        seen[5..],
+        [chunk("r3", "d"), chunk("r3", " e"), ("r3".into(), Some(true), "d e".into())],
+        "the stream goes on"
+    );
 }

@@ -13,6 +13,9 @@ host.
         return [IoTensor.from_tensor("output", x.relu())]
 
     WitWorld = export(run)
+
+A function may stream chunks of output while it runs (`streaming.emit`, e.g. a
+generation's tokens) and learn that its caller has gone (`streaming.caller_gone`).
 """
 
 from wit_world.imports.ops import PoolKind, ReduceOp, UnaryOp
@@ -20,6 +23,7 @@ from wit_world.imports.types import Dtype, ErrorCode
 
 from .errors import Failed, HostError, InvalidInput
 from .function import export
+from . import streaming
 from .io import Inputs, IoTensor
 from .tensor import Tensor, load_tensor, read_artifact
 
@@ -38,4 +42,5 @@ __all__ = [
     "export",
     "load_tensor",
     "read_artifact",
+    "streaming",
 ]

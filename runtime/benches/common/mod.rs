@@ -128,6 +128,7 @@ pub fn ctx(queue: &DeviceQueue, tenant: &str, class: PriorityClass) -> Invocatio
         account: MemoryAccount::new("invocation", None, None),
         scheduling: SchedulingInfo { tenant: tenant.into(), function: "f".into(), class, weight: 1 },
         timeout: None,
+        caller: Default::default(),
     }
 }
 

@@ -67,6 +67,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         account: MemoryAccount::new("invocation", None, Some(account)),
         scheduling,
         timeout: None,
+        caller: Default::default(),
     };
     let output = rt.block_on(engine.invoke(&image, ctx, &request.inputs))?;
     let outputs = oip::select_outputs(output.outputs, &request.outputs)?;

@@ -3,7 +3,7 @@
 //! Every import may trap (resource-table faults are sandbox violations). The imports
 //! that wait are async: `tensor.read` waits for the device, and the ones that queue
 //! work (uploads and launches) wait for room in the invocation's queue
-//! (backpressure). Imports that return the WIT
+//! (backpressure), and `streaming.emit` waits for room in its caller's chunk channel. Imports that return the WIT
 //! `result<_, error>` return `Result<_, HostError>` instead (`trappable_error_type`):
 //! [`super::host_error::HostError`] decides whether the guest gets the `error` or traps.
 
@@ -18,6 +18,7 @@ wasmtime::component::bindgen!({
         "sluice:gpu/tensors.[static]tensor.from-i32": async | trappable,
         "sluice:gpu/ops.launch": async | trappable,
         "sluice:gpu/fused.launch": async | trappable,
+        "sluice:gpu/streaming.emit": async | trappable,
         default: trappable,
     },
     exports: { default: async },
@@ -26,7 +27,7 @@ wasmtime::component::bindgen!({
         "sluice:gpu/types.error" => super::host_error::HostError,
     },
     with: {
-        "sluice:gpu/tensors.tensor": super::state::TensorHandle,
+        "sluice:gpu/tensors.tensor": super::handle::TensorHandle,
     },
 });
 

@@ -1,19 +1,21 @@
-//! The host side of the WIT imports: tensors, the op launches (`ops` and `fused`) and
-//! artifacts.
+//! The host side of the WIT imports: tensors, the op launches (`ops` and `fused`),
+//! artifacts and streaming.
 //!
 //! All of them go through [`InvocationState::create`], so every new tensor is
 //! validated, charged to the invocation's memory account and handed to the
 //! device's scheduler in exactly one place. Every import returns `Result` and uses `?`:
 //! an [`ApiError`] becomes the guest's WIT `error`, a resource-table fault a trap
-//! ([`HostError`], decided in `convert.rs`).
+//! ([`HostError`], decided in `convert.rs`). Once the caller has gone, every import that
+//! can fail fails with `cancelled` ([`super::caller`]).
 
 use sluice_host_api::{ApiError, DType, ErrorCode, Op, TensorMeta, infer};
 use wasmtime::component::Resource;
 
 use super::bindings::WitDtype;
-use super::bindings::sluice::gpu::{artifacts, fused, io, ops, tensors, types};
+use super::bindings::sluice::gpu::{artifacts, fused, io, ops, streaming, tensors, types};
+use super::handle::TensorHandle;
 use super::host_error::HostError;
-use super::state::{InvocationState, TensorHandle};
+use super::state::InvocationState;
 use crate::scheduler::{Reservation, TensorLease};
 
 /// What an import that returns a WIT `result` returns: a refusal or a trap in the `Err`.
@@ -29,6 +31,7 @@ impl InvocationState {
     /// The single path by which a guest gets a new tensor: reserve memory, wait for
     /// room in the invocation's queue, queue the work, and hand back a handle.
     async fn create(&mut self, meta: TensorMeta, source: Source) -> HostResult<Resource<TensorHandle>> {
+        self.caller.check()?;
         self.check_handle_room()?;
         let lease = TensorLease::reserve(&self.queue, &self.account, &meta).map_err(|e| self.refused(e))?;
         self.room.wait().await;
@@ -145,6 +148,7 @@ impl tensors::HostTensor for InvocationState {
 
     async fn read(&mut self, this: Resource<TensorHandle>) -> HostResult<Vec<u8>> {
         self.enter_host();
+        self.caller.check()?;
         let handle = self.handle(&this)?;
         let (id, meta) = (handle.id, handle.meta.clone());
         if meta.byte_len() > self.limits.max_read_bytes {
@@ -206,10 +210,12 @@ impl InvocationState {
 
 impl artifacts::Host for InvocationState {
     fn read(&mut self, artifact: String) -> HostResult<Vec<u8>> {
+        self.caller.check()?;
         Ok(self.artifacts.read(&artifact, self.limits.max_artifact_read_bytes)?)
     }
 
     fn metadata(&mut self, artifact: String) -> HostResult<String> {
+        self.caller.check()?;
         Ok(self.artifacts.metadata(&artifact, self.limits.max_artifact_read_bytes)?)
     }
 
@@ -219,6 +225,7 @@ impl artifacts::Host for InvocationState {
         name: String,
         as_dtype: Option<WitDtype>,
     ) -> HostResult<Resource<TensorHandle>> {
+        self.caller.check()?;
         self.check_handle_room()?;
         let (lease, meta) = self
             .artifacts
@@ -227,5 +234,18 @@ impl artifacts::Host for InvocationState {
         let handle = self.table.push(TensorHandle::shared(lease, meta))?;
         self.live_tensors += 1;
         Ok(handle)
+    }
+}
+
+impl streaming::Host for InvocationState {
+    async fn emit(&mut self, chunk: Vec<io::IoTensor>) -> HostResult<()> {
+        self.enter_host();
+        self.caller.emit(chunk).await?;
+        self.guest_cpu.leave_host();
+        Ok(())
+    }
+
+    fn caller_gone(&mut self) -> wasmtime::Result<bool> {
+        Ok(self.caller.link.gone())
     }
 }

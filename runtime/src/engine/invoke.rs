@@ -1,17 +1,22 @@
 //! One invocation: a store and instance (fresh, or warm from an earlier invocation
 //! of the same function version), the call, and what can go wrong.
+//!
+//! The epoch clock stops it: at every tick its callback checks the time limit and
+//! whether the caller has gone ([`super::caller`]), so a guest that computes without
+//! calling the host is stopped within a tick of either.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_host_api::Code;
-use wasmtime::Store;
 use wasmtime::component::ResourceTable;
+use wasmtime::{Store, UpdateDeadline};
 use wasmtime_wasi::WasiCtx;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
 use super::Engine;
 use super::bindings::{IoData, IoTensor, RunError};
+use super::caller::{CallerLink, CallerState, ChunkTimes};
 use super::component::{FunctionImage, FunctionLimits};
 use super::state::{InvocationState, Limiter};
 use super::warm::WarmInstance;
@@ -29,6 +34,9 @@ pub struct InvocationContext {
     /// A shorter time limit the caller asks for; the function's own limit applies when
     /// this is `None` or longer.
     pub timeout: Option<Duration>,
+    /// Where emitted chunks go and whether the caller has gone (default: a one-shot
+    /// caller that stays).
+    pub caller: CallerLink,
 }
 
 /// The outputs of a successful invocation and what it cost.
@@ -48,6 +56,8 @@ pub struct InvocationOutput {
     /// Time the guest computed in Wasm between host calls (charged to its tenant's
     /// fair share on the device).
     pub guest_cpu: Duration,
+    /// When it emitted chunks (none for a one-shot function).
+    pub chunks: ChunkTimes,
 }
 
 /// Why an invocation failed. Each variant names the function and the limit.
@@ -69,6 +79,8 @@ pub enum InvokeError {
     TransferTooLarge { function: String, limit: usize },
     #[error("function {function:?} failed after the host refused it memory: {message}")]
     QuotaExceeded { function: String, message: String },
+    #[error("function {function:?} was stopped: its caller has gone")]
+    Cancelled { function: String },
 }
 
 fn stderr_suffix(stderr: &str) -> String {
@@ -87,6 +99,7 @@ impl InvokeError {
             InvokeError::OutputTooLarge { .. } => Code::OutputTooLarge,
             InvokeError::TransferTooLarge { .. } => Code::TransferTooLarge,
             InvokeError::QuotaExceeded { .. } => Code::QuotaExceeded,
+            InvokeError::Cancelled { .. } => Code::Cancelled,
         }
     }
 }
@@ -139,13 +152,20 @@ impl Engine {
                 state.stderr_from = state.stderr.contents().len();
                 state.launches = 0;
                 state.quota_refusal = None;
+                state.caller = CallerState::new(ctx.caller);
                 (store, Some(instance))
             }
             None => (self.new_store(image, ctx, &stream), None),
         };
-        let tick = self.config().epoch_tick.as_nanos().max(1);
-        store.set_epoch_deadline((timeout.as_nanos() / tick).max(1) as u64 + 1);
-        store.epoch_deadline_trap();
+        store.data_mut().deadline = Instant::now() + timeout + self.config().epoch_tick;
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|store| {
+            let state = store.data();
+            if state.caller.link.gone() || Instant::now() >= state.deadline {
+                return Ok(UpdateDeadline::Interrupt);
+            }
+            Ok(UpdateDeadline::Continue(1))
+        });
         store.set_hostcall_fuel(limits.max_output_bytes + TRANSFER_SLACK_BYTES);
 
         let was_warm = warm.is_some();
@@ -162,7 +182,9 @@ impl Engine {
         let outcome = tokio::time::timeout(timeout, call).await;
         let state = store.data_mut();
         let guest_cpu = state.guest_cpu.finish(&state.queue, state.invocation);
+        let gone = state.caller.link.gone();
         let (instance, instantiated, returned) = match outcome {
+            Err(_) | Ok(Err(_)) | Ok(Ok((_, _, Err(_)))) if gone => return Err(InvokeError::Cancelled { function }),
             Err(_elapsed) => return Err(InvokeError::Timeout { function, limit: timeout }),
             Ok(Err(e)) | Ok(Ok((_, _, Err(e)))) => {
                 if let Some(message) = store.data().quota_refusal.clone() {
@@ -174,6 +196,9 @@ impl Engine {
         };
         let finished = Instant::now();
         let launches = store.data().launches;
+        let chunks = store.data().caller.chunks;
+        // A kept instance must not hold its caller's channel open.
+        store.data_mut().caller = CallerState::default();
         let state = store.data();
         let store_quota_refusal = state.quota_refusal.clone();
         if state.live_tensors == 0 && state.stderr.contents().len() + STDERR_ROOM_TO_KEEP <= STDERR_CAPTURE_BYTES {
@@ -188,6 +213,7 @@ impl Engine {
         }
         let outputs = match returned {
             Ok(outputs) => outputs,
+            Err(_) if gone => return Err(InvokeError::Cancelled { function }),
             Err(RunError::InvalidInput(message)) => return Err(InvokeError::InvalidInput { function, message }),
             Err(RunError::Failed(message)) => return Err(InvokeError::Failed { function, message }),
         };
@@ -203,6 +229,7 @@ impl Engine {
             launches,
             peak_device_bytes: account.peak(),
             guest_cpu,
+            chunks,
         })
     }
 
@@ -233,6 +260,8 @@ impl Engine {
             max_live_tensors: self.config().max_live_tensors,
             quota_refusal: None,
             guest_cpu: Default::default(),
+            caller: CallerState::new(ctx.caller),
+            deadline: Instant::now(),
         };
         let mut store = Store::new(self.wasmtime(), state);
         store.limiter(|s| &mut s.limiter);

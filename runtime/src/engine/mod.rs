@@ -9,9 +9,11 @@
 
 mod artifacts;
 mod bindings;
+mod caller;
 mod component;
 mod convert;
 mod guest_cpu;
+mod handle;
 mod host;
 mod host_error;
 mod invoke;
@@ -28,6 +30,7 @@ use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 pub use artifacts::{ArtifactSet, ArtifactStats, gguf};
 pub use bindings::{IoData, IoTensor, RunError};
+pub use caller::{CHUNKS_BUFFERED, CallerLink, Cancel, CancelOnDrop, Chunk, ChunkSink, ChunkTimes, chunk_channel};
 pub use component::{ComponentError, FunctionImage, FunctionLimits};
 pub use invoke::{InvocationContext, InvocationOutput, InvokeError};
 pub use signature::{DATATYPES, SIGNATURE_SECTION, Signature, TensorSpec, read_signature};

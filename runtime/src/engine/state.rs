@@ -1,45 +1,20 @@
-//! Per-invocation store state and the host representation of a guest tensor.
+//! Per-invocation store state.
 //!
 //! Each invocation gets a fresh [`InvocationState`] in a fresh store. Tensor handles
-//! live in its `ResourceTable`, so an instance can only ever name its own tensors;
-//! when the store is dropped (normally or after a trap) every handle is dropped, and
+//! ([`super::handle::TensorHandle`]) live in its `ResourceTable`, so an instance can
+//! only ever name its own tensors; when the store is dropped (normally or after a trap) every handle is dropped, and
 //! with it the device memory and the quota reservation.
 
 use std::sync::Arc;
 
-use sluice_host_api::TensorMeta;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::artifacts::ArtifactSet;
+use super::caller::CallerState;
 use super::guest_cpu::GuestCpu;
-use crate::scheduler::{DeviceQueue, InvocationId, MemoryAccount, QueueRoom, TensorId, TensorLease};
-
-/// A device tensor held by a guest: its id, metadata and the lease that frees it.
-pub struct TensorHandle {
-    pub(crate) id: TensorId,
-    pub(crate) meta: TensorMeta,
-    _lease: Lease,
-}
-
-#[expect(dead_code, reason = "the leases are held only for their Drop")]
-enum Lease {
-    /// The tensor belongs to this handle alone.
-    Owned(TensorLease),
-    /// A shared read-only tensor (weights); freed with its last holder.
-    Shared(Arc<TensorLease>),
-}
-
-impl TensorHandle {
-    pub(crate) fn owned(lease: TensorLease, meta: TensorMeta) -> Self {
-        TensorHandle { id: lease.id(), meta, _lease: Lease::Owned(lease) }
-    }
-
-    pub(crate) fn shared(lease: Arc<TensorLease>, meta: TensorMeta) -> Self {
-        TensorHandle { id: lease.id(), meta, _lease: Lease::Shared(lease) }
-    }
-}
+use crate::scheduler::{DeviceQueue, InvocationId, MemoryAccount, QueueRoom};
 
 /// Limits of one invocation's sandbox.
 #[derive(Clone, Debug)]
@@ -100,6 +75,10 @@ pub struct InvocationState {
     pub(crate) quota_refusal: Option<String>,
     /// Time the guest computed between host calls.
     pub(crate) guest_cpu: GuestCpu,
+    /// Its caller: where emitted chunks go, whether it has gone.
+    pub(crate) caller: CallerState,
+    /// When the invocation's time limit is up (checked at every epoch tick).
+    pub(crate) deadline: std::time::Instant,
 }
 
 impl WasiView for InvocationState {

@@ -21,7 +21,7 @@ use sluice_registry::{FunctionVersion, PriorityClass};
 
 use super::signature::check_request;
 use super::{InferRequest, InferResponse, InferTiming, ParamValue, Parameters, select_outputs};
-use crate::engine::{IoTensor, Signature, read_signature};
+use crate::engine::{ChunkSink, IoTensor, Signature, read_signature};
 use crate::platform::{Invocation, InvokeOptions, LoadedFunction, Platform, PlatformError};
 
 /// Runs `request` on version `version` (the serving one if `None`) of `tenant/name`.
@@ -31,6 +31,19 @@ pub async fn infer(
     name: &str,
     version: Option<u32>,
     request: InferRequest,
+) -> Result<InferResponse, PlatformError> {
+    infer_streaming(platform, tenant, name, version, request, None).await
+}
+
+/// [`infer`], with the chunks the function emits sent to `stream` (the generate
+/// extension's streaming endpoints).
+pub async fn infer_streaming(
+    platform: &Arc<Platform>,
+    tenant: &str,
+    name: &str,
+    version: Option<u32>,
+    request: InferRequest,
+    stream: Option<&ChunkSink>,
 ) -> Result<InferResponse, PlatformError> {
     let InferRequest { id, inputs, outputs: requested, parameters } = request;
     // Each codec checks ranks as it parses; this holds for every transport.
@@ -47,7 +60,7 @@ pub async fn infer(
         Some(signature) => check_request(signature, inputs, &requested).map_err(|e| PlatformError::InvalidRequest(e.0)),
         None => Ok(()),
     };
-    let options = InvokeOptions { version, priority, check: Some(&check), timeout };
+    let options = InvokeOptions { version, priority, check: Some(&check), timeout, stream };
     let Invocation { function, output, queue } = platform.invoke_with(tenant, name, inputs, options).await?;
     let outputs = select_outputs(output.outputs, &requested).map_err(|e| PlatformError::InvalidRequest(e.0))?;
     Ok(InferResponse {

@@ -10,11 +10,14 @@
 //! - [`mod@infer`]: version resolution, request parameters (priority), the function's
 //!   signature check and output selection, around [`crate::platform::Platform::invoke_with`];
 //!   and [`model`], what the metadata, readiness and config endpoints report;
-//! - [`signature`]: a request checked against the function's declared signature.
+//! - [`signature`]: a request checked against the function's declared signature;
+//! - [`generate`]: the generation contract of text-generation functions, shared by the
+//!   generate extension and the OpenAI-compatible endpoints.
 //!
 //! Every malformed request becomes an [`OipError`] (a 400) that says what is wrong and where.
 
 pub mod binary;
+pub mod generate;
 pub mod infer;
 pub mod json;
 pub mod signature;
@@ -22,7 +25,7 @@ pub mod signature;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-pub use infer::{ModelInfo, infer, model};
+pub use infer::{ModelInfo, infer, infer_streaming, model};
 
 pub use crate::engine::DATATYPES;
 use crate::engine::{IoData, IoTensor};

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use super::admission::admit;
 use super::policy::{clamp_class, clamp_weight, scheduling_class};
 use super::{LoadedFunction, Platform, PlatformError, Result};
-use crate::engine::{InvocationContext, InvocationOutput, IoTensor};
+use crate::engine::{CallerLink, Cancel, CancelOnDrop, ChunkSink, InvocationContext, InvocationOutput, IoTensor};
 use crate::scheduler::{MemoryAccount, SchedulingInfo};
 
 /// The `function` label of an invocation whose name did not resolve to a deployed function.
@@ -47,6 +47,9 @@ pub struct InvokeOptions<'a> {
     pub check: Option<InputCheck<'a>>,
     /// A time limit the request asks for; it can shorten the function's, never extend it.
     pub timeout: Option<Duration>,
+    /// Where the function's emitted chunks go (a streaming caller); `None` drops them.
+    /// Dropping its receiver cancels the invocation.
+    pub stream: Option<&'a ChunkSink>,
 }
 
 /// Counts an invocation as in flight while alive.
@@ -80,6 +83,11 @@ impl Platform {
             Ok(invocation) => {
                 self.count(|c| &c.invocations);
                 self.metrics.record_ok(tenant, name, admitted.elapsed(), invocation);
+                let chunks = &invocation.output.chunks;
+                if let Some(first) = chunks.first {
+                    let first = first.saturating_duration_since(admitted);
+                    self.metrics.record_chunks(tenant, name, first, chunks.mean_gap());
+                }
             }
             Err(e) => {
                 match e {
@@ -122,6 +130,13 @@ impl Platform {
         let _admitted = admit(&tenant_rt.concurrency, &self.global)?;
         self.counters.in_flight.fetch_add(1, Ordering::Relaxed);
         let _in_flight = InFlight(self);
+        // Dropping this future (its caller went away) stops the invocation.
+        let cancel = Cancel::default();
+        let _cancel_on_drop = CancelOnDrop(cancel.clone());
+        let caller = match options.stream {
+            Some(sink) => CallerLink::streaming(sink.clone(), cancel),
+            None => CallerLink { sink: None, cancel },
+        };
 
         let ctx = InvocationContext {
             queue: function.placement.queue().clone(),
@@ -137,6 +152,7 @@ impl Platform {
                 weight: clamp_weight(tenant_rt.policy.weight, function.version.options.weight),
             },
             timeout: options.timeout,
+            caller,
         };
         // The guest runs on a host thread of its class's OS priority (see `guest_threads`).
         let class = ctx.scheduling.class;

@@ -71,12 +71,18 @@ pub struct TenantMemory {
     pub quota_bytes: Option<u64>,
 }
 
-/// One function's recent latency, admission to result.
+/// One function's recent latency, admission to result, and for a function that streams
+/// its output its recent time to first token (admission to the first chunk) and time per
+/// output token (the mean gap between later chunks).
 #[derive(Clone, Debug, Serialize)]
 pub struct FunctionLatency {
     pub tenant: String,
     pub function: String,
     pub latency: LatencySummary,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_to_first_token: Option<LatencySummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_per_output_token: Option<LatencySummary>,
 }
 
 impl Platform {
@@ -144,13 +150,7 @@ impl Platform {
             Principal::Admin => None,
             Principal::Tenant(me) => Some(me.as_str()),
         };
-        let functions = self
-            .metrics
-            .stats
-            .recent_latency(scope)
-            .into_iter()
-            .map(|(tenant, function, latency)| FunctionLatency { tenant, function, latency })
-            .collect();
+        let functions = self.metrics.stats.recent_latency(scope);
         Some(LiveStatus {
             index,
             device: d.device,

@@ -15,6 +15,8 @@
 //! | `sluice_instantiate_duration_seconds` | histogram | `tenant`, `function` |
 //! | `sluice_execute_duration_seconds` | histogram | `tenant`, `function` (the guest's `run`) |
 //! | `sluice_kernel_launches_total` | counter | `tenant`, `function` |
+//! | `sluice_time_to_first_token_seconds` | histogram | `tenant`, `function` (a streaming invocation's admission → first chunk) |
+//! | `sluice_time_per_output_token_seconds` | histogram | `tenant`, `function` (its mean gap between later chunks) |
 //! | `sluice_functions_loaded`, `sluice_in_flight` | gauge | — |
 //! | `sluice_compilations_total` | counter | — |
 //! | `sluice_device_queued`, `sluice_device_active_invocations`, `sluice_device_resident_bytes` | gauge | `device` |
@@ -97,6 +99,8 @@ pub struct Metrics {
     instantiate_duration: Histograms,
     execute_duration: Histograms,
     kernel_launches: Family<FunctionLabels, Counter>,
+    time_to_first_token: Histograms,
+    time_per_output_token: Histograms,
     /// tenant → every `(function, outcome)` with a series, to remove them on delete
     /// (a `Family` cannot be iterated). Written only when a series is created.
     series: Mutex<HashMap<String, HashSet<(String, &'static str)>>>,
@@ -114,6 +118,8 @@ impl Default for Metrics {
             instantiate_duration: histograms(),
             execute_duration: histograms(),
             kernel_launches: Family::default(),
+            time_to_first_token: histograms(),
+            time_per_output_token: histograms(),
             series: Mutex::new(HashMap::new()),
             stats: StatsTable::default(),
         }
@@ -133,6 +139,17 @@ impl Metrics {
         self.kernel_launches.get_or_create(&labels).inc_by(out.launches);
         self.stats.record_ok(tenant, function, total, invocation.queue, out.instantiate + out.execute);
         self.count(labels, "ok");
+    }
+
+    /// Records a successful streaming invocation's time from admission to its first chunk
+    /// and, with two chunks or more, its mean gap between chunks.
+    pub(crate) fn record_chunks(&self, tenant: &str, function: &str, first: Duration, gap: Option<Duration>) {
+        let labels = FunctionLabels { tenant: tenant.to_owned(), function: function.to_owned() };
+        self.time_to_first_token.get_or_create(&labels).observe(first.as_secs_f64());
+        if let Some(gap) = gap {
+            self.time_per_output_token.get_or_create(&labels).observe(gap.as_secs_f64());
+        }
+        self.stats.record_chunks(tenant, function, first, gap);
     }
 
     /// Records a failed (or refused) invocation with the error's stable code.
@@ -172,7 +189,8 @@ impl Metrics {
         for (function, outcome) in removed {
             let labels = FunctionLabels { tenant: tenant.to_owned(), function };
             let histograms = [&self.invocation_duration, &self.queue_duration, &self.instantiate_duration];
-            for family in histograms.into_iter().chain([&self.execute_duration]) {
+            let streaming = [&self.execute_duration, &self.time_to_first_token, &self.time_per_output_token];
+            for family in histograms.into_iter().chain(streaming) {
                 family.remove(&labels);
             }
             self.kernel_launches.remove(&labels);
@@ -201,6 +219,13 @@ impl Metrics {
             r.register_with_unit(name, help, Unit::Seconds, family.clone());
         }
         r.register("kernel_launches", "Ops launched by successful invocations", self.kernel_launches.clone());
+        let streaming = [
+            ("time_to_first_token", "Streaming invocations, admission to the first chunk", &self.time_to_first_token),
+            ("time_per_output_token", "Streaming invocations, mean gap between chunks", &self.time_per_output_token),
+        ];
+        for (name, help, family) in streaming {
+            r.register_with_unit(name, help, Unit::Seconds, family.clone());
+        }
 
         let loaded = Gauge::<u64, AtomicU64>::default();
         loaded.set(status.functions_loaded as u64);

@@ -147,6 +147,9 @@ pub struct Status {
     pub devices: Vec<DeviceStatus>,
     /// Device memory and policy of every tenant.
     pub tenants: Vec<TenantUsage>,
+    /// Every function's recent latency (and, for a streaming one, its time to first
+    /// token and time per output token).
+    pub functions: Vec<FunctionLatency>,
 }
 
 /// What a tenant's key sees of the status: the server's identity and health, and its own
@@ -163,6 +166,8 @@ pub struct OwnStatus {
     pub devices: Vec<OwnDeviceStatus>,
     /// The caller's device memory, quota, concurrency and policy (one entry once it has run or deployed).
     pub tenants: Vec<TenantUsage>,
+    /// The caller's functions' recent latency (see [`Status::functions`]).
+    pub functions: Vec<FunctionLatency>,
 }
 
 /// One device as a tenant sees it.
@@ -316,6 +321,7 @@ impl Platform {
             in_flight: tenants.first().map_or(0, |u| u.in_flight),
             devices,
             tenants,
+            functions: self.metrics.stats.recent_latency(Some(tenant)),
         }
     }
 
@@ -365,6 +371,7 @@ impl Platform {
             uptime_ms: self.started.elapsed().as_millis() as u64,
             devices,
             tenants,
+            functions: self.metrics.stats.recent_latency(None),
         }
     }
 

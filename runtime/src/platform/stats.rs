@@ -5,7 +5,9 @@
 //! Kept beside the Prometheus histograms (whose sums the metrics library does not expose)
 //! and updated at the same points, so the two always agree; dropped with the function.
 //! The latencies of each function's last [`RECENT`] successful invocations are kept too,
-//! for the live console's p50/p99 ([`StatsTable::recent_latency`]).
+//! for the live console's and `/v1/status`'s p50/p99 ([`StatsTable::recent_latency`]), and
+//! for a streaming function the time to its first chunk (request accepted → first token)
+//! and the mean gap between its later chunks (time per output token).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -13,6 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 use serde::Serialize;
 
+use super::live::FunctionLatency;
 use crate::scheduler::LatencySummary;
 
 /// How many recent latencies of each function are kept.
@@ -53,6 +56,23 @@ struct Entry {
     stats: FunctionStats,
     /// Latencies of the last successful invocations, in nanoseconds.
     recent: VecDeque<u64>,
+    /// Times to the first chunk of the last streaming invocations, in nanoseconds.
+    first_chunk: VecDeque<u64>,
+    /// Mean gaps between later chunks of the last streaming invocations, in nanoseconds.
+    chunk_gap: VecDeque<u64>,
+}
+
+/// Appends `d` to a window of the last [`RECENT`] samples.
+fn push_recent(window: &mut VecDeque<u64>, d: Duration) {
+    if window.len() == RECENT {
+        window.pop_front();
+    }
+    window.push_back(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+}
+
+fn summary(window: &VecDeque<u64>) -> Option<LatencySummary> {
+    let samples: Vec<u64> = window.iter().copied().collect();
+    (!samples.is_empty()).then(|| LatencySummary::from_ns(&samples))
 }
 
 /// tenant → function → statistics.
@@ -79,10 +99,18 @@ impl StatsTable {
             s.success.add(total);
             s.queue.add(queue);
             s.compute.add(compute);
-            if e.recent.len() == RECENT {
-                e.recent.pop_front();
+            push_recent(&mut e.recent, total);
+        });
+    }
+
+    /// Records a streaming invocation's time to first chunk and, with two chunks or
+    /// more, its mean gap between chunks.
+    pub(crate) fn record_chunks(&self, tenant: &str, function: &str, first: Duration, gap: Option<Duration>) {
+        self.update(tenant, function, |e| {
+            push_recent(&mut e.first_chunk, first);
+            if let Some(gap) = gap {
+                push_recent(&mut e.chunk_gap, gap);
             }
-            e.recent.push_back(u64::try_from(total.as_nanos()).unwrap_or(u64::MAX));
         });
     }
 
@@ -105,19 +133,22 @@ impl StatsTable {
 
     /// The latency distribution of each function's recent successful invocations, by
     /// tenant and function name (every tenant's when `tenant` is `None`).
-    pub(crate) fn recent_latency(&self, tenant: Option<&str>) -> Vec<(String, String, LatencySummary)> {
+    pub(crate) fn recent_latency(&self, tenant: Option<&str>) -> Vec<FunctionLatency> {
         let stats = self.stats.lock();
         let mut out: Vec<_> = stats
             .iter()
             .filter(|(t, _)| tenant.is_none_or(|me| me == t.as_str()))
             .flat_map(|(t, functions)| {
-                functions.iter().filter(|(_, e)| !e.recent.is_empty()).map(|(f, e)| {
-                    let samples: Vec<u64> = e.recent.iter().copied().collect();
-                    (t.clone(), f.clone(), LatencySummary::from_ns(&samples))
+                functions.iter().filter(|(_, e)| !e.recent.is_empty()).map(|(f, e)| FunctionLatency {
+                    tenant: t.clone(),
+                    function: f.clone(),
+                    latency: summary(&e.recent).unwrap_or_default(),
+                    time_to_first_token: summary(&e.first_chunk),
+                    time_per_output_token: summary(&e.chunk_gap),
                 })
             })
             .collect();
-        out.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        out.sort_by(|a, b| (&a.tenant, &a.function).cmp(&(&b.tenant, &b.function)));
         out
     }
 
@@ -174,9 +205,16 @@ mod tests {
         }
         table.record_error("t", "g", Duration::from_millis(1));
         table.record_ok("u", "h", Duration::from_micros(7), Duration::ZERO, Duration::ZERO);
+        table.record_chunks("u", "h", Duration::from_micros(30), None);
+        table.record_chunks("u", "h", Duration::from_micros(50), Some(Duration::from_micros(4)));
         let all = table.recent_latency(None);
-        assert_eq!(all.iter().map(|(t, f, _)| (t.as_str(), f.as_str())).collect::<Vec<_>>(), [("t", "f"), ("u", "h")]);
-        let f = &all[0].2;
+        let names: Vec<_> = all.iter().map(|l| (l.tenant.as_str(), l.function.as_str())).collect();
+        assert_eq!(names, [("t", "f"), ("u", "h")]);
+        assert!(all[0].time_to_first_token.is_none(), "f never streamed");
+        let h = &all[1];
+        assert_eq!(h.time_to_first_token.as_ref().map(|s| (s.count, s.max_us)), Some((2, 50.0)));
+        assert_eq!(h.time_per_output_token.as_ref().map(|s| (s.count, s.p50_us)), Some((1, 4.0)));
+        let f = &all[0].latency;
         assert_eq!(f.count, RECENT, "only the newest are kept");
         assert_eq!(f.max_us, (RECENT + 100) as f64);
         assert!(f.p50_us > 100.0 && f.p99_us > f.p50_us, "{f:?}");

@@ -12,7 +12,10 @@
 //!   (Prometheus, OpenMetrics text; admin only because it names every tenant and function);
 //! - tenant key: `/v1/functions[/{name}[/invoke|/artifacts/{artifact}|/versions/{v}/publish]]` and the
 //!   Open Inference Protocol's `/v2`, `/v2/models/{name}[/versions/{v}][/ready|/infer|/config]`,
-//!   `/v2/models[/{name}]/stats`;
+//!   `/v2/models[/{name}]/stats`; the generate extension,
+//!   `/v2/models/{name}[/versions/{v}]/generate[_stream]` (`generate`, server-sent
+//!   events for the streamed form); and the OpenAI-compatible `POST /v1/chat/completions`
+//!   and `POST /v1/completions` (`openai`), both over `streamed`;
 //! - any key: `GET /v1/status` (the admin sees everything; a tenant its own usage only),
 //!   and `GET /v1/devices/{index}/live`, the live console's feed of one device
 //!   (server-sent events, `live`; others' work anonymised for a tenant).
@@ -23,8 +26,11 @@ mod auth;
 mod console;
 pub mod error;
 mod functions;
+mod generate;
 pub mod grpc;
 mod live;
+mod openai;
+mod streamed;
 mod tenants;
 mod v2;
 
@@ -101,7 +107,20 @@ pub fn app(platform: Arc<Platform>, limits: BodyLimits) -> Router {
         .route("/v2/models/{name}/versions/{version}", get(v2::version_metadata))
         .route("/v2/models/{name}/versions/{version}/config", get(v2::version_config))
         .route("/v2/models/{name}/versions/{version}/ready", get(v2::version_ready))
-        .route("/v2/models/{name}/versions/{version}/infer", limited(post(v2::version_infer), limits.invoke_bytes));
+        .route("/v2/models/{name}/versions/{version}/infer", limited(post(v2::version_infer), limits.invoke_bytes))
+        .route("/v2/models/{name}/generate", limited(post(generate::generate), limits.invoke_bytes))
+        .route("/v2/models/{name}/generate_stream", limited(post(generate::generate_stream), limits.invoke_bytes))
+        .route(
+            "/v2/models/{name}/versions/{version}/generate",
+            limited(post(generate::version_generate), limits.invoke_bytes),
+        )
+        .route(
+            "/v2/models/{name}/versions/{version}/generate_stream",
+            limited(post(generate::version_generate_stream), limits.invoke_bytes),
+        );
+    let openai = Router::new()
+        .route("/v1/chat/completions", limited(post(openai::chat_completions), limits.invoke_bytes))
+        .route("/v1/completions", limited(post(openai::completions), limits.invoke_bytes));
     Router::new()
         .route("/v1/status", get(status))
         .route("/v1/devices/{index}/live", get(live::feed))
@@ -112,6 +131,7 @@ pub fn app(platform: Arc<Platform>, limits: BodyLimits) -> Router {
         .merge(admin)
         .merge(functions)
         .merge(oip)
+        .merge(openai)
         .fallback(error::no_route)
         .method_not_allowed_fallback(error::wrong_method)
         .layer(axum::Extension(limits))

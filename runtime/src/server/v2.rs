@@ -41,7 +41,7 @@ pub async fn server_metadata(_caller: Caller) -> Json<Value> {
 }
 
 /// A version as the path names it; one that is not a version number does not exist.
-fn version(name: &str, v: &str) -> Result<u32, HttpError> {
+pub(super) fn version(name: &str, v: &str) -> Result<u32, HttpError> {
     v.parse().map_err(|_| HttpError::new(Code::NotFound, format!("function {name:?} has no version {v:?}")))
 }
 

@@ -56,6 +56,7 @@ pub fn context() -> (InvocationContext, Arc<MemoryAccount>) {
             account: account.clone(),
             scheduling: scheduling(),
             timeout: None,
+            caller: Default::default(),
         },
         account,
     )

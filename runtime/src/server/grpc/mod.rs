@@ -4,12 +4,14 @@
 //!
 //! [`proto`] holds the generated messages, `service` the handlers, [`tensors`] the
 //! conversion of tensors (raw contents as the standard clients send them), [`status`]
-//! the mapping of errors to gRPC statuses and `auth` the key check.
+//! the mapping of errors to gRPC statuses, `auth` the key check and `stream` Triton's
+//! decoupled `ModelStreamInfer` (a generation's chunks as responses).
 
 mod auth;
 pub mod proto;
 mod service;
 pub mod status;
+mod stream;
 pub mod tensors;
 
 use std::sync::Arc;

@@ -8,19 +8,18 @@
 
 use std::sync::Arc;
 
-use sluice_host_api::Code;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status};
 
 use super::proto::grpc_inference_service_server::GrpcInferenceService;
 use super::proto::model_metadata_response::TensorMetadata;
 use super::proto::*;
-use super::status::{bad_request, platform_status, status};
+use super::status::{bad_request, platform_status};
+use super::tensors::model_ref;
 use super::{auth, tensors};
 use crate::engine::TensorSpec;
 use crate::oip::{self, ModelInfo};
 use crate::platform::{FunctionStats, Platform, Timed};
-use crate::server::error::HttpError;
 use crate::server::v2::EXTENSIONS;
 
 /// What `platform` says in model metadata and configuration.
@@ -30,21 +29,6 @@ const PLATFORM: &str = "sluice_wasm_component";
 #[derive(Clone)]
 pub struct InferenceService {
     platform: Arc<Platform>,
-}
-
-/// A model named in a request: its name, and its version (`None`: the serving one).
-fn model_ref(name: &str, version: &str) -> Result<Option<u32>, Status> {
-    if name.is_empty() {
-        return Err(bad_request("the request needs a model name"));
-    }
-    if version.is_empty() {
-        return Ok(None);
-    }
-    // As over HTTP, a version that is not a version number does not exist.
-    let v = version
-        .parse()
-        .map_err(|_| status(HttpError::new(Code::NotFound, format!("function {name:?} has no version {version:?}"))))?;
-    Ok(Some(v))
 }
 
 impl InferenceService {
@@ -188,6 +172,16 @@ impl GrpcInferenceService for InferenceService {
         metadata.insert("x-sluice-execute-us", us(timing.execute));
         metadata.insert("x-sluice-instance", MetadataValue::from_static(if timing.warm { "warm" } else { "fresh" }));
         Ok(response)
+    }
+
+    type ModelStreamInferStream = tokio_stream::wrappers::ReceiverStream<Result<ModelStreamInferResponse, Status>>;
+
+    async fn model_stream_infer(
+        &self,
+        request: Request<tonic::Streaming<ModelInferRequest>>,
+    ) -> Result<Response<Self::ModelStreamInferStream>, Status> {
+        let tenant = auth::tenant(&self.platform, request.metadata())?;
+        Ok(Response::new(super::stream::respond(self.platform.clone(), tenant, request.into_inner())))
     }
 
     async fn model_config(

@@ -39,6 +39,7 @@ pub fn grpc_code(code: Code) -> tonic::Code {
         | Code::QuotaExceeded => tonic::Code::ResourceExhausted,
         Code::ShuttingDown => tonic::Code::Unavailable,
         Code::Timeout => tonic::Code::DeadlineExceeded,
+        Code::Cancelled => tonic::Code::Cancelled,
         Code::FunctionFailed
         | Code::FunctionTrapped
         | Code::Internal
@@ -85,6 +86,7 @@ mod tests {
                 409 => &[tonic::Code::AlreadyExists],
                 413 | 429 => &[tonic::Code::ResourceExhausted],
                 415 => &[tonic::Code::InvalidArgument],
+                499 => &[tonic::Code::Cancelled],
                 500 | 502 => &[tonic::Code::Internal, tonic::Code::ResourceExhausted],
                 503 => &[tonic::Code::Unavailable, tonic::Code::ResourceExhausted],
                 504 => &[tonic::Code::DeadlineExceeded],

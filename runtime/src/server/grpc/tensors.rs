@@ -15,6 +15,24 @@ use super::proto::{InferParameter, InferTensorContents, ModelInferRequest, Model
 use crate::engine::{IoData, IoTensor};
 use crate::oip::{self, InferRequest, InferResponse, OipError, ParamValue, Parameters, RequestedOutput};
 
+/// A model named in a request: its name, and its version (`None`: the serving one).
+pub fn model_ref(name: &str, version: &str) -> Result<Option<u32>, tonic::Status> {
+    if name.is_empty() {
+        return Err(super::status::bad_request("the request needs a model name"));
+    }
+    if version.is_empty() {
+        return Ok(None);
+    }
+    // As over HTTP, a version that is not a version number does not exist.
+    let v = version.parse().map_err(|_| {
+        super::status::status(crate::server::error::HttpError::new(
+            sluice_host_api::Code::NotFound,
+            format!("function {name:?} has no version {version:?}"),
+        ))
+    })?;
+    Ok(Some(v))
+}
+
 /// The request, decoded (the model name and version are the caller's business).
 pub fn decode_request(request: ModelInferRequest) -> Result<InferRequest, OipError> {
     let inputs = decode_inputs(&request)?;

@@ -1,0 +1,94 @@
+//! `ModelStreamInfer`, Triton's decoupled streaming over gRPC: the requests of one stream
+//! run in turn, each as a streamed invocation ([`crate::server::streamed`]); every chunk
+//! the function emits is sent at once as a `ModelInferResponse` with the parameter
+//! `triton_final_response` false, then the final outputs with it true, or an
+//! `error_message` (the stream goes on with the next request). When the client closes
+//! the stream, the invocation running is cancelled.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Status, Streaming};
+
+use super::proto::{ModelInferRequest, ModelInferResponse, ModelStreamInferResponse, infer_parameter};
+use super::status::{bad_request, platform_status};
+use super::tensors::{self, model_ref};
+use crate::oip::{InferResponse, InferTiming, Parameters};
+use crate::platform::Platform;
+use crate::server::streamed::{self, StreamEvent};
+
+/// The parameter that tells a chunk (false) from the final response (true).
+pub const FINAL_RESPONSE: &str = "triton_final_response";
+
+/// Responses a client may leave unread before the invocation waits.
+const RESPONSES_BUFFERED: usize = 4;
+
+/// The stream of responses to `requests` from `tenant`.
+pub fn respond(
+    platform: Arc<Platform>,
+    tenant: String,
+    mut requests: Streaming<ModelInferRequest>,
+) -> ReceiverStream<Result<ModelStreamInferResponse, Status>> {
+    let (tx, rx) = mpsc::channel(RESPONSES_BUFFERED);
+    tokio::spawn(async move {
+        while let Ok(Some(request)) = requests.message().await {
+            if !run_one(&platform, &tenant, request, &tx).await {
+                return;
+            }
+        }
+    });
+    ReceiverStream::new(rx)
+}
+
+fn error(message: String) -> ModelStreamInferResponse {
+    ModelStreamInferResponse { error_message: message, infer_response: None }
+}
+
+/// Marks a response as a chunk or the final one.
+fn flagged(mut response: ModelInferResponse, last: bool) -> ModelStreamInferResponse {
+    let value = infer_parameter::ParameterChoice::BoolParam(last);
+    response.parameters.insert(FINAL_RESPONSE.into(), super::proto::InferParameter { parameter_choice: Some(value) });
+    ModelStreamInferResponse { error_message: String::new(), infer_response: Some(response) }
+}
+
+/// Runs one request, sending its responses; false once the client is gone.
+async fn run_one(
+    platform: &Arc<Platform>,
+    tenant: &str,
+    request: ModelInferRequest,
+    tx: &mpsc::Sender<Result<ModelStreamInferResponse, Status>>,
+) -> bool {
+    let (name, id) = (request.model_name.clone(), request.id.clone());
+    let decoded = model_ref(&request.model_name, &request.model_version)
+        .and_then(|v| Ok((v, tensors::decode_request(request).map_err(|e| bad_request(e.0))?)));
+    let (version, request) = match decoded {
+        Ok(decoded) => decoded,
+        Err(status) => return tx.send(Ok(error(status.message().to_owned()))).await.is_ok(),
+    };
+    let (first, mut rest) = streamed::start(platform, tenant, &name, version, request).await;
+    let mut event = Some(first);
+    while let Some(e) = event.take() {
+        let response = match e {
+            StreamEvent::Chunk(chunk) => {
+                let response = InferResponse {
+                    model_name: name.clone(),
+                    model_version: None,
+                    id: (!id.is_empty()).then(|| id.clone()),
+                    outputs: chunk.into_iter().map(|t| (t, Parameters::new())).collect(),
+                    timing: InferTiming::default(),
+                };
+                flagged(tensors::encode_response(response), false)
+            }
+            StreamEvent::Done(result) => match *result {
+                Ok(response) => flagged(tensors::encode_response(response), true),
+                Err(e) => error(platform_status(e).message().to_owned()),
+            },
+        };
+        if tx.send(Ok(response)).await.is_err() {
+            return false;
+        }
+        event = rest.recv().await;
+    }
+    true
+}
