@@ -1,10 +1,12 @@
 //! Python functions (`functions/*/app.py`, built by componentize-py with the Python guest
 //! SDK in `guest-sdk/python`) deployed and invoked over real HTTP like any component:
 //! each must answer exactly as its Rust twin does, and its errors must be the protocol's;
-//! the Python MiniLM (its own pure-Python WordPiece) must match the reference embeddings.
+//! the Python MiniLM (its own pure-Python WordPiece) must match the reference embeddings;
+//! `text-stream-py` streams (the SDK's `streaming.emit`) exactly the events of `text-stream`.
 
 use serde_json::{Value, json};
 use sluice_tests::Server;
+use sluice_tests::sse::EventStream;
 
 /// The outputs of `POST /v2/models/{name}/infer` with `request`.
 fn outputs(server: &Server, key: &str, name: &str, request: &Value) -> Value {
@@ -69,4 +71,26 @@ fn the_python_minilm_matches_the_reference_one_by_one_and_batched() {
     let key = server.create_tenant("py");
     sluice_tests::minilm::deploy(&server, &key, "minilm-embed-py", "minilm_embed_py");
     sluice_tests::minilm::check_against_reference(&server, &key, "minilm-embed-py");
+}
+
+#[test]
+fn a_python_function_streams_like_its_rust_twin() {
+    let server = Server::start();
+    let key = server.create_tenant("py");
+    server.deploy(&key, "text-stream-py", "text_stream_py", "timeout_ms=60000");
+    server.deploy(&key, "text-stream", "text_stream", "");
+    let body = json!({ "text_input": "one two three four five", "parameters": { "max_tokens": 4 } });
+    let events = |name: &str| {
+        let path = format!("/v2/models/{name}/generate_stream");
+        let mut stream = EventStream::post(&server, &path, &key, &body).expect("a stream");
+        let mut all: Vec<Value> = std::iter::from_fn(|| stream.next_event().map(|(_, data)| data)).collect();
+        for event in &mut all {
+            event["model_name"] = json!("-");
+        }
+        all
+    };
+    let rust = events("text-stream");
+    assert_eq!(rust.len(), 5, "four chunks and the final event: {rust:?}");
+    assert_eq!(rust[4]["finish_reason"], "length");
+    assert_eq!(events("text-stream-py"), rust);
 }
