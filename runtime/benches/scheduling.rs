@@ -15,6 +15,11 @@
 //! best-effort tenant 8192³ bf16 GEMMs (`size`, `dtype` inputs) from two concurrent
 //! invocations, and each result also prints as a JSON line (`{"bench":"sluice-colocation",…}`).
 //!
+//! On the CPU device, when `cargo xtask fetch-llm`'s model and the built `smollm2-chat`
+//! are there, one more row: the latency tenant beside a streaming generation as the
+//! best-effort tenant (SmolLM2 generating to a streaming caller, batch class, priority
+//! with preemption), its throughput in tokens per second against the generation alone.
+//!
 //! Overhead: the same kernel stream (MiniLM-layer-sized GEMMs, bias adds and GELUs)
 //! dispatched directly on the device versus through the scheduler, one tenant, no
 //! contention.
@@ -24,6 +29,8 @@
 
 mod common;
 
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -31,7 +38,10 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use sluice_host_api::{DType, MatmulArgs, Op, TensorMeta, UnaryOp};
 use sluice_runtime::device::{Device, DeviceChoice};
-use sluice_runtime::engine::{ArtifactSet, Engine, EngineConfig, FunctionImage, FunctionLimits, IoData};
+use sluice_runtime::engine::{
+    ArtifactSet, CallerLink, Cancel, Engine, EngineConfig, FunctionImage, FunctionLimits, IoData, IoTensor,
+    chunk_channel,
+};
 use sluice_runtime::scheduler::{DeviceQueue, MemoryAccount, Policy, PriorityClass, SchedulerConfig, SchedulingInfo};
 
 use common::{ctx, percentile};
@@ -120,6 +130,38 @@ impl Setup {
 struct Images {
     minilm: FunctionImage,
     burn: FunctionImage,
+    /// `smollm2-chat` with its GGUF, on the CPU device when both are there.
+    chat: Option<FunctionImage>,
+}
+
+/// What the best-effort tenant runs.
+#[derive(Clone, Copy, PartialEq)]
+enum Burner {
+    /// `gemm-burn`: back-to-back GEMMs (throughput in GEMMs per second).
+    Gemm,
+    /// `smollm2-chat` generating 32 greedy tokens at a time to a streaming caller
+    /// (throughput in tokens per second).
+    Generation,
+}
+
+/// The GGUF of `cargo xtask fetch-llm` and the built `smollm2_chat`, if both are there.
+fn chat_files() -> Option<(PathBuf, Vec<u8>)> {
+    let dir = std::env::var_os("SLUICE_LLM_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/sluice/models/SmolLM2-135M-Instruct")
+    });
+    let gguf = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let wasm = common::repo_root().join("functions/target/wasm32-wasip2/release/smollm2_chat.wasm");
+    match (gguf.is_file(), std::fs::read(&wasm)) {
+        (true, Ok(bytes)) => Some((gguf, bytes)),
+        _ => {
+            eprintln!(
+                "scheduling bench: no {} or {}: the streaming-generation row is skipped",
+                gguf.display(),
+                wasm.display()
+            );
+            None
+        }
+    }
 }
 
 fn images(engine: &Engine, setup: &Setup) -> Images {
@@ -138,6 +180,14 @@ fn images(engine: &Engine, setup: &Setup) -> Images {
             )
             .unwrap(),
         burn: engine.prepare("gemm-burn", &burn, ArtifactSet::empty(), burn_limits).unwrap(),
+        chat: (!setup.gpu).then(chat_files).flatten().map(|(gguf, wasm)| {
+            let compiled = engine.compile(&wasm).unwrap();
+            let files = HashMap::from([("model".to_owned(), gguf)]);
+            let account = MemoryAccount::new("weights", None, None);
+            engine
+                .prepare("smollm2-chat", &compiled, ArtifactSet::new(files, account), FunctionLimits::default())
+                .unwrap()
+        }),
     }
 }
 
@@ -156,7 +206,7 @@ fn try_mode(
     engine: &Arc<Engine>,
     setup: &Setup,
     mode: Mode,
-    (latency, burn): (bool, bool),
+    (latency, burn): (bool, Option<Burner>),
     rt: &tokio::runtime::Runtime,
 ) -> ModeResult {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_mode(engine, setup, mode, latency, burn, rt)))
@@ -170,7 +220,7 @@ fn try_mode(
                 p50_ms: f64::NAN,
                 p99_ms: f64::NAN,
                 preempt_p99_us: f64::NAN,
-                gemms_per_s: f64::NAN,
+                be_per_s: f64::NAN,
                 partition: "?".into(),
                 device: "?".into(),
                 requests: 0,
@@ -195,7 +245,8 @@ struct ModeResult {
     p50_ms: f64,
     p99_ms: f64,
     preempt_p99_us: f64,
-    gemms_per_s: f64,
+    /// The best-effort tenant's throughput: GEMMs or generated tokens per second.
+    be_per_s: f64,
     partition: String,
     device: String,
     /// Latency requests completed.
@@ -204,7 +255,7 @@ struct ModeResult {
     error: Option<String>,
 }
 
-/// Runs the latency tenant (if `latency`) and the best-effort tenant (if `burn`) on a
+/// Runs the latency tenant (if `latency`) and the best-effort tenant (`burn`, if any) on a
 /// fresh device scheduled by `mode`; the images' ArtifactSets are per device, so each
 /// mode gets its own queue and engine images.
 fn run_mode(
@@ -212,7 +263,7 @@ fn run_mode(
     setup: &Setup,
     mode: Mode,
     latency: bool,
-    burn: bool,
+    burn: Option<Burner>,
     rt: &tokio::runtime::Runtime,
 ) -> ModeResult {
     let config = SchedulerConfig { policy: mode.policy, ..SchedulerConfig::default() };
@@ -229,19 +280,53 @@ fn run_mode(
     let mut burn_inputs =
         vec![common::i64_input("duration_ms", setup.burn_ms), common::i64_input("size", setup.gemm_size)];
     burn_inputs.extend(setup.gemm_dtype.map(|d| common::bytes_input("dtype", &[d])));
-    let burners: Vec<_> = (0..if burn { setup.burners } else { 0 })
+    let chat_inputs = vec![
+        common::bytes_input(
+            "text_input",
+            &["<|im_start|>user\nWrite a short story about a lighthouse.<|im_end|>\n<|im_start|>assistant\n"],
+        ),
+        IoTensor { name: "max_tokens".into(), shape: vec![1], data: IoData::I32(vec![32]) },
+    ];
+    let burners: Vec<_> = (0..match burn {
+        Some(Burner::Gemm) => setup.burners,
+        Some(Burner::Generation) => 1,
+        None => 0,
+    })
         .map(|_| {
-            let (engine, images, queue, stop, inputs) =
-                (engine.clone(), images.clone(), queue.clone(), stop.clone(), burn_inputs.clone());
+            let (engine, images, queue, stop) = (engine.clone(), images.clone(), queue.clone(), stop.clone());
+            let (kind, inputs) = match burn {
+                Some(Burner::Generation) => (Burner::Generation, chat_inputs.clone()),
+                _ => (Burner::Gemm, burn_inputs.clone()),
+            };
             rt.spawn(async move {
-                let (mut gemms, started) = (0i64, Instant::now());
+                let (mut units, started) = (0i64, Instant::now());
                 while !stop.load(Ordering::Relaxed) {
-                    let out =
-                        engine.invoke(&images.burn, ctx(&queue, "be", PriorityClass::Batch), &inputs).await.unwrap();
-                    let IoData::I64(g) = &out.outputs[0].data else { unreachable!() };
-                    gemms += g[0];
+                    units += match kind {
+                        Burner::Gemm => {
+                            let out = engine
+                                .invoke(&images.burn, ctx(&queue, "be", PriorityClass::Batch), &inputs)
+                                .await
+                                .unwrap();
+                            let IoData::I64(g) = &out.outputs[0].data else { unreachable!() };
+                            g[0]
+                        }
+                        Burner::Generation => {
+                            let chat = images.chat.as_ref().expect("smollm2-chat");
+                            let (sink, mut chunks) = chunk_channel();
+                            let mut context = ctx(&queue, "be", PriorityClass::Batch);
+                            context.caller = CallerLink::streaming(sink, Cancel::default());
+                            let reader = tokio::spawn(async move { while chunks.recv().await.is_some() {} });
+                            let out = engine.invoke(chat, context, &inputs).await.unwrap();
+                            reader.await.unwrap();
+                            let tokens = out.outputs.iter().find(|t| t.name == "completion_tokens");
+                            match tokens.map(|t| &t.data) {
+                                Some(IoData::I32(n)) => i64::from(n[0]),
+                                _ => panic!("smollm2-chat returned no completion_tokens"),
+                            }
+                        }
+                    };
                 }
-                (gemms, started.elapsed())
+                (units, started.elapsed())
             })
         })
         .collect();
@@ -274,7 +359,7 @@ fn run_mode(
         gemms += g;
         elapsed = elapsed.max(e);
     }
-    let gemms_per_s = if gemms > 0 { gemms as f64 / elapsed.as_secs_f64() } else { 0.0 };
+    let be_per_s = if gemms > 0 { gemms as f64 / elapsed.as_secs_f64() } else { 0.0 };
     let status = queue.status_blocking();
     latencies.sort_by(f64::total_cmp);
     let (p50_ms, p99_ms) =
@@ -283,7 +368,7 @@ fn run_mode(
         p50_ms,
         p99_ms,
         preempt_p99_us: status.preemption_latency.p99_us,
-        gemms_per_s,
+        be_per_s,
         partition: status.partition.to_string(),
         device: status.device.name,
         requests: latencies.len(),
@@ -304,18 +389,29 @@ fn device_threads() -> usize {
 fn colocation(setup: &Setup, rt: &tokio::runtime::Runtime) -> bool {
     let engine = Arc::new(Engine::new(EngineConfig::default()).unwrap());
     eprintln!("scheduling bench: solo runs …");
-    let solo_ls = try_mode(&engine, setup, PRIORITY, (true, false), rt);
-    let solo_be = try_mode(&engine, setup, PRIORITY, (false, true), rt);
+    let solo_ls = try_mode(&engine, setup, PRIORITY, (true, None), rt);
+    let solo_be = try_mode(&engine, setup, PRIORITY, (false, Some(Burner::Gemm)), rt);
     eprintln!("scheduling bench: co-located, FIFO …");
-    let fifo = try_mode(&engine, setup, FIFO, (true, true), rt);
+    let fifo = try_mode(&engine, setup, FIFO, (true, Some(Burner::Gemm)), rt);
     eprintln!("scheduling bench: co-located, priority + preemption …");
-    let prio = try_mode(&engine, setup, PRIORITY, (true, true), rt);
+    let prio = try_mode(&engine, setup, PRIORITY, (true, Some(Burner::Gemm)), rt);
+    // A streaming generation as the best-effort tenant (the CPU device, with the model).
+    let generation = (!setup.cuda() && chat_files().is_some()).then(|| {
+        eprintln!("scheduling bench: a streaming generation alone, then co-located (priority + preemption) …");
+        let solo = try_mode(&engine, setup, PRIORITY, (false, Some(Burner::Generation)), rt);
+        let colocated = try_mode(&engine, setup, PRIORITY, (true, Some(Burner::Generation)), rt);
+        (solo, colocated)
+    });
     // Only where the device can have a partition: the CPU device has none.
     let partitioned = setup.cuda().then(|| {
         eprintln!("scheduling bench: co-located, priority + preemption + {} reserved SMs …", setup.reserved_sms);
-        try_mode(&engine, setup, PARTITIONED, (true, true), rt)
+        try_mode(&engine, setup, PARTITIONED, (true, Some(Burner::Gemm)), rt)
     });
-    let failed = [&solo_ls, &solo_be, &fifo, &prio].into_iter().chain(&partitioned).any(|r| r.error.is_some());
+    let failed = [&solo_ls, &solo_be, &fifo, &prio]
+        .into_iter()
+        .chain(&partitioned)
+        .chain(generation.iter().flat_map(|(s, c)| [s, c]))
+        .any(|r| r.error.is_some());
     let size = setup.gemm_size;
     println!();
     if setup.cuda() {
@@ -343,7 +439,7 @@ fn colocation(setup: &Setup, rt: &tokio::runtime::Runtime) -> bool {
         "{:<34} {:>9} {:>9} {:>10} {:>14} {:>12}",
         "mode", "LS p50", "LS p99", "p99/solo", "preempt p99", "BE thruput"
     );
-    let tflops = |r: &ModeResult| r.gemms_per_s * 2.0 * (size as f64).powi(3) / 1e12;
+    let tflops = |r: &ModeResult| r.be_per_s * 2.0 * (size as f64).powi(3) / 1e12;
     let row = |name: &str, key: &str, r: &ModeResult, ls: bool, be: bool| {
         if let Some(error) = &r.error {
             println!("{name:<34} FAILED: {error}");
@@ -363,18 +459,15 @@ fn colocation(setup: &Setup, rt: &tokio::runtime::Runtime) -> bool {
         } else {
             format!("{:>9} {:>9} {:>10} {:>14}", "—", "—", "—", "—")
         };
-        let be_col = if be {
-            format!("{:>11.0}%", 100.0 * r.gemms_per_s / solo_be.gemms_per_s)
-        } else {
-            format!("{:>12}", "—")
-        };
+        let be_col =
+            if be { format!("{:>11.0}%", 100.0 * r.be_per_s / solo_be.be_per_s) } else { format!("{:>12}", "—") };
         println!("{name:<34} {ls_cols} {be_col}");
         if setup.cuda() {
             let record = json!({
                 "bench": "sluice-colocation", "mode": key, "ls_p50_ms": ls.then_some(r.p50_ms),
                 "ls_p99_ms": ls.then_some(r.p99_ms), "p99_over_solo": ls.then(|| r.p99_ms / solo_ls.p99_ms),
-                "preempt_p99_us": ls.then_some(r.preempt_p99_us), "ls_requests": ls.then_some(r.requests), "be_gemms_per_s": be.then_some(r.gemms_per_s),
-                "be_tflops": be.then(|| tflops(r)), "be_fraction": be.then(|| r.gemms_per_s / solo_be.gemms_per_s),
+                "preempt_p99_us": ls.then_some(r.preempt_p99_us), "ls_requests": ls.then_some(r.requests), "be_gemms_per_s": be.then_some(r.be_per_s),
+                "be_tflops": be.then(|| tflops(r)), "be_fraction": be.then(|| r.be_per_s / solo_be.be_per_s),
             });
             println!("{record}");
         }
@@ -385,13 +478,13 @@ fn colocation(setup: &Setup, rt: &tokio::runtime::Runtime) -> bool {
     } else {
         println!(
             "{:<34} {:>9} {:>9} {:>10} {:>14} {:>9.1}/s",
-            "best-effort alone", "—", "—", "—", "—", solo_be.gemms_per_s
+            "best-effort alone", "—", "—", "—", "—", solo_be.be_per_s
         );
     }
     if setup.cuda() && solo_be.error.is_none() {
         println!(
             "{}",
-            json!({ "bench": "sluice-colocation", "mode": "be-solo", "be_gemms_per_s": solo_be.gemms_per_s,
+            json!({ "bench": "sluice-colocation", "mode": "be-solo", "be_gemms_per_s": solo_be.be_per_s,
             "be_tflops": tflops(&solo_be), "be_fraction": 1.0 })
         );
         println!("  (best-effort alone: {:.1} TFLOP/s)", tflops(&solo_be));
@@ -409,6 +502,25 @@ fn colocation(setup: &Setup, rt: &tokio::runtime::Runtime) -> bool {
         }
     } else {
         println!("{:<34} n/a on the CPU device (no spatial partitions)", "co-located, + SM partition");
+    }
+    if let Some((solo, colocated)) = &generation {
+        match (&solo.error, &colocated.error) {
+            (None, None) => println!(
+                "{:<34} {:>7.2}ms {:>7.2}ms {:>9.2}× {:>12.0}µs {:>11.0}%",
+                "co-located with a streaming LLM",
+                colocated.p50_ms,
+                colocated.p99_ms,
+                colocated.p99_ms / solo_ls.p99_ms,
+                colocated.preempt_p99_us,
+                100.0 * colocated.be_per_s / solo.be_per_s
+            ),
+            (Some(e), _) | (_, Some(e)) => println!("{:<34} FAILED: {e}", "co-located with a streaming LLM"),
+        }
+        println!(
+            "  (best-effort there: smollm2-chat streaming 32 greedy tokens per invocation, batch class; \
+             alone {:.1} tokens/s; its column is tokens/s against that)",
+            solo.be_per_s
+        );
     }
     failed
 }
