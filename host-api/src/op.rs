@@ -184,6 +184,11 @@ pub enum Op {
     /// `[q, k, v]`: causal grouped-query attention of q `[s, heads, d]` over the first
     /// `kv_len` positions of the caches k, v `[ctx, kv_heads, d]`.
     GqaAttention { kv_len: u32, scale: f32 },
+    /// `[dst, src]`: the in-place write `dst[offset .. offset + src.shape[0]] = src`
+    /// along axis 0 (the WIT `tensor.write`); its output is an empty u8 `[0]` that only
+    /// orders it among the invocation's work. Never reached through `ops.launch`: the
+    /// host queues it only for a `dst` made by `tensor.zeros`.
+    WriteRows { offset: u32 },
 }
 
 impl Op {
@@ -212,6 +217,7 @@ impl Op {
             Op::Attention { .. } => "attention",
             Op::RmsNorm { .. } => "rms-norm",
             Op::GqaAttention { .. } => "gqa-attention",
+            Op::WriteRows { .. } => "write-rows",
         }
     }
 }

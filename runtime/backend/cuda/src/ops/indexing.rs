@@ -1,5 +1,5 @@
-//! Data movement: embedding gather and the strided copies behind permute, slice, concat
-//! and broadcast materialization (for batched matmul).
+//! Data movement: embedding gather, the strided copies behind permute, slice, concat
+//! and broadcast materialization (for batched matmul), and the in-place row write.
 
 use sluice_host_api::{SliceArgs, TensorMeta};
 
@@ -173,4 +173,19 @@ mod tests {
         let got: Vec<u64> = (0..6).map(|i| l.offsets(i).0).collect();
         assert_eq!(got, vec![0, 3, 1, 4, 2, 5]);
     }
+}
+
+/// `dst[offset .. offset + src.shape[0]] = src` along axis 0, in place: rows are
+/// contiguous, so one device-to-device copy. The output is the empty buffer that orders
+/// the write.
+pub(crate) fn write_rows(
+    dev: &CudaDevice,
+    offset: u32,
+    (dst, dm): (&CudaBuffer, &TensorMeta),
+    src: &CudaBuffer,
+    out: &TensorMeta,
+) -> Result<CudaBuffer, CudaError> {
+    let row_bytes = dm.byte_len() / dm.shape.first().map_or(1, |&r| r.max(1) as usize);
+    dev.copy_into(dst, offset as usize * row_bytes, src)?;
+    dev.alloc(out.byte_len())
 }

@@ -85,7 +85,8 @@ pub(crate) fn launch(
             arity(1)?;
             reduce::reduce(dev, args, inputs[0], out)
         }
-        // Buffers are immutable, so a reshape shares its input's memory.
+        // A reshape shares its input's memory: buffers are immutable but for the rows
+        // `write-rows` writes into a tensor made by `zeros`, which a view then shows.
         Op::Reshape(_) => {
             arity(1)?;
             Ok(inputs[0].0.clone())
@@ -140,6 +141,10 @@ pub(crate) fn launch(
             arity(3)?;
             fused::attention(dev, *heads, *scale, inputs[0], inputs[1], inputs[2].0, inputs.get(3).copied(), out)
         }
+        Op::WriteRows { offset } => {
+            arity(2)?;
+            indexing::write_rows(dev, *offset, inputs[0], inputs[1].0, out)
+        }
     }
 }
 
@@ -150,6 +155,8 @@ pub enum Step {
     Cublas,
     /// The output shares the input's buffer.
     Alias,
+    /// A device-to-device copy (no kernel).
+    Copy,
 }
 
 /// The steps `op` may run for inputs of the given dtypes (the union over shapes).
@@ -198,6 +205,7 @@ pub fn plan(op: &Op, dtypes: &[DType]) -> Vec<Step> {
         Op::RmsNorm { .. } => vec![k(Module::Fused, kernels::rms_norm_symbol(d))],
         Op::GqaAttention { .. } => vec![k(Module::Fused, kernels::gqa_attention_symbol(d))],
         Op::Attention { .. } => vec![Step::Cublas, k(Module::Softmax, kernels::softmax_symbol(d))],
+        Op::WriteRows { .. } => vec![Step::Copy],
     }
 }
 
