@@ -15,7 +15,7 @@
 //!
 //! `conformance/rows_and_lanes.rs` covers row blocks (matmul and linear) and a device
 //! partitioned with green contexts; `conformance/uploads.rs` large uploads through the
-//! stager; `conformance/quant.rs` the block-quantized weights (Q4_1, Q8_0); `conformance/defects.rs` the GPU defects of issue 11.
+//! stager; `conformance/quant.rs` the block-quantized weights (Q4_1, Q8_0); `conformance/defects.rs` the GPU defects of issue 11; `conformance/write_rows.rs` the in-place row write of a KV cache.
 
 use std::sync::OnceLock;
 
@@ -36,6 +36,8 @@ mod rows_and_lanes;
 mod skip;
 #[path = "conformance/uploads.rs"]
 mod uploads;
+#[path = "conformance/write_rows.rs"]
+mod write_rows;
 
 /// The shared device, or `None` (after printing why) when the test should skip.
 fn device() -> Option<&'static CudaDevice> {

@@ -59,6 +59,7 @@ fn launches(d: DType) -> Vec<(Op, Vec<TensorMeta>)> {
     let attention = Op::Attention { heads: 2, scale: 0.5 };
     v.push((attention.clone(), vec![t(d, &[2, 3, 4]), t(d, &[2, 5, 4]), t(d, &[2, 5, 4])]));
     v.push((attention, vec![t(d, &[2, 3, 4]), t(d, &[2, 5, 4]), t(d, &[2, 5, 4]), t(d, &[2, 1, 1, 5])]));
+    v.push((Op::WriteRows { offset: 2 }, vec![t(d, &[5, 2, 8]), t(d, &[1, 2, 8])]));
     v
 }
 
@@ -113,6 +114,7 @@ fn every_accepted_op_maps_to_defined_kernels() {
         "rope",
         "argmax",
         "gqa-attention",
+        "write-rows",
     ];
     for name in all {
         assert!(covered.contains(name), "op {name} never accepted by infer in this test");
