@@ -1,0 +1,214 @@
+//! `smollm2-chat`: SmolLM2-135M-Instruct, a llama in a GGUF file, as a sluice function.
+//!
+//! One artifact, `model`: the GGUF file (`cargo xtask fetch-llm`). Everything the
+//! function needs besides the weights comes from its metadata: hyper-parameters, the
+//! byte-level BPE tokenizer (`tokenizer.rs`), the ChatML template with its default
+//! system prompt (`template.rs`), the end-of-sequence token.
+//!
+//! Inputs (one of the first two):
+//! - `messages`: BYTES `[1]`, a JSON array of `{role, content}`, rendered by the chat
+//!   template with the generation prompt;
+//! - `text_input`: BYTES `[1]`, a raw prompt (no template);
+//! - `max_tokens`: INT32 `[1]`, most tokens to generate (default 128; clamped to what
+//!   the context leaves after the prompt);
+//! - `temperature`: FP32 `[1]`, 0 (the default) is greedy; `top_p`: FP32 `[1]` in
+//!   `(0, 1]` (default 1); `seed`: INT64 `[1]` (default 0); see `sample.rs`;
+//! - `stop`: BYTES `[n]`, strings that end the generation (the text ends before one);
+//! - `return_logits`: INT32 `[1]`, 1 to return the logits of every step.
+//!
+//! Outputs: `text_output` BYTES `[1]` (the generated text, without the end-of-sequence
+//! token or a stop string), `finish_reason` BYTES `[1]` (`stop`: the end-of-sequence
+//! token or a stop string; `length`: `max_tokens` reached), `prompt_tokens` and
+//! `completion_tokens` INT32 `[1]`, `token_ids` INT32 `[n]` (every token generated, an
+//! end-of-sequence token included; `completion_tokens` is n), and with
+//! `return_logits`, `logits` FP32 `[n, vocab]`: row i the logits token i was chosen from.
+//!
+//! Generation: the prompt in one step (prefill), then one step per token over the
+//! per-layer KV caches (`model.rs`). Each new piece of text goes to [`on_text`].
+
+mod model;
+mod sample;
+mod template;
+mod tokenizer;
+
+use serde_json::Value;
+use sluice_guest::{Error, Function, Inputs, IoTensor, Result, artifacts};
+
+use model::{ARTIFACT, Config, Model};
+use sample::SplitMix64;
+
+/// Tokens generated when the request does not say.
+const DEFAULT_MAX_TOKENS: i32 = 128;
+
+/// Called once per generated token with the text it adds (possibly empty while a
+/// multi-byte character is incomplete); returns whether to go on. The place where
+/// streaming hands each piece to the caller.
+fn on_text(piece: &str) -> bool {
+    let _ = piece;
+    true
+}
+
+/// What a request asks for.
+struct Request {
+    prompt: String,
+    max_tokens: i32,
+    temperature: f32,
+    top_p: f32,
+    seed: u64,
+    stop: Vec<String>,
+    return_logits: bool,
+}
+
+fn one<'a, T>(inputs: &'a Inputs, name: &str, get: impl Fn(&'a IoTensor) -> Result<&'a [T]>) -> Result<Option<&'a T>> {
+    let Some(t) = inputs.find(name) else { return Ok(None) };
+    match get(t)? {
+        [v] => Ok(Some(v)),
+        other => Err(Error::invalid_input(format!("`{name}` must hold one element, not {}", other.len()))),
+    }
+}
+
+fn text(inputs: &Inputs, name: &str) -> Result<Option<String>> {
+    let Some(t) = inputs.find(name) else { return Ok(None) };
+    match t.as_strings()?.as_slice() {
+        [s] => Ok(Some((*s).to_owned())),
+        other => Err(Error::invalid_input(format!("`{name}` must be BYTES [1], not {} elements", other.len()))),
+    }
+}
+
+impl Request {
+    fn parse(inputs: &Inputs, meta: &Value) -> Result<Request> {
+        let prompt = match (text(inputs, "messages")?, text(inputs, "text_input")?) {
+            (Some(json), None) => {
+                let template = meta["tokenizer.chat_template"]
+                    .as_str()
+                    .ok_or_else(|| Error::failed("the GGUF file has no chat template"))?;
+                template::ChatTemplate::parse(template)?.render(&template::messages(&json)?)
+            }
+            (None, Some(raw)) => raw,
+            _ => return Err(Error::invalid_input("give exactly one of `messages` and `text_input`")),
+        };
+        let max_tokens = one(inputs, "max_tokens", IoTensor::as_i32)?.copied().unwrap_or(DEFAULT_MAX_TOKENS);
+        let temperature = one(inputs, "temperature", IoTensor::as_f32)?.copied().unwrap_or(0.0);
+        let top_p = one(inputs, "top_p", IoTensor::as_f32)?.copied().unwrap_or(1.0);
+        let seed = one(inputs, "seed", IoTensor::as_i64)?.copied().unwrap_or(0);
+        if max_tokens < 1 {
+            return Err(Error::invalid_input(format!("`max_tokens` must be at least 1, got {max_tokens}")));
+        }
+        if !(temperature.is_finite() && temperature >= 0.0) {
+            return Err(Error::invalid_input(format!("`temperature` must be finite and >= 0, got {temperature}")));
+        }
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return Err(Error::invalid_input(format!("`top_p` must be in (0, 1], got {top_p}")));
+        }
+        let stop = match inputs.find("stop") {
+            Some(t) => t.as_strings()?.into_iter().filter(|s| !s.is_empty()).map(str::to_owned).collect(),
+            None => Vec::new(),
+        };
+        let return_logits = one(inputs, "return_logits", IoTensor::as_i32)?.is_some_and(|&v| v == 1);
+        Ok(Request { prompt, max_tokens, temperature, top_p, seed: seed as u64, stop, return_logits })
+    }
+}
+
+/// The generation so far.
+struct Generated {
+    ids: Vec<u32>,
+    logits: Vec<f32>,
+    text: String,
+    finish: &'static str,
+}
+
+struct Chat;
+
+impl Function for Chat {
+    fn run(inputs: Inputs) -> Result<Vec<IoTensor>> {
+        let meta: Value = serde_json::from_str(&artifacts::metadata(ARTIFACT)?)
+            .map_err(|e| Error::failed(format!("the GGUF metadata is not JSON: {e}")))?;
+        let request = Request::parse(&inputs, &meta)?;
+        let config = Config::from_metadata(&meta)?;
+        let eos = meta["tokenizer.ggml.eos_token_id"].as_u64().map(|v| v as u32);
+        let tokenizer = tokenizer::from_metadata(&meta)?;
+        let mut prompt = tokenizer::encode(&tokenizer, &request.prompt)?;
+        if meta["tokenizer.ggml.add_bos_token"].as_bool() == Some(true)
+            && let Some(bos) = meta["tokenizer.ggml.bos_token_id"].as_u64()
+        {
+            prompt.insert(0, bos as u32);
+        }
+        if prompt.is_empty() || prompt.len() >= config.context as usize {
+            return Err(Error::invalid_input(format!(
+                "the prompt is {} tokens; it must hold 1 to {} (the context)",
+                prompt.len(),
+                config.context - 1
+            )));
+        }
+        let max_tokens = (request.max_tokens as u32).min(config.context - prompt.len() as u32);
+        let mut model = Model::load(config, prompt.len() as u32 + max_tokens)?;
+        let generated = generate(&mut model, &tokenizer, &prompt, max_tokens, eos, &request)?;
+        let n = generated.ids.len();
+        let mut out = vec![
+            IoTensor::text("text_output", &[&generated.text]),
+            IoTensor::text("finish_reason", &[generated.finish]),
+            IoTensor::i32("prompt_tokens", &[1], vec![prompt.len() as i32]),
+            IoTensor::i32("completion_tokens", &[1], vec![n as i32]),
+            IoTensor::i32("token_ids", &[n as u64], generated.ids.iter().map(|&t| t as i32).collect()),
+        ];
+        if request.return_logits {
+            let vocab = generated.logits.len().checked_div(n).unwrap_or(0);
+            out.push(IoTensor::f32("logits", &[n as u64, vocab as u64], generated.logits));
+        }
+        Ok(out)
+    }
+}
+
+/// Prefill, then decode steps until the end-of-sequence token, a stop string,
+/// `max_tokens`, or [`on_text`] says to stop.
+fn generate(
+    model: &mut Model,
+    tokenizer: &tokenizers::Tokenizer,
+    prompt: &[u32],
+    max_tokens: u32,
+    eos: Option<u32>,
+    request: &Request,
+) -> Result<Generated> {
+    let mut rng = SplitMix64::new(request.seed);
+    let mut g = Generated { ids: Vec::new(), logits: Vec::new(), text: String::new(), finish: "length" };
+    let mut text_ids: Vec<u32> = Vec::new();
+    let mut logits = model.step(prompt)?;
+    while g.ids.len() < max_tokens as usize {
+        let read_logits = request.return_logits || request.temperature > 0.0;
+        let row = if read_logits { logits.to_vec_f32()? } else { Vec::new() };
+        let next = if request.temperature > 0.0 {
+            sample::sample(&row, request.temperature, request.top_p, &mut rng)
+        } else {
+            logits.argmax()?.to_vec_i64()?[0] as u32
+        };
+        g.ids.push(next);
+        if request.return_logits {
+            g.logits.extend_from_slice(&row);
+        }
+        if Some(next) == eos {
+            g.finish = "stop";
+            break;
+        }
+        text_ids.push(next);
+        let text = tokenizer::decode(tokenizer, &text_ids)?;
+        // A character still incomplete (a byte-level token ends inside it) waits.
+        let piece = if text.ends_with('\u{fffd}') { "" } else { text.get(g.text.len()..).unwrap_or("") };
+        if let Some(cut) = request.stop.iter().filter_map(|s| text.find(s.as_str())).min() {
+            on_text(&text[g.text.len().min(cut)..cut]);
+            g.text = text[..cut].to_owned();
+            g.finish = "stop";
+            break;
+        }
+        let go_on = on_text(piece);
+        if !text.ends_with('\u{fffd}') {
+            g.text = text;
+        }
+        if !go_on || g.ids.len() == max_tokens as usize {
+            break;
+        }
+        logits = model.step(&[next])?;
+    }
+    Ok(g)
+}
+
+sluice_guest::export!(Chat);
