@@ -78,3 +78,65 @@ fn chat_answers_stop_on_eos_or_length_and_bad_inputs_are_400s() {
     bad(serde_json::json!([text_input("messages", "not json")])).expect(400);
     bad(serde_json::json!([text_input("text_input", "hi"), int_input("max_tokens", 0)])).expect(400);
 }
+
+/// Greedy generation against the independent NumPy llama of `tests/llm/reference.py`
+/// on the same dequantized weights: for each prompt (two chats through the GGUF's
+/// template, two raw texts) the first 32 tokens are equal, the logits agree at every
+/// step to a relative error max |a - b| / max |b| ≤ 1e-3 (b the reference's, over the
+/// vocabulary), and the prompt's token ids are those of the Hugging Face `tokenizers`
+/// reference, whose decoding gives the prompt back exactly.
+#[test]
+fn greedy_tokens_and_logits_match_the_numpy_reference() {
+    use serde_json::{Value, json};
+    let Some(gguf) = llm_gguf() else { return };
+    let Some(python) = sluice_tests::fixtures::llm_python() else { return };
+    let server = Server::start();
+    let key = server.create_tenant("llm");
+    deploy(&server, &key, "chat", &gguf);
+    let steps = 32;
+    let cases = [
+        json!({ "messages": [{ "role": "user", "content": "Write a haiku about the sea." }] }),
+        json!({ "messages": [
+            { "role": "system", "content": "You answer in one short sentence." },
+            { "role": "user", "content": "Why is the sky blue? Give 2 reasons, café-style ☕." },
+        ]}),
+        json!({ "text": "The history of the Roman Empire began in 27 BC, when" }),
+        json!({ "text": "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n" }),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec_cases = Vec::new();
+    for (i, case) in cases.iter().enumerate() {
+        let prompt = match case.get("messages") {
+            Some(m) => text_input("messages", &m.to_string()),
+            None => text_input("text_input", case["text"].as_str().unwrap()),
+        };
+        let out = infer(&server, &key, "chat", vec![prompt, int_input("max_tokens", steps), int_input("return_logits", 1)]);
+        let logits = sluice_tests::minilm::floats(&sluice_tests::minilm::output(&out, "logits")["data"]);
+        let bytes: Vec<u8> = logits.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect();
+        let file = dir.path().join(format!("logits-{i}.f32"));
+        std::fs::write(&file, bytes).unwrap();
+        let mut c = case.clone();
+        c["prompt_ids"] = json!(ints(&out, "prompt_ids"));
+        c["generated"] = json!(ints(&out, "token_ids"));
+        c["logits"] = json!(file);
+        c["steps"] = json!(steps);
+        spec_cases.push(c);
+    }
+    let spec = dir.path().join("spec.json");
+    std::fs::write(&spec, json!({ "gguf": gguf, "cases": spec_cases }).to_string()).unwrap();
+    let script = sluice_tests::repo_root().join("tests/llm/reference.py");
+    let run = std::process::Command::new(&python).arg(&script).arg(&spec).output().unwrap();
+    assert!(run.status.success(), "reference.py failed: {}", String::from_utf8_lossy(&run.stderr));
+    let reference: Value = serde_json::from_slice(&run.stdout).unwrap();
+    for (case, want) in spec_cases.iter().zip(reference["cases"].as_array().unwrap()) {
+        let what = want["text"].as_str().unwrap();
+        assert_eq!(case["prompt_ids"], want["prompt_ids"], "{what:?}: the prompt's token ids");
+        assert_eq!(want["roundtrip"], true, "{what:?}: decoding the ids gives the prompt back");
+        assert_eq!(case["generated"], want["generated"], "{what:?}: the greedy tokens");
+        let errors: Vec<f64> = want["errors"].as_array().unwrap().iter().map(|e| e.as_f64().unwrap()).collect();
+        assert_eq!(errors.len(), case["generated"].as_array().unwrap().len(), "{what:?}: one error per step");
+        let worst = errors.iter().copied().fold(0.0, f64::max);
+        println!("{what:?}: {} tokens equal, logits' largest relative error {worst:.2e}", errors.len());
+        assert!(worst <= 1e-3, "{what:?}: relative errors per step {errors:?}");
+    }
+}

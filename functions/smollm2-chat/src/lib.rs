@@ -21,7 +21,8 @@
 //! token or a stop string; `length`: `max_tokens` reached), `prompt_tokens` and
 //! `completion_tokens` INT32 `[1]`, `token_ids` INT32 `[n]` (every token generated, an
 //! end-of-sequence token included; `completion_tokens` is n), and with
-//! `return_logits`, `logits` FP32 `[n, vocab]`: row i the logits token i was chosen from.
+//! `return_logits`, `logits` FP32 `[n, vocab]` (row i the logits token i was chosen
+//! from) and `prompt_ids` INT32 `[p]` (the prompt's tokens), for tests.
 //!
 //! Generation: the prompt in one step (prefill), then one step per token over the
 //! per-layer KV caches (`model.rs`). Each new piece of text goes to [`on_text`].
@@ -154,6 +155,7 @@ impl Function for Chat {
         if request.return_logits {
             let vocab = generated.logits.len().checked_div(n).unwrap_or(0);
             out.push(IoTensor::f32("logits", &[n as u64, vocab as u64], generated.logits));
+            out.push(IoTensor::i32("prompt_ids", &[prompt.len() as u64], prompt.iter().map(|&t| t as i32).collect()));
         }
         Ok(out)
     }
