@@ -220,7 +220,11 @@ fn a_guest_reads_the_metadata_and_runs_linears_on_quantized_weights() {
         assert_eq!(cache, &want, "{name}: the cache after its writes");
         let IoData::Bytes(refusals) = find("refusals") else { panic!("refusals is not BYTES") };
         for r in refusals {
-            assert_eq!(String::from_utf8_lossy(r), "Some(InvalidArgument)", "{name}: a write into a tensor not made by zeros");
+            assert_eq!(
+                String::from_utf8_lossy(r),
+                "Some(InvalidArgument)",
+                "{name}: a write into a tensor not made by zeros"
+            );
         }
         let IoData::F32(y) = find("y") else { panic!("y is not FP32") };
         assert_eq!(y.len(), m * n);

@@ -11,7 +11,8 @@ use sluice_tests::fixtures::llm_gguf;
 use sluice_tests::smollm2::{deploy, infer, int_input, ints, text_input, text_output};
 
 fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg").map_or_else(|_| "unknown".into(), |l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+    std::fs::read_to_string("/proc/loadavg")
+        .map_or_else(|_| "unknown".into(), |l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
 }
 
 #[test]
@@ -110,7 +111,8 @@ fn greedy_tokens_and_logits_match_the_numpy_reference() {
             Some(m) => text_input("messages", &m.to_string()),
             None => text_input("text_input", case["text"].as_str().unwrap()),
         };
-        let out = infer(&server, &key, "chat", vec![prompt, int_input("max_tokens", steps), int_input("return_logits", 1)]);
+        let out =
+            infer(&server, &key, "chat", vec![prompt, int_input("max_tokens", steps), int_input("return_logits", 1)]);
         let logits = sluice_tests::minilm::floats(&sluice_tests::minilm::output(&out, "logits")["data"]);
         let bytes: Vec<u8> = logits.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect();
         let file = dir.path().join(format!("logits-{i}.f32"));

@@ -156,7 +156,13 @@ pub fn run(args: &[String]) -> Result<()> {
     match &llm {
         Some(gguf) => examples.push((
             "smollm2-chat",
-            vec![wasm("smollm2_chat"), "--timeout-ms".into(), "300000".into(), "--artifact".into(), format!("model={}", gguf.display())],
+            vec![
+                wasm("smollm2_chat"),
+                "--timeout-ms".into(),
+                "300000".into(),
+                "--artifact".into(),
+                format!("model={}", gguf.display()),
+            ],
         )),
         None => eprintln!("xtask: no SmolLM2 model (`cargo xtask fetch-llm` fetches it): smollm2-chat is not deployed"),
     }

@@ -48,7 +48,7 @@ impl Config {
             rope_base: float("llama.rope.freq_base").unwrap_or(10_000.0),
             eps: float("llama.attention.layer_norm_rms_epsilon")?,
         };
-        if c.heads == 0 || c.kv_heads == 0 || c.hidden % c.heads != 0 || c.heads % c.kv_heads != 0 {
+        if c.heads == 0 || c.kv_heads == 0 || !c.hidden.is_multiple_of(c.heads) || !c.heads.is_multiple_of(c.kv_heads) {
             return Err(Error::failed(format!("inconsistent attention shape {c:?}")));
         }
         Ok(c)
@@ -111,7 +111,14 @@ impl Model {
         let caches = (0..config.blocks)
             .map(|_| Ok((Tensor::zeros(DType::F32, &shape)?, Tensor::zeros(DType::F32, &shape)?)))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Model { embed: weight("token_embd.weight")?, out_norm: weight("output_norm.weight")?, blocks, caches, config, pos: 0 })
+        Ok(Model {
+            embed: weight("token_embd.weight")?,
+            out_norm: weight("output_norm.weight")?,
+            blocks,
+            caches,
+            config,
+            pos: 0,
+        })
     }
 
     /// Runs `tokens` at the next positions and returns the logits `[1, vocab]` of the

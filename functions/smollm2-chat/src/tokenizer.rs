@@ -45,7 +45,9 @@ pub fn from_metadata(meta: &Value) -> Result<Tokenizer> {
     let special: Vec<AddedToken> = tokens
         .iter()
         .enumerate()
-        .filter(|(i, _)| types.and_then(|t| t.get(*i)).and_then(Value::as_i64).is_some_and(|t| SPECIAL_TYPES.contains(&t)))
+        .filter(|(i, _)| {
+            types.and_then(|t| t.get(*i)).and_then(Value::as_i64).is_some_and(|t| SPECIAL_TYPES.contains(&t))
+        })
         .map(|(_, t)| AddedToken::from((*t).to_owned(), true))
         .collect();
     tokenizer.add_special_tokens(&special);

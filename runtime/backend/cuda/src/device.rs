@@ -581,8 +581,10 @@ impl CudaDevice {
         lane.bind()?;
         // SAFETY: both ranges lie inside their live buffers (checked above; `src` whole),
         // and buffers are distinct allocations, so they do not overlap.
-        unsafe { result::memcpy_dtod_async(dst.device_ptr() + at as u64, src.device_ptr(), n, lane.stream.cu_stream()) }
-            .map_err(|e| CudaError::driver("writing rows in place", e))?;
+        unsafe {
+            result::memcpy_dtod_async(dst.device_ptr() + at as u64, src.device_ptr(), n, lane.stream.cu_stream())
+        }
+        .map_err(|e| CudaError::driver("writing rows in place", e))?;
         dst.add_faults(&src.faults());
         if self.pool.lanes.partitioned_now() {
             self.pool.lanes.synchronize(slot)?;

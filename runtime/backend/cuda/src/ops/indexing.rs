@@ -149,6 +149,21 @@ pub(crate) fn broadcast_to(
     Ok(y)
 }
 
+/// `dst[offset .. offset + src.shape[0]] = src` along axis 0, in place: rows are
+/// contiguous, so one device-to-device copy. The output is the empty buffer that orders
+/// the write.
+pub(crate) fn write_rows(
+    dev: &CudaDevice,
+    offset: u32,
+    (dst, dm): (&CudaBuffer, &TensorMeta),
+    src: &CudaBuffer,
+    out: &TensorMeta,
+) -> Result<CudaBuffer, CudaError> {
+    let row_bytes = dm.byte_len() / dm.shape.first().map_or(1, |&r| r.max(1) as usize);
+    dev.copy_into(dst, offset as usize * row_bytes, src)?;
+    dev.alloc(out.byte_len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,19 +188,4 @@ mod tests {
         let got: Vec<u64> = (0..6).map(|i| l.offsets(i).0).collect();
         assert_eq!(got, vec![0, 3, 1, 4, 2, 5]);
     }
-}
-
-/// `dst[offset .. offset + src.shape[0]] = src` along axis 0, in place: rows are
-/// contiguous, so one device-to-device copy. The output is the empty buffer that orders
-/// the write.
-pub(crate) fn write_rows(
-    dev: &CudaDevice,
-    offset: u32,
-    (dst, dm): (&CudaBuffer, &TensorMeta),
-    src: &CudaBuffer,
-    out: &TensorMeta,
-) -> Result<CudaBuffer, CudaError> {
-    let row_bytes = dm.byte_len() / dm.shape.first().map_or(1, |&r| r.max(1) as usize);
-    dev.copy_into(dst, offset as usize * row_bytes, src)?;
-    dev.alloc(out.byte_len())
 }
