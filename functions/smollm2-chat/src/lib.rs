@@ -26,14 +26,19 @@
 //!
 //! Generation: the prompt in one step (prefill), then one step per token over the
 //! per-layer KV caches (`model.rs`). Each new piece of text goes to [`on_text`].
+//! What the metadata gives (tokenizer, template, hyper-parameters) is built once per
+//! instance ([`setup`]); warm instances keep it, never tensor handles.
 
 mod model;
 mod sample;
 mod template;
 mod tokenizer;
 
+use std::sync::OnceLock;
+
 use serde_json::Value;
 use sluice_guest::{Error, Function, Inputs, IoTensor, Result, artifacts};
+use tokenizers::Tokenizer;
 
 use model::{ARTIFACT, Config, Model};
 use sample::SplitMix64;
@@ -76,14 +81,42 @@ fn text(inputs: &Inputs, name: &str) -> Result<Option<String>> {
     }
 }
 
+/// What the function takes from the GGUF metadata.
+struct Setup {
+    config: Config,
+    tokenizer: Tokenizer,
+    template: Option<template::ChatTemplate>,
+    eos: Option<u32>,
+    /// The token put before every prompt, if the file asks for one.
+    bos: Option<u32>,
+}
+
+/// The setup of this instance, built on its first invocation.
+fn setup() -> Result<&'static Setup> {
+    static SETUP: OnceLock<Setup> = OnceLock::new();
+    if let Some(s) = SETUP.get() {
+        return Ok(s);
+    }
+    let meta: Value = serde_json::from_str(&artifacts::metadata(ARTIFACT)?)
+        .map_err(|e| Error::failed(format!("the GGUF metadata is not JSON: {e}")))?;
+    let id = |k: &str| meta[k].as_u64().map(|v| v as u32);
+    let setup = Setup {
+        config: Config::from_metadata(&meta)?,
+        tokenizer: tokenizer::from_metadata(&meta)?,
+        template: meta["tokenizer.chat_template"].as_str().map(template::ChatTemplate::parse).transpose()?,
+        eos: id("tokenizer.ggml.eos_token_id"),
+        bos: id("tokenizer.ggml.bos_token_id").filter(|_| meta["tokenizer.ggml.add_bos_token"].as_bool() == Some(true)),
+    };
+    Ok(SETUP.get_or_init(|| setup))
+}
+
 impl Request {
-    fn parse(inputs: &Inputs, meta: &Value) -> Result<Request> {
+    fn parse(inputs: &Inputs, setup: &Setup) -> Result<Request> {
         let prompt = match (text(inputs, "messages")?, text(inputs, "text_input")?) {
             (Some(json), None) => {
-                let template = meta["tokenizer.chat_template"]
-                    .as_str()
-                    .ok_or_else(|| Error::failed("the GGUF file has no chat template"))?;
-                template::ChatTemplate::parse(template)?.render(&template::messages(&json)?)
+                let template =
+                    setup.template.as_ref().ok_or_else(|| Error::failed("the GGUF file has no chat template"))?;
+                template.render(&template::messages(&json)?)
             }
             (None, Some(raw)) => raw,
             _ => return Err(Error::invalid_input("give exactly one of `messages` and `text_input`")),
@@ -122,17 +155,12 @@ struct Chat;
 
 impl Function for Chat {
     fn run(inputs: Inputs) -> Result<Vec<IoTensor>> {
-        let meta: Value = serde_json::from_str(&artifacts::metadata(ARTIFACT)?)
-            .map_err(|e| Error::failed(format!("the GGUF metadata is not JSON: {e}")))?;
-        let request = Request::parse(&inputs, &meta)?;
-        let config = Config::from_metadata(&meta)?;
-        let eos = meta["tokenizer.ggml.eos_token_id"].as_u64().map(|v| v as u32);
-        let tokenizer = tokenizer::from_metadata(&meta)?;
-        let mut prompt = tokenizer::encode(&tokenizer, &request.prompt)?;
-        if meta["tokenizer.ggml.add_bos_token"].as_bool() == Some(true)
-            && let Some(bos) = meta["tokenizer.ggml.bos_token_id"].as_u64()
-        {
-            prompt.insert(0, bos as u32);
+        let setup = setup()?;
+        let request = Request::parse(&inputs, setup)?;
+        let (config, tokenizer, eos) = (setup.config.clone(), &setup.tokenizer, setup.eos);
+        let mut prompt = tokenizer::encode(tokenizer, &request.prompt)?;
+        if let Some(bos) = setup.bos {
+            prompt.insert(0, bos);
         }
         if prompt.is_empty() || prompt.len() >= config.context as usize {
             return Err(Error::invalid_input(format!(
@@ -143,7 +171,7 @@ impl Function for Chat {
         }
         let max_tokens = (request.max_tokens as u32).min(config.context - prompt.len() as u32);
         let mut model = Model::load(config, prompt.len() as u32 + max_tokens)?;
-        let generated = generate(&mut model, &tokenizer, &prompt, max_tokens, eos, &request)?;
+        let generated = generate(&mut model, tokenizer, &prompt, max_tokens, eos, &request)?;
         let n = generated.ids.len();
         let mut out = vec![
             IoTensor::text("text_output", &[&generated.text]),
@@ -165,7 +193,7 @@ impl Function for Chat {
 /// `max_tokens`, or [`on_text`] says to stop.
 fn generate(
     model: &mut Model,
-    tokenizer: &tokenizers::Tokenizer,
+    tokenizer: &Tokenizer,
     prompt: &[u32],
     max_tokens: u32,
     eos: Option<u32>,
