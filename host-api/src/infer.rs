@@ -155,6 +155,22 @@ pub fn infer(op: &Op, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
             }
             TensorMeta::new(DType::I32, x.shape[..x.rank() - 1].to_vec())
         }
+        Op::Sample(args) => {
+            let [x] = arity::<1>(op, inputs)?;
+            if x.dtype != DType::F32 {
+                return Err(ApiError::dtype(format!("sample needs f32 logits, got {}", x.dtype)));
+            }
+            if x.shape.last().is_none_or(|&d| d == 0) {
+                return Err(ApiError::shape(format!("sample needs a non-empty last axis, got {:?}", x.shape)));
+            }
+            if !(args.temperature.is_finite() && args.temperature > 0.0) {
+                return Err(ApiError::arg(format!("sample temperature must be finite and > 0, got {}", args.temperature)));
+            }
+            if !(args.top_p > 0.0 && args.top_p <= 1.0) {
+                return Err(ApiError::arg(format!("sample top-p must be in (0, 1], got {}", args.top_p)));
+            }
+            TensorMeta::new(DType::I32, x.shape[..x.rank() - 1].to_vec())
+        }
         Op::Rope { base, .. } => {
             let [x] = arity::<1>(op, inputs)?;
             float(op, x)?;
@@ -707,6 +723,20 @@ mod tests {
         assert_eq!(infer(&Op::Argmax, &[&t(DType::F32, &[2, 0])]).unwrap_err().code, ErrorCode::ShapeMismatch);
         assert_eq!(infer(&Op::Argmax, &[&t(DType::F32, &[])]).unwrap_err().code, ErrorCode::ShapeMismatch);
         assert_eq!(infer(&Op::Argmax, &[&t(DType::I32, &[4])]).unwrap_err().code, ErrorCode::DtypeMismatch);
+    }
+
+    #[test]
+    fn sample_takes_f32_logits_and_checks_its_parameters() {
+        let args = |temperature, top_p| Op::Sample(crate::SampleArgs { temperature, top_k: 0, top_p, seed: 1 });
+        let x = t(DType::F32, &[2, 49152]);
+        assert_eq!(infer(&args(0.7, 0.9), &[&x]).unwrap(), t(DType::I32, &[2]));
+        let code = |op: &Op, x: &TensorMeta| infer(op, &[x]).unwrap_err().code;
+        assert_eq!(code(&args(0.0, 0.9), &x), ErrorCode::InvalidArgument);
+        assert_eq!(code(&args(f32::NAN, 0.9), &x), ErrorCode::InvalidArgument);
+        assert_eq!(code(&args(1.0, 0.0), &x), ErrorCode::InvalidArgument);
+        assert_eq!(code(&args(1.0, 1.5), &x), ErrorCode::InvalidArgument);
+        assert_eq!(code(&args(1.0, 1.0), &t(DType::F16, &[4])), ErrorCode::DtypeMismatch);
+        assert_eq!(code(&args(1.0, 1.0), &t(DType::F32, &[2, 0])), ErrorCode::ShapeMismatch);
     }
 
     #[test]

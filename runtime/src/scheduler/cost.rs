@@ -65,6 +65,7 @@ fn hash_op(op: &Op, h: &mut DefaultHasher) {
         Op::Softmax { scale } => scale.to_bits().hash(h),
         Op::LayerNorm { eps } => eps.to_bits().hash(h),
         Op::Embedding | Op::Argmax => {}
+        Op::Sample(a) => (a.temperature.to_bits(), a.top_k, a.top_p.to_bits()).hash(h),
         // Not the offset: every decode step writes at another.
         Op::WriteRows { .. } => {}
         Op::Reduce(r) => r.hash(h),

@@ -17,7 +17,8 @@
 //!   width, chosen at run time, with the same results at every width; gemm likewise picks
 //!   its AVX-512 or AVX2 kernels at run time;
 //! - `maximum`/`minimum` and max/min reductions propagate NaN; argmax takes the first
-//!   NaN, else the first largest element;
+//!   NaN, else the first largest element; sample draws by the WIT `sample-args`
+//!   algorithm, as the CUDA kernel does;
 //! - integer arithmetic wraps (two's complement), integer division truncates toward zero
 //!   and a zero divisor is an error;
 //! - a softmax row whose logits are all `-inf` (fully masked) is all zeros;
@@ -87,6 +88,7 @@ pub fn launch(op: &Op, inputs: &[(&CpuBuffer, &TensorMeta)], out: &TensorMeta) -
         (Op::Pool2d(args), &[x]) => conv::pool2d(args, x, out),
         (Op::Rope { base, offset }, &[x]) => nn::rope(*base, *offset, x),
         (Op::Argmax, &[x]) => reduce::argmax(x),
+        (Op::Sample(args), &[x]) => reduce::sample(args, x),
         (Op::Linear { transpose_w, activation }, &[x, w]) => fused::linear(*transpose_w, *activation, x, w, None, out),
         (Op::Linear { transpose_w, activation }, &[x, w, (b, _)]) => {
             fused::linear(*transpose_w, *activation, x, w, Some(b), out)

@@ -115,6 +115,10 @@ pub(crate) fn launch(
             arity(1)?;
             reduce::argmax(dev, inputs[0], out)
         }
+        Op::Sample(args) => {
+            arity(1)?;
+            reduce::sample(dev, args, inputs[0], out)
+        }
         Op::Rope { base, offset } => {
             arity(1)?;
             norm::rope(dev, *base, *offset, inputs[0], out)
@@ -188,6 +192,7 @@ pub fn plan(op: &Op, dtypes: &[DType]) -> Vec<Step> {
         Op::Pool2d(p) => vec![k(Module::Pool, kernels::pool_symbol(p.kind, d))],
         Op::Rope { .. } => vec![k(Module::Rope, kernels::rope_symbol(d))],
         Op::Argmax => vec![k(Module::Reduce, kernels::argmax_symbol(d))],
+        Op::Sample(_) => vec![k(Module::Reduce, kernels::SAMPLE_SYMBOL.to_owned())],
         // A block-format weight: the dequantizing kernel instead of cuBLAS (f32 out).
         Op::Linear { activation, .. } if dtypes.get(1).is_some_and(|w| w.is_quantized()) => {
             let mut steps = vec![k(Module::Quant, kernels::qlinear_symbol(dtypes[1]))];
