@@ -164,7 +164,10 @@ pub fn infer(op: &Op, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
                 return Err(ApiError::shape(format!("sample needs a non-empty last axis, got {:?}", x.shape)));
             }
             if !(args.temperature.is_finite() && args.temperature > 0.0) {
-                return Err(ApiError::arg(format!("sample temperature must be finite and > 0, got {}", args.temperature)));
+                return Err(ApiError::arg(format!(
+                    "sample temperature must be finite and > 0, got {}",
+                    args.temperature
+                )));
             }
             if !(args.top_p > 0.0 && args.top_p <= 1.0) {
                 return Err(ApiError::arg(format!("sample top-p must be in (0, 1], got {}", args.top_p)));

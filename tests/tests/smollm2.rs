@@ -1,6 +1,7 @@
 //! `smollm2-chat` (SmolLM2-135M-Instruct, Q4_1 GGUF) deployed over HTTP on the CPU
 //! device: a chat answer ends on the end-of-sequence token or at `max_tokens` with the
-//! counts that say so, a stop string ends the text before it, bad inputs are 400s, and
+//! counts that say so, sampling repeats with its seed, a stop string ends the text
+//! before it, bad inputs are 400s, and
 //! the greedy decode rate is printed (tokens/s, with the machine's load average). Skips (class
 //! "SmolLM2 model") when the GGUF file has not been fetched, except under CI.
 
@@ -69,6 +70,21 @@ fn chat_answers_stop_on_eos_or_length_and_bad_inputs_are_400s() {
         short,
         load_average()
     );
+
+    // Sampling on the device: a seed repeats its tokens, another seed draws others.
+    let sampled = |seed: i64| {
+        let inputs = vec![
+            text_input("messages", messages),
+            int_input("max_tokens", 16),
+            serde_json::json!({ "name": "temperature", "shape": [1], "datatype": "FP32", "data": [1.0] }),
+            serde_json::json!({ "name": "top_p", "shape": [1], "datatype": "FP32", "data": [0.95] }),
+            serde_json::json!({ "name": "seed", "shape": [1], "datatype": "INT64", "data": [seed] }),
+        ];
+        ints(&infer(&server, &key, "chat", inputs), "token_ids")
+    };
+    let (a, b) = (sampled(11), sampled(12));
+    assert_eq!(a, sampled(11), "a seed repeats");
+    assert_ne!(a, b, "another seed draws other tokens");
 
     // max_tokens ends it; a stop string cuts the text before it.
     let short = infer(&server, &key, "chat", vec![text_input("messages", messages), int_input("max_tokens", 2)]);

@@ -7,7 +7,7 @@
 //! OpenAPI spec, clippy, rustdoc), then the host workspace's tests, the CUDA backend's
 //! tests on the fake CUDA libraries (`cargo xtask test-cuda-fake`), the doc tests, a
 //! type-check of the benchmarks, and the guest workspace's native tests (the guest
-//! SDK's unit tests, the tokenizer, the MiniLM model code and SmolLM2's sampling). Extra arguments go to the
+//! SDK's unit tests, the tokenizer and the MiniLM model code). Extra arguments go to the
 //! host `cargo test`. Each step prints a progress line and its time; a failing step
 //! does not stop the others, and the table at the end says which failed.
 //!
@@ -82,11 +82,10 @@ pub fn run(args: &[String]) -> Result<()> {
         cmd::run(cmd::cargo().current_dir(&root).args(["check", "--workspace", "--benches"]))
     });
     // The guest workspace's pure-Rust crates and the guest SDK's unit tests run natively.
-    steps.run("native tests: guest workspace (sluice-guest, bert-tokenizer, minilm-embed, smollm2-chat)", || {
+    steps.run("native tests: guest workspace (sluice-guest, bert-tokenizer, minilm-embed)", || {
         cmd::run(
             lint::guest_cargo(&root.join("functions"))
                 .args(["test", "--release", "-p", "sluice-guest", "-p", "bert-tokenizer", "-p", "minilm-embed"])
-                .args(["-p", "smollm2-chat"])
                 .env("SLUICE_MODEL_DIR", &model_dir)
                 .env("SLUICE_SKIP_LOG", &skip_log),
         )

@@ -12,7 +12,8 @@
 //! - `max_tokens`: INT32 `[1]`, most tokens to generate (default 128; clamped to what
 //!   the context leaves after the prompt);
 //! - `temperature`: FP32 `[1]`, 0 (the default) is greedy; `top_p`: FP32 `[1]` in
-//!   `(0, 1]` (default 1); `seed`: INT64 `[1]` (default 0); see `sample.rs`;
+//!   `(0, 1]` (default 1); `seed`: INT64 `[1]` (default 0): with a temperature the
+//!   device's `sample` op draws each token, step i with the seed `seed + i`;
 //! - `stop`: BYTES `[n]`, strings that end the generation (the text ends before one);
 //! - `return_logits`: INT32 `[1]`, 1 to return the logits of every step.
 //!
@@ -30,7 +31,6 @@
 //! instance ([`setup`]); warm instances keep it, never tensor handles.
 
 mod model;
-mod sample;
 mod template;
 mod tokenizer;
 
@@ -41,7 +41,6 @@ use sluice_guest::{Error, Function, Inputs, IoTensor, Result, artifacts};
 use tokenizers::Tokenizer;
 
 use model::{ARTIFACT, Config, Model};
-use sample::SplitMix64;
 
 /// Tokens generated when the request does not say.
 const DEFAULT_MAX_TOKENS: i32 = 128;
@@ -199,18 +198,18 @@ fn generate(
     eos: Option<u32>,
     request: &Request,
 ) -> Result<Generated> {
-    let mut rng = SplitMix64::new(request.seed);
     let mut g = Generated { ids: Vec::new(), logits: Vec::new(), text: String::new(), finish: "length" };
     let mut text_ids: Vec<u32> = Vec::new();
     let mut logits = model.step(prompt)?;
     while g.ids.len() < max_tokens as usize {
-        let read_logits = request.return_logits || request.temperature > 0.0;
-        let row = if read_logits { logits.to_vec_f32()? } else { Vec::new() };
-        let next = if request.temperature > 0.0 {
-            sample::sample(&row, request.temperature, request.top_p, &mut rng)
+        let row = if request.return_logits { logits.to_vec_f32()? } else { Vec::new() };
+        let chosen = if request.temperature > 0.0 {
+            let seed = request.seed.wrapping_add(g.ids.len() as u64);
+            logits.sample(request.temperature, 0, request.top_p, seed)?
         } else {
-            logits.argmax()?.to_vec_i64()?[0] as u32
+            logits.argmax()?
         };
+        let next = chosen.to_vec_i64()?[0] as u32;
         g.ids.push(next);
         if request.return_logits {
             g.logits.extend_from_slice(&row);
