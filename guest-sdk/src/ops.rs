@@ -8,7 +8,7 @@ use std::ops::{Add, Div, Mul, Neg, Sub};
 
 use crate::bindings::sluice::gpu::ops::{
     self as raw, AffineArgs, BinaryOp, Conv2dArgs, LayerNormArgs, MatmulArgs, Op, Pool2dArgs, PoolKind, ReduceArgs,
-    ReduceOp, RopeArgs, SliceArgs, SoftmaxArgs, UnaryOp,
+    ReduceOp, RopeArgs, SampleArgs, SliceArgs, SoftmaxArgs, UnaryOp,
 };
 use crate::{DType, Error, ErrorCode, Result, Tensor};
 
@@ -184,6 +184,14 @@ impl Tensor {
     /// decoding. Ties give the lowest index.
     pub fn argmax(&self) -> Result<Tensor> {
         launch(&Op::Argmax, &[self])
+    }
+
+    /// A token drawn from each row of f32 logits `[..., v]` (i32 of shape `[...]`) with
+    /// `temperature` (> 0), `top_k` (0: all) and `top_p` (in `(0, 1]`), from `seed` (give
+    /// each decode step its own): the same tokens on every backend (the WIT
+    /// `sample-args` documents the algorithm).
+    pub fn sample(&self, temperature: f32, top_k: u32, top_p: f32, seed: u64) -> Result<Tensor> {
+        launch(&Op::Sample(SampleArgs { temperature, top_k, top_p, seed }), &[self])
     }
 
     /// Rotary position embedding of `self` `[..., s, heads, d]` (llama.cpp's normal

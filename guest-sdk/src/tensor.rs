@@ -70,8 +70,14 @@ impl Tensor {
         Tensor::from_bytes(DType::BF16, shape, &convert::u16_le(bits))
     }
 
-    /// A tensor of zeros (all-zero bits are zero in every dtype).
+    /// A tensor of zeros (all-zero bits are zero in every dtype). One of a plain dtype
+    /// is made on the device (the host's `tensor.zeros`) and is the kind of tensor
+    /// [`Tensor::write_rows`] may change, e.g. a KV cache; one of a block format is an
+    /// upload of zero blocks.
     pub fn zeros(dtype: DType, shape: &[u32]) -> Result<Tensor> {
+        if !dtype.is_quantized() {
+            return Ok(Tensor::from_raw(RawTensor::zeros(dtype.into(), shape)?));
+        }
         let n = checked_numel(shape)?;
         let bytes = (n / dtype.block_len()).checked_mul(dtype.block_bytes()).ok_or_else(too_large)?;
         Tensor::from_bytes(dtype, shape, &vec![0u8; bytes])
@@ -85,6 +91,15 @@ impl Tensor {
     /// A rank-0 f32 tensor (broadcasts against anything in binary ops).
     pub fn scalar_f32(value: f32) -> Result<Tensor> {
         Tensor::from_f32(&[], &[value])
+    }
+
+    /// Writes `src` in place into rows `offset .. offset + src.shape[0]` of this
+    /// tensor's first axis (a tensor made by [`Tensor::zeros`]), queued in launch order
+    /// with the other ops: how a KV cache `[ctx, kv-heads, d]` grows by a step's
+    /// positions without copying what it holds. `src` has this tensor's dtype and its
+    /// other axes.
+    pub fn write_rows(&self, offset: u32, src: &Tensor) -> Result<()> {
+        Ok(self.raw.write_rows(offset, &src.raw)?)
     }
 
     /// The element type.

@@ -155,6 +155,25 @@ pub fn infer(op: &Op, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
             }
             TensorMeta::new(DType::I32, x.shape[..x.rank() - 1].to_vec())
         }
+        Op::Sample(args) => {
+            let [x] = arity::<1>(op, inputs)?;
+            if x.dtype != DType::F32 {
+                return Err(ApiError::dtype(format!("sample needs f32 logits, got {}", x.dtype)));
+            }
+            if x.shape.last().is_none_or(|&d| d == 0) {
+                return Err(ApiError::shape(format!("sample needs a non-empty last axis, got {:?}", x.shape)));
+            }
+            if !(args.temperature.is_finite() && args.temperature > 0.0) {
+                return Err(ApiError::arg(format!(
+                    "sample temperature must be finite and > 0, got {}",
+                    args.temperature
+                )));
+            }
+            if !(args.top_p > 0.0 && args.top_p <= 1.0) {
+                return Err(ApiError::arg(format!("sample top-p must be in (0, 1], got {}", args.top_p)));
+            }
+            TensorMeta::new(DType::I32, x.shape[..x.rank() - 1].to_vec())
+        }
         Op::Rope { base, .. } => {
             let [x] = arity::<1>(op, inputs)?;
             float(op, x)?;
@@ -188,6 +207,10 @@ pub fn infer(op: &Op, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
         }
         Op::Attention { heads, scale } => attention(op, *heads, *scale, inputs),
         Op::GqaAttention { kv_len, scale } => gqa_attention(op, *kv_len, *scale, inputs),
+        Op::WriteRows { offset } => {
+            let [dst, src] = arity::<2>(op, inputs)?;
+            write_rows(*offset, dst, src)
+        }
         Op::RmsNorm { eps } => {
             let (x, w) = match inputs {
                 [x, w] => (*x, *w),
@@ -510,6 +533,28 @@ fn quantized_inputs(op: &Op, inputs: &[&TensorMeta]) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// `dst[offset .. offset + src.shape[0]] = src`: one dtype, the same trailing axes, the
+/// rows inside `dst`. The output is the empty u8 `[0]` that orders the write.
+fn write_rows(offset: u32, dst: &TensorMeta, src: &TensorMeta) -> Result<TensorMeta, ApiError> {
+    if dst.dtype != src.dtype {
+        return Err(ApiError::dtype(format!("write of a {} tensor into a {} tensor", src.dtype, dst.dtype)));
+    }
+    if dst.rank() == 0 || src.rank() != dst.rank() || src.shape[1..] != dst.shape[1..] {
+        return Err(ApiError::shape(format!(
+            "write of {:?} into {:?}: both need rank >= 1 and the same axes after the first",
+            src.shape, dst.shape
+        )));
+    }
+    let end = u64::from(offset) + u64::from(src.shape[0]);
+    if end > u64::from(dst.shape[0]) {
+        return Err(ApiError::arg(format!(
+            "write of {} rows at offset {offset} ends past the {} rows of the destination",
+            src.shape[0], dst.shape[0]
+        )));
+    }
+    TensorMeta::new(DType::U8, vec![0])
+}
+
 /// The dtype an op reading `dtype` computes in: f32 for a block format.
 fn dequantized(dtype: DType) -> DType {
     if dtype.is_quantized() { DType::F32 } else { dtype }
@@ -681,6 +726,37 @@ mod tests {
         assert_eq!(infer(&Op::Argmax, &[&t(DType::F32, &[2, 0])]).unwrap_err().code, ErrorCode::ShapeMismatch);
         assert_eq!(infer(&Op::Argmax, &[&t(DType::F32, &[])]).unwrap_err().code, ErrorCode::ShapeMismatch);
         assert_eq!(infer(&Op::Argmax, &[&t(DType::I32, &[4])]).unwrap_err().code, ErrorCode::DtypeMismatch);
+    }
+
+    #[test]
+    fn sample_takes_f32_logits_and_checks_its_parameters() {
+        let args = |temperature, top_p| Op::Sample(crate::SampleArgs { temperature, top_k: 0, top_p, seed: 1 });
+        let x = t(DType::F32, &[2, 49152]);
+        assert_eq!(infer(&args(0.7, 0.9), &[&x]).unwrap(), t(DType::I32, &[2]));
+        let code = |op: &Op, x: &TensorMeta| infer(op, &[x]).unwrap_err().code;
+        assert_eq!(code(&args(0.0, 0.9), &x), ErrorCode::InvalidArgument);
+        assert_eq!(code(&args(f32::NAN, 0.9), &x), ErrorCode::InvalidArgument);
+        assert_eq!(code(&args(1.0, 0.0), &x), ErrorCode::InvalidArgument);
+        assert_eq!(code(&args(1.0, 1.5), &x), ErrorCode::InvalidArgument);
+        assert_eq!(code(&args(1.0, 1.0), &t(DType::F16, &[4])), ErrorCode::DtypeMismatch);
+        assert_eq!(code(&args(1.0, 1.0), &t(DType::F32, &[2, 0])), ErrorCode::ShapeMismatch);
+    }
+
+    #[test]
+    fn write_rows_checks_dtype_axes_and_bounds() {
+        let op = |offset| Op::WriteRows { offset };
+        let cache = t(DType::F32, &[8, 3, 64]);
+        assert_eq!(infer(&op(5), &[&cache, &t(DType::F32, &[3, 3, 64])]).unwrap(), t(DType::U8, &[0]));
+        assert_eq!(infer(&op(0), &[&cache, &t(DType::F32, &[0, 3, 64])]).unwrap(), t(DType::U8, &[0]));
+        let code = |o, dst: &TensorMeta, src: &TensorMeta| infer(&op(o), &[dst, src]).unwrap_err().code;
+        assert_eq!(code(6, &cache, &t(DType::F32, &[3, 3, 64])), ErrorCode::InvalidArgument);
+        assert_eq!(code(u32::MAX, &cache, &t(DType::F32, &[1, 3, 64])), ErrorCode::InvalidArgument);
+        assert_eq!(code(0, &cache, &t(DType::F16, &[1, 3, 64])), ErrorCode::DtypeMismatch);
+        assert_eq!(code(0, &cache, &t(DType::F32, &[1, 64, 3])), ErrorCode::ShapeMismatch);
+        assert_eq!(code(0, &cache, &t(DType::F32, &[3, 64])), ErrorCode::ShapeMismatch);
+        assert_eq!(code(0, &t(DType::F32, &[]), &t(DType::F32, &[])), ErrorCode::ShapeMismatch);
+        let w = t(DType::Q4_1, &[4, 32]);
+        assert_eq!(code(0, &w, &t(DType::Q4_1, &[1, 32])), ErrorCode::DtypeMismatch, "no block formats");
     }
 
     #[test]

@@ -102,6 +102,16 @@ pub struct ReduceArgs {
     pub keep_dim: bool,
 }
 
+/// Parameters of [`Op::Sample`]: temperature (> 0), top-k (0: all), top-p (in
+/// `(0, 1]`) and the seed of the draw.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SampleArgs {
+    pub temperature: f32,
+    pub top_k: u32,
+    pub top_p: f32,
+    pub seed: u64,
+}
+
 /// Parameters of [`Op::Slice`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SliceArgs {
@@ -165,6 +175,10 @@ pub enum Op {
     Rope { base: f32, offset: u32 },
     /// `[x]`: i32 index of the largest element of each row (last axis).
     Argmax,
+    /// `[x]`: an i32 token drawn from each row of f32 logits (last axis) with
+    /// temperature, top-k and top-p, the same on every backend (the WIT `sample-args`
+    /// documents the algorithm).
+    Sample(SampleArgs),
     /// `[x, w]` or `[x, w, bias]`: NCHW convolution.
     Conv2d(Conv2dArgs),
     /// `[x]`: NCHW pooling.
@@ -184,6 +198,11 @@ pub enum Op {
     /// `[q, k, v]`: causal grouped-query attention of q `[s, heads, d]` over the first
     /// `kv_len` positions of the caches k, v `[ctx, kv_heads, d]`.
     GqaAttention { kv_len: u32, scale: f32 },
+    /// `[dst, src]`: the in-place write `dst[offset .. offset + src.shape[0]] = src`
+    /// along axis 0 (the WIT `tensor.write`); its output is an empty u8 `[0]` that only
+    /// orders it among the invocation's work. Never reached through `ops.launch`: the
+    /// host queues it only for a `dst` made by `tensor.zeros`.
+    WriteRows { offset: u32 },
 }
 
 impl Op {
@@ -205,6 +224,7 @@ impl Op {
             Op::Cast(_) => "cast",
             Op::Rope { .. } => "rope",
             Op::Argmax => "argmax",
+            Op::Sample(_) => "sample",
             Op::Conv2d(_) => "conv2d",
             Op::Pool2d(_) => "pool2d",
             Op::Linear { .. } => "linear",
@@ -212,6 +232,7 @@ impl Op {
             Op::Attention { .. } => "attention",
             Op::RmsNorm { .. } => "rms-norm",
             Op::GqaAttention { .. } => "gqa-attention",
+            Op::WriteRows { .. } => "write-rows",
         }
     }
 }

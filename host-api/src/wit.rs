@@ -93,6 +93,12 @@ macro_rules! wit_conversions {
                         }),
                         wit_ops::Op::Rope(r) => api::Op::Rope { base: r.base, offset: r.offset },
                         wit_ops::Op::Argmax => api::Op::Argmax,
+                        wit_ops::Op::Sample(a) => api::Op::Sample(api::SampleArgs {
+                            temperature: a.temperature,
+                            top_k: a.top_k,
+                            top_p: a.top_p,
+                            seed: a.seed,
+                        }),
                     }
                 }
             }

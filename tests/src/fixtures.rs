@@ -47,6 +47,23 @@ pub fn llm_gguf() -> Option<PathBuf> {
     None
 }
 
+/// The interpreter of the SmolLM2 reference's environment (`SLUICE_LLM_PYTHON`: NumPy,
+/// gguf-py, tokenizers, jinja2 as `tests/llm/requirements.txt` pins them), or `None`
+/// after recording the skip (class "SmolLM2 reference"); under `CI=true` or
+/// `SLUICE_REQUIRE_LLM=1` its absence is a failure instead.
+pub fn llm_python() -> Option<PathBuf> {
+    let reason = match std::env::var_os("SLUICE_LLM_PYTHON").filter(|v| !v.is_empty()).map(PathBuf::from) {
+        Some(python) if python.is_file() => return Some(python),
+        Some(python) => format!("SLUICE_LLM_PYTHON names {}, which does not exist", python.display()),
+        None => "SLUICE_LLM_PYTHON is not set (`cargo xtask test` sets it)".to_owned(),
+    };
+    let required =
+        std::env::var("CI").as_deref() == Ok("true") || std::env::var("SLUICE_REQUIRE_LLM").as_deref() == Ok("1");
+    assert!(!required, "CI=true or SLUICE_REQUIRE_LLM=1: {reason}");
+    skip("SmolLM2 reference", &reason);
+    None
+}
+
 /// The interpreter of the clients' environment (`SLUICE_CLIENTS_PYTHON`), or `None` after
 /// recording the skip (class "Python clients"); `SLUICE_REQUIRE_CLIENTS=1` makes its
 /// absence a failure instead.

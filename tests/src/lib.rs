@@ -20,6 +20,7 @@ pub mod fixtures;
 pub mod hostile;
 pub mod minilm;
 pub mod skip;
+pub mod smollm2;
 pub mod sse;
 
 /// The admin key every test server starts with.

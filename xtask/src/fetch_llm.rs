@@ -30,6 +30,16 @@ pub fn fetch() -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// The GGUF file if it has been fetched (in `$SLUICE_LLM_DIR` or the default cache),
+/// without fetching it.
+pub fn fetched() -> Option<PathBuf> {
+    let dir = match std::env::var_os(DIR_VAR).filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME")?).join(".cache/sluice/models/SmolLM2-135M-Instruct"),
+    };
+    Some(dir.join(FILE)).filter(|f| f.is_file())
+}
+
 pub fn run(args: &[String]) -> Result<()> {
     if !args.is_empty() {
         bail!("fetch-llm takes no arguments");

@@ -6,7 +6,8 @@
 //! `demo`, deploys `echo`, `mlp`, `minilm-embed` (with its weights, vocabulary and
 //! config), `gemm-burn` (batch class), `mnist` (the digit classifier, with its
 //! converted weights) and the Python functions `echo-py`, `mlp-py` and
-//! `minilm-embed-py` unless they are already there, prints a key
+//! `minilm-embed-py`, and `smollm2-chat` (SmolLM2 with its GGUF file, when `cargo xtask
+//! fetch-llm` has fetched it) unless they are already there, prints a key
 //! and a few curl commands, and then runs until Ctrl-C.
 //!
 //! `--addr`, `--grpc-listen`, `--data-dir` and `--device` are passed to `sluice serve`
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::{build_functions, cmd, fetch_model};
+use crate::{build_functions, cmd, fetch_llm, fetch_model};
 
 struct Options {
     addr: String,
@@ -136,7 +137,7 @@ pub fn run(args: &[String]) -> Result<()> {
         }
         args
     };
-    let examples: Vec<(&str, Vec<String>)> = vec![
+    let mut examples: Vec<(&str, Vec<String>)> = vec![
         ("echo", vec![wasm("echo")]),
         ("mlp", vec![wasm("mlp")]),
         ("minilm-embed", minilm("minilm_embed")),
@@ -150,6 +151,21 @@ pub fn run(args: &[String]) -> Result<()> {
         ("mlp-py", vec![wasm("mlp_py")]),
         ("minilm-embed-py", minilm("minilm_embed_py")),
     ];
+    // The LLM only once its model is fetched (98 MB; `cargo xtask fetch-llm`).
+    let llm = fetch_llm::fetched();
+    match &llm {
+        Some(gguf) => examples.push((
+            "smollm2-chat",
+            vec![
+                wasm("smollm2_chat"),
+                "--timeout-ms".into(),
+                "300000".into(),
+                "--artifact".into(),
+                format!("model={}", gguf.display()),
+            ],
+        )),
+        None => eprintln!("xtask: no SmolLM2 model (`cargo xtask fetch-llm` fetches it): smollm2-chat is not deployed"),
+    }
     for (name, rest) in &examples {
         if client(&sluice, &url, &key, &["functions", "get", name]).is_some() {
             eprintln!("xtask: {name} is already deployed");
@@ -162,7 +178,7 @@ pub fn run(args: &[String]) -> Result<()> {
     }
 
     println!(
-        "\nsluice is serving on {url} (gRPC on {grpc}) with echo, mlp, minilm-embed, gemm-burn, mnist, and echo-py, mlp-py and minilm-embed-py in Python (tenant `demo`);\n\
+        "\nsluice is serving on {url} (gRPC on {grpc}) with echo, mlp, minilm-embed, gemm-burn, mnist{llm}, and echo-py, mlp-py and minilm-embed-py in Python (tenant `demo`);\n\
          the web console: {url}/ (sign in with a key below).\n\
          admin key: {admin}\n\
          demo key:  {key}\n\n\
@@ -171,7 +187,8 @@ pub fn run(args: &[String]) -> Result<()> {
          -d '{{\"inputs\":[{{\"name\":\"text\",\"shape\":[1],\"datatype\":\"BYTES\",\"data\":[\"Hello, world\"]}}]}}'\n  \
          curl -s {url}/v1/status -H 'Authorization: Bearer {key}'\n\n\
          Ctrl-C stops the server.",
-        grpc = o.grpc_listen
+        grpc = o.grpc_listen,
+        llm = if llm.is_some() { ", smollm2-chat" } else { "" },
     );
     let status = server.wait()?;
     if !status.success() {

@@ -1,7 +1,7 @@
 //! `cargo xtask test`: every check and every test of the project, from a fresh machine.
 //!
 //! Set-up first (the wasm target, the guest components, the MiniLM and SmolLM2 models, NVRTC,
-//! the Python clients' environment: [`clients_venv`], Chromium for the console's browser
+//! the Python clients' environment and the SmolLM2 reference's: [`clients_venv`], Chromium for the console's browser
 //! tests: [`browser`], the MNIST demo's model: [`fetch_model::fetch_mnist`]), then the
 //! lint steps of `cargo xtask lint` (rustfmt, module cycles, unused dependencies, the
 //! OpenAPI spec, clippy, rustdoc), then the host workspace's tests, the CUDA backend's
@@ -37,6 +37,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let llm_dir = fetch_llm::fetch()?;
     let nvrtc_lib = nvrtc()?;
     let clients_python = clients_venv::ensure_for_tests()?;
+    let llm_python = clients_venv::ensure_llm_for_tests()?;
     let browser = browser::ensure_for_tests()?;
     let mnist = fetch_model::fetch_mnist_for_tests()?;
     let root = cmd::repo_root();
@@ -56,6 +57,9 @@ pub fn run(args: &[String]) -> Result<()> {
             .env("SLUICE_SKIP_LOG", &skip_log);
         if let Some(python) = &clients_python {
             host.env(clients_venv::PYTHON_VAR, python);
+        }
+        if let Some(python) = &llm_python {
+            host.env(clients_venv::LLM_PYTHON_VAR, python);
         }
         if let Some(browser) = &browser {
             browser.apply(&mut host);

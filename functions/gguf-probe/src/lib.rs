@@ -8,8 +8,12 @@
 //!   is dequantized on the fly).
 //! - Output `dtype`: BYTES `[1]`, the weight's dtype as the host loaded it (`q4_1`, ...).
 //! - Output `metadata`: BYTES `[1]`, the file's metadata as the host's JSON.
+//! - Output `cache`: FP32 `[6, 3, 64]`, a KV cache made by `zeros` after `write-rows`
+//!   of x's rows `[m, 192]` (as `[m, 3, 64]`) at position 2 and of x's first row at 5.
+//! - Output `refusals`: BYTES `[2]`, the error codes (Debug) of a write into the loaded
+//!   weight and into an op's output (a reshape of the cache), both refused.
 
-use sluice_guest::{Error, Function, Inputs, IoData, IoTensor, Result, artifacts};
+use sluice_guest::{DType, Error, Function, Inputs, IoData, IoTensor, Result, Tensor, artifacts};
 
 struct GgufProbe;
 
@@ -25,10 +29,20 @@ impl Function for GgufProbe {
         let w = artifacts::load_tensor("model", &name, None)?;
         let y = x.linear(&w, None, true, None)?;
         let metadata = artifacts::metadata("model")?;
+        let cache = Tensor::zeros(DType::F32, &[6, 3, 64])?;
+        let m = x.shape()[0];
+        let rows = x.slice(1, 0, 192)?.reshape(&[m, 3, 64])?;
+        cache.write_rows(2, &rows)?;
+        cache.write_rows(5, &rows.slice(0, 0, 1)?)?;
+        let refusal = |e: Result<()>| format!("{:?}", e.err().and_then(|e| e.code())).into_bytes();
+        let view = cache.reshape(&[6, 192])?;
+        let refusals = vec![refusal(w.write_rows(0, &w)), refusal(view.write_rows(0, &view))];
         Ok(vec![
             y.to_io("y")?,
             IoTensor::bytes("dtype", &[1], vec![w.dtype().name().as_bytes().to_vec()]),
             IoTensor::bytes("metadata", &[1], vec![metadata.into_bytes()]),
+            cache.to_io("cache")?,
+            IoTensor::bytes("refusals", &[2], refusals),
         ])
     }
 }

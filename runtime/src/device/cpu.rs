@@ -113,6 +113,12 @@ impl Device for CpuDevice {
 
     fn launch(&self, op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> Result<Buffer, DeviceError> {
         let cpu_inputs = cpu_inputs(inputs)?;
+        if let (Op::WriteRows { offset }, &[dst, src]) = (op, cpu_inputs.as_slice()) {
+            // SAFETY: the device runs its kernels and downloads one at a time on the
+            // scheduler's thread (the `Device` contract), so nothing else touches `dst`.
+            let written = unsafe { sluice_backend_cpu::write_rows(*offset, dst, src, out) };
+            return written.map(Buffer::Cpu).map_err(|e| DeviceError::Failure(e.to_string()));
+        }
         let run = || sluice_backend_cpu::launch(op, &cpu_inputs, out);
         // Handing a kernel to the pool wakes one of its threads (microseconds); small
         // kernels, which run single-threaded anyway, run right here instead.

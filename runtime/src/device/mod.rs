@@ -26,7 +26,10 @@ pub use select::{CudaRequired, DeviceChoice, DeviceSettings, OpenedDevice, Opene
 pub use sluice_backend_cpu::CpuBuffer;
 
 /// Device memory holding one tensor's elements. Immutable once produced: ops always
-/// write new buffers, so a buffer may be shared (weights) between invocations.
+/// write new buffers, so a buffer may be shared (weights) between invocations. The one
+/// exception is [`sluice_host_api::Op::WriteRows`], which writes rows in place into a
+/// buffer the host made for it (`tensor.zeros`, owned by one invocation): every clone
+/// of that buffer (a reshape of it) shows the rows.
 #[derive(Clone)]
 pub enum Buffer {
     Cpu(CpuBuffer),

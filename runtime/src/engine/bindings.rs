@@ -2,8 +2,9 @@
 //!
 //! Every import may trap (resource-table faults are sandbox violations). The imports
 //! that wait are async: `tensor.read` waits for the device, and the ones that queue
-//! work (uploads and launches) wait for room in the invocation's queue
-//! (backpressure), and `streaming.emit` waits for room in its caller's chunk channel. Imports that return the WIT
+//! work (uploads, `zeros`, `write-rows` and launches) wait for room in the invocation's queue
+//! (backpressure), and `streaming.emit` waits for room in its caller's chunk channel. Imports
+//! that return the WIT
 //! `result<_, error>` return `Result<_, HostError>` instead (`trappable_error_type`):
 //! [`super::host_error::HostError`] decides whether the guest gets the `error` or traps.
 
@@ -16,6 +17,8 @@ wasmtime::component::bindgen!({
         "sluice:gpu/tensors.[static]tensor.from-bytes": async | trappable,
         "sluice:gpu/tensors.[static]tensor.from-f32": async | trappable,
         "sluice:gpu/tensors.[static]tensor.from-i32": async | trappable,
+        "sluice:gpu/tensors.[static]tensor.zeros": async | trappable,
+        "sluice:gpu/tensors.[method]tensor.write-rows": async | trappable,
         "sluice:gpu/ops.launch": async | trappable,
         "sluice:gpu/fused.launch": async | trappable,
         "sluice:gpu/streaming.emit": async | trappable,

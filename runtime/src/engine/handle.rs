@@ -11,6 +11,10 @@ use crate::scheduler::{TensorId, TensorLease};
 pub struct TensorHandle {
     pub(crate) id: TensorId,
     pub(crate) meta: TensorMeta,
+    /// Made by `tensor.zeros`: its own memory, which `tensor.write-rows` may change
+    /// (no other tensor may be written: a weight is shared, and an op's output, e.g. a
+    /// reshape, may share its input's memory).
+    pub(crate) writable: bool,
     _lease: Lease,
 }
 
@@ -24,10 +28,10 @@ enum Lease {
 
 impl TensorHandle {
     pub(crate) fn owned(lease: TensorLease, meta: TensorMeta) -> Self {
-        TensorHandle { id: lease.id(), meta, _lease: Lease::Owned(lease) }
+        TensorHandle { id: lease.id(), meta, writable: false, _lease: Lease::Owned(lease) }
     }
 
     pub(crate) fn shared(lease: Arc<TensorLease>, meta: TensorMeta) -> Self {
-        TensorHandle { id: lease.id(), meta, _lease: Lease::Shared(lease) }
+        TensorHandle { id: lease.id(), meta, writable: false, _lease: Lease::Shared(lease) }
     }
 }

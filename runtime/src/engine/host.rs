@@ -138,6 +138,37 @@ impl tensors::HostTensor for InvocationState {
         self.upload(DType::I32, shape, bytes).await
     }
 
+    async fn zeros(&mut self, dtype: WitDtype, shape: Vec<u32>) -> HostResult<Resource<TensorHandle>> {
+        let dtype = DType::from(dtype);
+        if dtype.is_quantized() {
+            return Err(ApiError::dtype(format!("zeros cannot make a tensor of the block format {dtype}")).into());
+        }
+        let meta = TensorMeta::new(dtype, shape)?;
+        let bytes = vec![0; meta.byte_len()];
+        let handle = self.upload(dtype, meta.shape, bytes).await?;
+        self.table.get_mut(&handle)?.writable = true;
+        Ok(handle)
+    }
+
+    async fn write_rows(
+        &mut self,
+        this: Resource<TensorHandle>,
+        offset: u32,
+        src: Resource<TensorHandle>,
+    ) -> HostResult<()> {
+        if !self.handle(&this)?.writable {
+            return Err(ApiError::arg(
+                "only a tensor made by tensor.zeros can be written in place (not a weight, an upload or an op's output)",
+            )
+            .into());
+        }
+        // The write's output is an empty tensor that only orders it: dropped at once.
+        let ordering = self.launch_op(Op::WriteRows { offset }, &[this, src]).await?;
+        self.table.delete(ordering)?;
+        self.live_tensors -= 1;
+        Ok(())
+    }
+
     fn dtype(&mut self, this: Resource<TensorHandle>) -> wasmtime::Result<WitDtype> {
         Ok(self.handle(&this)?.meta.dtype.into())
     }

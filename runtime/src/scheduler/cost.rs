@@ -65,6 +65,9 @@ fn hash_op(op: &Op, h: &mut DefaultHasher) {
         Op::Softmax { scale } => scale.to_bits().hash(h),
         Op::LayerNorm { eps } => eps.to_bits().hash(h),
         Op::Embedding | Op::Argmax => {}
+        Op::Sample(a) => (a.temperature.to_bits(), a.top_k, a.top_p.to_bits()).hash(h),
+        // Not the offset: every decode step writes at another.
+        Op::WriteRows { .. } => {}
         Op::Reduce(r) => r.hash(h),
         Op::Reshape(s) | Op::Permute(s) => s.hash(h),
         Op::Slice(s) => s.hash(h),
@@ -108,6 +111,8 @@ pub fn work_units<'a>(op: &Op, mut inputs: impl Iterator<Item = &'a TensorMeta>,
         // 4·S·H·D·kv-len: q·kᵀ and p·v over the cache positions read (about half
         // of them for a prompt, all for a decode step).
         Op::GqaAttention { kv_len, .. } => 4.0 * out.numel() as f64 * f64::from(*kv_len),
+        // The rows written, not the destination they go into.
+        Op::WriteRows { .. } => inputs.nth(1).map_or(0.0, |src| src.numel() as f64),
         _ => (inputs.map(TensorMeta::numel).sum::<usize>() + out.numel()) as f64,
     }
 }

@@ -6,10 +6,15 @@
 //! first cause, which poisons every later op on it). A read of a pending tensor waits
 //! in the slot; a free of a tensor that queued kernels still read is deferred until
 //! they ran. The table counts the bytes of the buffers it holds.
+//!
+//! An in-place write ([`Op::WriteRows`], into a tensor made by `tensor.zeros`) changes
+//! a ready tensor: until the writes queued into it ran, a read of it waits as a read of
+//! a pending tensor does, and afterwards waits for the writer's lane. A failed write
+//! poisons the tensor written.
 
 use std::collections::HashMap;
 
-use sluice_host_api::{ApiError, ErrorCode, TensorMeta};
+use sluice_host_api::{ApiError, ErrorCode, Op, TensorMeta};
 use tokio::sync::oneshot;
 
 use super::TensorId;
@@ -33,10 +38,17 @@ struct Slot {
     uses: u32,
     /// The last handle is gone; remove once `uses` is zero and it is produced.
     freed: bool,
-    /// Where it was produced (a read waits for that lane).
+    /// Where it was produced, or last written (a read waits for that lane).
     lane: Lane,
+    /// In-place writes queued into this tensor that have not run yet.
+    writes: u32,
+    /// For the output of an in-place write: the tensor it writes.
+    writes_into: Option<TensorId>,
     readers: Vec<(TensorMeta, Reply)>,
 }
+
+/// A read to answer: the tensor, the metadata it is read as, and where the answer goes.
+pub(super) type Waiting = (TensorId, TensorMeta, Reply);
 
 /// What a read found.
 pub(super) enum ReadOutcome {
@@ -78,21 +90,38 @@ impl TensorTable {
     }
 
     /// Work was queued: its output is pending and its inputs have one more use.
+    /// An in-place write also counts as queued into its destination.
     pub fn queued(&mut self, work: &Work) {
         for (input, _) in work.inputs() {
             if let Some(s) = self.slots.get_mut(input) {
                 s.uses += 1;
             }
         }
-        let slot =
-            Slot { state: TensorState::Pending, bytes: 0, uses: 0, freed: false, lane: Lane::Whole, readers: vec![] };
+        let writes_into = match work {
+            Work::Launch { op: Op::WriteRows { .. }, inputs, .. } => inputs.first().map(|(dst, _)| *dst),
+            _ => None,
+        };
+        if let Some(dst) = writes_into.and_then(|dst| self.slots.get_mut(&dst)) {
+            dst.writes += 1;
+        }
+        let slot = Slot {
+            state: TensorState::Pending,
+            bytes: 0,
+            uses: 0,
+            freed: false,
+            lane: Lane::Whole,
+            writes: 0,
+            writes_into,
+            readers: vec![],
+        };
         self.slots.insert(work.output(), slot);
     }
 
-    /// A read of `id` as `meta`: waits in the slot if pending.
+    /// A read of `id` as `meta`: waits in the slot if pending or written.
     pub fn read(&mut self, id: TensorId, meta: TensorMeta, reply: Reply) -> ReadOutcome {
         match self.slots.get_mut(&id) {
-            Some(Slot { state: TensorState::Pending, readers, .. }) => {
+            Some(Slot { state: TensorState::Pending, readers, .. })
+            | Some(Slot { state: TensorState::Ready(_), writes: 1.., readers, .. }) => {
                 readers.push((meta, reply));
                 ReadOutcome::Waiting
             }
@@ -113,15 +142,13 @@ impl TensorTable {
     }
 
     /// Sets a tensor's contents, produced on `lane`, and returns the reads that waited
-    /// for it (answer them, then [`TensorTable::collect`] it).
-    pub fn complete(
-        &mut self,
-        id: TensorId,
-        result: Result<(Buffer, u64), ApiError>,
-        lane: Lane,
-    ) -> Vec<(TensorMeta, Reply)> {
+    /// for it (answer them, then [`TensorTable::collect`] it). For the output of an
+    /// in-place write, the destination was written on `lane` (or is poisoned by the
+    /// write's failure): its reads are returned too once no more writes are queued.
+    pub fn complete(&mut self, id: TensorId, result: Result<(Buffer, u64), ApiError>, lane: Lane) -> Vec<Waiting> {
         let Some(slot) = self.slots.get_mut(&id) else { return Vec::new() };
         slot.lane = lane;
+        let failure = result.as_ref().err().cloned();
         slot.state = match result {
             Ok((b, bytes)) => {
                 slot.bytes = bytes;
@@ -130,7 +157,23 @@ impl TensorTable {
             }
             Err(e) => TensorState::Failed(e),
         };
-        std::mem::take(&mut slot.readers)
+        let mut waiting: Vec<Waiting> = slot.readers.drain(..).map(|(m, r)| (id, m, r)).collect();
+        if let Some(dst_id) = slot.writes_into
+            && let Some(dst) = self.slots.get_mut(&dst_id)
+        {
+            dst.writes = dst.writes.saturating_sub(1);
+            dst.lane = lane;
+            if let Some(e) = failure
+                && !matches!(dst.state, TensorState::Failed(_))
+            {
+                dst.state = TensorState::Failed(e);
+                self.resident_bytes -= std::mem::take(&mut dst.bytes);
+            }
+            if dst.writes == 0 {
+                waiting.extend(dst.readers.drain(..).map(|(m, r)| (dst_id, m, r)));
+            }
+        }
+        waiting
     }
 
     /// The device was reset: every buffer is gone. Each tensor not failed already
@@ -253,6 +296,57 @@ mod tests {
         assert_eq!((table.len(), table.resident_bytes()), (1, 8), "tensor 1 is gone once the kernel ran");
         table.free(TensorId(2));
         assert_eq!((table.len(), table.resident_bytes()), (0, 0));
+    }
+
+    fn write(id: u64, dst: u64, src: u64) -> Work {
+        Work::Launch {
+            id: TensorId(id),
+            op: Op::WriteRows { offset: 0 },
+            inputs: vec![(TensorId(dst), meta()), (TensorId(src), meta())],
+            out: TensorMeta::new(DType::U8, vec![0]).unwrap(),
+            scratch: None,
+        }
+    }
+
+    #[test]
+    fn a_read_of_a_written_tensor_waits_for_the_write_and_its_lane() {
+        let mut table = TensorTable::default();
+        for id in [1, 2] {
+            table.queued(&upload(id));
+            table.complete(TensorId(id), Ok((buffer(), 8)), Lane::Whole);
+        }
+        let w = write(3, 1, 2);
+        table.queued(&w);
+        let (reply, _rx) = oneshot::channel();
+        assert!(matches!(table.read(TensorId(1), meta(), reply), ReadOutcome::Waiting), "a write is queued");
+        let (reply, _rx) = oneshot::channel();
+        assert!(matches!(table.read(TensorId(2), meta(), reply), ReadOutcome::Ready { .. }), "the source is not");
+        table.release_inputs(&w);
+        let empty = Buffer::Cpu(crate::device::CpuBuffer::from_le_bytes(DType::U8, &[]));
+        let waiting = table.complete(TensorId(3), Ok((empty, 0)), Lane::Remainder);
+        let ids: Vec<TensorId> = waiting.iter().map(|(id, ..)| *id).collect();
+        assert_eq!(ids, vec![TensorId(1)], "the destination's read is answered once written");
+        let (reply, _rx) = oneshot::channel();
+        assert!(
+            matches!(table.read(TensorId(1), meta(), reply), ReadOutcome::Ready { lane: Lane::Remainder, .. }),
+            "later reads wait for the writer's lane"
+        );
+    }
+
+    #[test]
+    fn a_failed_write_poisons_its_destination() {
+        let mut table = TensorTable::default();
+        for id in [1, 2] {
+            table.queued(&upload(id));
+            table.complete(TensorId(id), Ok((buffer(), 8)), Lane::Whole);
+        }
+        let w = write(3, 1, 2);
+        table.queued(&w);
+        table.release_inputs(&w);
+        let e = ApiError::new(ErrorCode::DeviceFailure, "boom");
+        table.complete(TensorId(3), Err(e.clone()), Lane::Whole);
+        assert_eq!(table.gather(&[(TensorId(1), meta())]).unwrap_err(), e);
+        assert_eq!(table.resident_bytes(), 8, "the poisoned destination holds no memory");
     }
 
     #[test]

@@ -12,7 +12,9 @@ use sluice_host_api::DType;
 use crate::KernelError;
 
 /// Elements of one tensor, row-major and contiguous. Cloning is cheap (an `Arc`), because
-/// weights are shared read-only between invocations; kernels never mutate an input.
+/// weights are shared read-only between invocations; kernels never mutate an input. The
+/// one mutation is [`crate::write_rows`] (an `unsafe` call), which writes in place into a
+/// buffer that every clone then shows.
 #[derive(Clone, Debug)]
 pub enum CpuBuffer {
     F32(Arc<[f32]>),
@@ -174,6 +176,45 @@ impl CpuBuffer {
             DType::Q4_1 | DType::Q8_0 => {
                 let whole = bytes.len() / dtype.block_bytes() * dtype.block_bytes();
                 CpuBuffer::Blocks(dtype, bytes[..whole].into())
+            }
+        }
+    }
+
+    /// Copies `src`'s elements over this buffer's from element `at` on, in place (the
+    /// same variant; a block format is refused): every clone of this buffer shows them.
+    ///
+    /// # Safety
+    /// No reference to this buffer's elements (through any clone) may be live during the
+    /// call, and no other thread may use a clone of it meanwhile.
+    pub(crate) unsafe fn write_at(&self, at: usize, src: &CpuBuffer) -> Result<(), KernelError> {
+        /// # Safety
+        /// As [`CpuBuffer::write_at`].
+        unsafe fn write<T: Copy>(dst: &Arc<[T]>, at: usize, src: &Arc<[T]>) -> Result<(), KernelError> {
+            let n = src.len();
+            if at.checked_add(n).is_none_or(|end| end > dst.len()) {
+                return Err(KernelError(format!("{n} elements written at {at} end past {}", dst.len())));
+            }
+            // The pointer of the allocation, never through a shared reference to it.
+            let to = Arc::as_ptr(dst).cast::<T>().cast_mut();
+            // The same storage (a view of `dst` written back): copied out first, so
+            // no reference into it is live while it is written.
+            let from: Cow<'_, [T]> = if Arc::ptr_eq(dst, src) { Cow::Owned(src.to_vec()) } else { Cow::Borrowed(src) };
+            // SAFETY: `at + n <= dst.len()`; `from` is another allocation than `dst`;
+            // nothing else reads or writes `dst`'s elements meanwhile (the caller's
+            // contract), and the pointer carries the allocation's write permission.
+            unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), to.add(at), n) };
+            Ok(())
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            match (self, src) {
+                (CpuBuffer::F32(d), CpuBuffer::F32(s)) => write(d, at, s),
+                (CpuBuffer::F16(d), CpuBuffer::F16(s)) => write(d, at, s),
+                (CpuBuffer::BF16(d), CpuBuffer::BF16(s)) => write(d, at, s),
+                (CpuBuffer::I32(d), CpuBuffer::I32(s)) => write(d, at, s),
+                (CpuBuffer::I64(d), CpuBuffer::I64(s)) => write(d, at, s),
+                (CpuBuffer::U8(d), CpuBuffer::U8(s)) => write(d, at, s),
+                _ => Err(KernelError(format!("cannot write {} elements into a {} buffer", src.dtype(), self.dtype()))),
             }
         }
     }

@@ -17,7 +17,8 @@
 //!   width, chosen at run time, with the same results at every width; gemm likewise picks
 //!   its AVX-512 or AVX2 kernels at run time;
 //! - `maximum`/`minimum` and max/min reductions propagate NaN; argmax takes the first
-//!   NaN, else the first largest element;
+//!   NaN, else the first largest element; sample draws by the WIT `sample-args`
+//!   algorithm, as the CUDA kernel does;
 //! - integer arithmetic wraps (two's complement), integer division truncates toward zero
 //!   and a zero divisor is an error;
 //! - a softmax row whose logits are all `-inf` (fully masked) is all zeros;
@@ -49,6 +50,8 @@ pub use elementwise::{gelu, gelu_tanh};
 pub use matmul::matmul_rows;
 pub use quant::linear_scratch_bytes as quantized_linear_scratch_bytes;
 pub use simd::vector_width;
+use std::sync::Arc;
+
 use sluice_host_api::{Op, RowSplit, TensorMeta, infer};
 
 /// A kernel could not run: a data-dependent fault or inputs that do not match their
@@ -85,6 +88,7 @@ pub fn launch(op: &Op, inputs: &[(&CpuBuffer, &TensorMeta)], out: &TensorMeta) -
         (Op::Pool2d(args), &[x]) => conv::pool2d(args, x, out),
         (Op::Rope { base, offset }, &[x]) => nn::rope(*base, *offset, x),
         (Op::Argmax, &[x]) => reduce::argmax(x),
+        (Op::Sample(args), &[x]) => reduce::sample(args, x),
         (Op::Linear { transpose_w, activation }, &[x, w]) => fused::linear(*transpose_w, *activation, x, w, None, out),
         (Op::Linear { transpose_w, activation }, &[x, w, (b, _)]) => {
             fused::linear(*transpose_w, *activation, x, w, Some(b), out)
@@ -97,6 +101,7 @@ pub fn launch(op: &Op, inputs: &[(&CpuBuffer, &TensorMeta)], out: &TensorMeta) -
         (Op::Attention { heads, scale }, &[q, k, (v, _), mask]) => {
             fused::attention(*heads, *scale, q, k, v, Some(mask), out)
         }
+        (Op::WriteRows { .. }, _) => Err(KernelError("write-rows changes its input: run it with write_rows".into())),
         (op, inputs) => Err(KernelError(format!("{} cannot take {} input(s)", op.name(), inputs.len()))),
     };
     let result = result.map_err(|e| KernelError(format!("{}: {}", op.name(), e.0)))?;
@@ -112,6 +117,30 @@ pub fn launch(op: &Op, inputs: &[(&CpuBuffer, &TensorMeta)], out: &TensorMeta) -
         )));
     }
     Ok(result)
+}
+
+/// [`Op::WriteRows`]: `dst[offset .. offset + src.shape[0]] = src` along axis 0, in
+/// place (no copy of the rest of `dst`: every clone of `dst`, e.g. a reshape of it,
+/// shows the rows), checked as [`launch`] checks an op; returns the op's output, an empty
+/// u8 buffer.
+///
+/// # Safety
+/// Nothing may read or write `dst`'s elements (through any clone of it) during the call:
+/// the caller runs its kernels and reads one at a time, as the CPU device does on its
+/// scheduler thread.
+pub unsafe fn write_rows(
+    offset: u32,
+    dst: (&CpuBuffer, &TensorMeta),
+    src: (&CpuBuffer, &TensorMeta),
+    out: &TensorMeta,
+) -> Result<CpuBuffer, KernelError> {
+    let op = Op::WriteRows { offset };
+    check_inputs(&[dst, src])?;
+    check_output(&op, &[dst, src], out)?;
+    let row = dst.1.shape[1..].iter().map(|&d| d as usize).product::<usize>();
+    // SAFETY: the caller's contract.
+    unsafe { dst.0.write_at(offset as usize * row, src.0) }.map_err(|e| KernelError(format!("write-rows: {}", e.0)))?;
+    Ok(CpuBuffer::U8(Arc::from([])))
 }
 
 /// Output rows `rows` of `op` (see [`RowSplit`]): for a matmul, rows of the M axis in

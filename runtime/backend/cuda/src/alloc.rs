@@ -419,7 +419,8 @@ impl Drop for Inner {
 
 /// Device memory holding one tensor's elements. Cloning shares it; the block goes back to
 /// the device's pool when the last clone is dropped. Buffers are never written after the
-/// op that produced them, so sharing is safe.
+/// op that produced them, so sharing is safe, except by `write-rows` into a KV cache the
+/// host made for one invocation (`CudaDevice::copy_into`), which its clones then show.
 #[derive(Clone)]
 pub struct CudaBuffer(Arc<Inner>);
 

@@ -560,6 +560,37 @@ impl CudaDevice {
         unsafe { result::memset_d8_async(buf.device_ptr(), 0, buf.byte_len(), lane.stream.cu_stream()) }
             .map_err(|e| CudaError::driver("zero fill", e))
     }
+
+    /// Queues the copy of all of `src` into `dst` from byte `at` on, in place, on the
+    /// current lane's stream. Readers on other lanes order themselves after a buffer's
+    /// producer, not after its writers, so on a partitioned device the lane's stream is
+    /// waited for before this returns.
+    pub(crate) fn copy_into(&self, dst: &CudaBuffer, at: usize, src: &CudaBuffer) -> Result<(), CudaError> {
+        let n = src.byte_len();
+        if n == 0 {
+            return Ok(());
+        }
+        if at.checked_add(n).is_none_or(|end| end > dst.byte_len()) {
+            return Err(CudaError::failure(format!(
+                "a write of {n} bytes at byte {at} ends past a buffer of {} bytes",
+                dst.byte_len()
+            )));
+        }
+        let slot = self.slot();
+        let lane = self.active_slot(slot);
+        lane.bind()?;
+        // SAFETY: both ranges lie inside their live buffers (checked above; `src` whole),
+        // and buffers are distinct allocations, so they do not overlap.
+        unsafe {
+            result::memcpy_dtod_async(dst.device_ptr() + at as u64, src.device_ptr(), n, lane.stream.cu_stream())
+        }
+        .map_err(|e| CudaError::driver("writing rows in place", e))?;
+        dst.add_faults(&src.faults());
+        if self.pool.lanes.partitioned_now() {
+            self.pool.lanes.synchronize(slot)?;
+        }
+        Ok(())
+    }
 }
 
 impl Drop for CudaDevice {

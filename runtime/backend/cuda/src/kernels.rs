@@ -143,6 +143,8 @@ impl Module {
                     let s = argmax_symbol(d);
                     v.push((s.clone(), format!("ARGMAX({s}, {})", ctype(d))));
                 }
+                // Defined directly in reduce.cu (f32 logits only).
+                v.push((SAMPLE_SYMBOL.to_owned(), String::new()));
             }
             Module::Softmax => {
                 for d in FLOATS {
@@ -329,6 +331,9 @@ pub fn layernorm_symbol(d: DType) -> String {
 pub fn bias_act_symbol(act: Option<UnaryOp>, d: DType) -> String {
     format!("bias_act_{}_{d}", act.map_or("none", unary_name))
 }
+
+/// The sampling kernel (`Op::Sample`, f32 logits).
+pub const SAMPLE_SYMBOL: &str = "sample_f32";
 
 pub fn argmax_symbol(d: DType) -> String {
     format!("argmax_{d}")

@@ -15,15 +15,15 @@
 //!
 //! `conformance/rows_and_lanes.rs` covers row blocks (matmul and linear) and a device
 //! partitioned with green contexts; `conformance/uploads.rs` large uploads through the
-//! stager; `conformance/quant.rs` the block-quantized weights (Q4_1, Q8_0); `conformance/defects.rs` the GPU defects of issue 11.
+//! stager; `conformance/quant.rs` the block-quantized weights (Q4_1, Q8_0); `conformance/defects.rs` the GPU defects of issue 11; `conformance/write_rows.rs` the in-place row write of a KV cache.
 
 use std::sync::OnceLock;
 
 use sluice_backend_cpu::CpuBuffer;
 use sluice_backend_cuda::{CudaBuffer, CudaDevice, CudaOptions};
 use sluice_host_api::{
-    BinaryOp, Conv2dArgs, DType, MatmulArgs, Op, Pool2dArgs, PoolKind, ReduceArgs, ReduceOp, SliceArgs, TensorMeta,
-    UnaryOp, infer,
+    BinaryOp, Conv2dArgs, DType, MatmulArgs, Op, Pool2dArgs, PoolKind, ReduceArgs, ReduceOp, SampleArgs, SliceArgs,
+    TensorMeta, UnaryOp, infer,
 };
 
 #[path = "conformance/defects.rs"]
@@ -36,6 +36,8 @@ mod rows_and_lanes;
 mod skip;
 #[path = "conformance/uploads.rs"]
 mod uploads;
+#[path = "conformance/write_rows.rs"]
+mod write_rows;
 
 /// The shared device, or `None` (after printing why) when the test should skip.
 fn device() -> Option<&'static CudaDevice> {
@@ -232,6 +234,13 @@ fn fused_cases() -> Vec<Case> {
     v.push(case(Op::GqaAttention { kv_len: 5, scale: 0.3 }, &[&[2, 4, 40], &[6, 4, 40], &[6, 4, 40]]));
     v.push(case(Op::Argmax, &[&[49152]]));
     v.push(case(Op::Argmax, &[&[2, 2, 1]]));
+    // Sampling: the same tokens as the CPU backend, bit for bit (top-k, top-p, both, none).
+    let sample = |temperature, top_k, top_p, seed| Op::Sample(SampleArgs { temperature, top_k, top_p, seed });
+    v.push(case(sample(1.0, 0, 1.0, 1), &[&[64, 1000]]));
+    v.push(case(sample(0.7, 40, 1.0, 2), &[&[64, 1000]]));
+    v.push(case(sample(1.3, 0, 0.9, 3), &[&[64, 1000]]));
+    v.push(case(sample(0.8, 50, 0.95, u64::MAX), &[&[2, 49152]]));
+    v.push(case(sample(1.0, 1, 1.0, 4), &[&[8, 33]]));
     v.push(case(Op::Rope { base: 1e4, offset: 8000 }, &[&[2, 1, 2, 6]]));
     v.push(case(Op::RmsNorm { eps: 1e-5 }, &[&[2, 3, 576], &[2, 3, 576], &[576]]));
     let att = |heads, scale| Op::Attention { heads, scale };
@@ -377,7 +386,7 @@ fn every_op_matches_the_cpu_backend() {
         }
     }
     println!("{passed} passed, {} failed, ops covered: {ops_seen:?}", failures.len());
-    assert_eq!(ops_seen.len(), 22, "every op family must be exercised");
+    assert_eq!(ops_seen.len(), 23, "every op family must be exercised");
     assert!(failures.is_empty(), "{} case(s) failed:\n{}", failures.len(), failures.join("\n"));
 }
 

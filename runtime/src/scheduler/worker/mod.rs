@@ -24,7 +24,7 @@ use super::inflight::InFlight;
 use super::kernels::{KernelLog, Ran};
 use super::queues::Queues;
 use super::status::{DeviceStatus, Stats};
-use super::tensors::{ReadOutcome, Reply, TensorState, TensorTable};
+use super::tensors::{ReadOutcome, TensorState, TensorTable, Waiting};
 use super::work::{Queued, Work};
 use super::{Command, Policy, PriorityClass, Published, SchedulerConfig, TensorId};
 use crate::device::{Buffer, Device, Lane};
@@ -229,12 +229,12 @@ impl Actor {
             self.drain_lane(lane);
             self.enter(lane);
         }
-        self.answer(id, readers);
+        self.answer(readers);
         self.tensors.collect(id);
     }
 
-    fn answer(&self, id: TensorId, readers: Vec<(TensorMeta, Reply)>) {
-        for (meta, reply) in readers {
+    fn answer(&self, readers: Vec<Waiting>) {
+        for (id, meta, reply) in readers {
             let answer = match self.tensors.state(id) {
                 Some(TensorState::Ready(b)) => {
                     contain(&self.faults, "a download", || self.device.download(b, &meta)).map_err(ApiError::from)

@@ -191,3 +191,44 @@ fn cast_between_every_pair() {
         }
     }
 }
+
+/// `write_rows` writes rows in place: every clone (a reshape) of the destination shows
+/// them, the other rows keep their values, a write of the destination's own rows back
+/// into it works, and a write past the end or of another dtype is an error.
+#[test]
+fn write_rows_in_place() {
+    use sluice_backend_cpu::write_rows;
+    let mut rng = StdRng::seed_from_u64(29);
+    for dtype in FLOATS.into_iter().chain(INTS) {
+        let (lo, hi) = if dtype.is_float() { (-2.0, 2.0) } else { int_range(dtype) };
+        let dst = random(&mut rng, dtype, &[6, 2, 3], lo, hi);
+        let view = launch(&Op::Reshape(vec![36]), &[(&dst.buf, &dst.meta)], &meta(dtype, &[36])).unwrap();
+        let src = random(&mut rng, dtype, &[2, 2, 3], lo, hi);
+        let out = meta(DType::U8, &[0]);
+        // SAFETY: nothing else uses the buffers meanwhile.
+        let done = unsafe { write_rows(3, (&dst.buf, &dst.meta), (&src.buf, &src.meta), &out) }.unwrap();
+        assert!(done.is_empty());
+        let mut want = dst.vals.clone();
+        want[18..30].copy_from_slice(&src.vals);
+        assert_eq!(values(&dst.buf), want, "{dtype}: rows 3..5 written, the rest kept");
+        assert_eq!(values(&view), want, "{dtype}: a reshape taken before shows the write");
+        // The view written back over its own storage: the same allocation.
+        let rows = meta(dtype, &[6, 2, 3]);
+        // SAFETY: as above.
+        unsafe { write_rows(0, (&dst.buf, &dst.meta), (&view, &rows), &out) }.unwrap();
+        assert_eq!(values(&dst.buf), want, "{dtype}: writing a buffer over itself changes nothing");
+        // Past the end, another dtype: checked before anything is written.
+        // SAFETY: as above.
+        let past = unsafe { write_rows(5, (&dst.buf, &dst.meta), (&src.buf, &src.meta), &out) };
+        assert!(past.is_err(), "{dtype}: rows 5..7 of 6");
+        let other = input(if dtype == DType::F32 { DType::I32 } else { DType::F32 }, &[1, 2, 3], vec![1.0; 6]);
+        // SAFETY: as above.
+        let other_dtype = unsafe { write_rows(0, (&dst.buf, &dst.meta), (&other.buf, &other.meta), &out) };
+        assert!(other_dtype.is_err(), "{dtype}: another dtype");
+        assert_eq!(values(&dst.buf), want, "{dtype}: refused writes change nothing");
+    }
+    // Through `launch` the op is refused: it changes an input.
+    let x = input(DType::F32, &[2, 2], vec![0.0; 4]);
+    let err = launch(&Op::WriteRows { offset: 0 }, &[(&x.buf, &x.meta), (&x.buf, &x.meta)], &meta(DType::U8, &[0]));
+    assert!(err.is_err());
+}

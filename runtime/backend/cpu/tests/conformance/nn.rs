@@ -322,3 +322,47 @@ fn argmax_takes_the_first_largest_and_the_first_nan() {
     let x = input(DType::F32, &[3, 4], vec![1.0, 3.0, 3.0, 2.0, 0.0, f64::NAN, 9.0, f64::NAN, -1.0, -1.0, -1.0, -1.0]);
     assert_eq!(values(&run(&Op::Argmax, &[&x], &[3])), vec![1.0, 1.0, 0.0]);
 }
+
+/// `sample`: top-k = 1 is argmax; draws follow the softmax (4000 rows of the same
+/// logits, each row its own draw); top-p keeps exactly the nucleus; top-k the k largest;
+/// a seed repeats, another seed differs; a lower temperature concentrates the draws.
+#[test]
+fn sample_draws_by_temperature_top_k_and_top_p() {
+    use sluice_host_api::SampleArgs;
+    let draw = |x: &Input, temperature, top_k, top_p, seed| {
+        let rows = x.meta.shape[0] as usize;
+        let op = Op::Sample(SampleArgs { temperature, top_k, top_p, seed });
+        values(&run(&op, &[x], &[rows])).iter().map(|&v| v as usize).collect::<Vec<_>>()
+    };
+    let mut rng = StdRng::seed_from_u64(41);
+    let x = random(&mut rng, DType::F32, &[50, 300], -4.0, 4.0);
+    let greedy = values(&run(&Op::Argmax, &[&x], &[50]));
+    let top1 = draw(&x, 1.0, 1, 1.0, 9);
+    assert_eq!(top1.iter().map(|&t| t as f64).collect::<Vec<_>>(), greedy, "top-k 1 is argmax");
+
+    // p = 1/10, 2/10, 3/10, 4/10 (and a NaN and -inf that are never drawn).
+    let n = 4000;
+    let row = [0.0, 2f64.ln(), 3f64.ln(), 4f64.ln(), f64::NAN, f64::NEG_INFINITY];
+    let same = input(DType::F32, &[n, 6], row.iter().copied().cycle().take(n * 6).collect());
+    let count = |tokens: &[usize]| (0..6).map(|t| tokens.iter().filter(|&&x| x == t).count()).collect::<Vec<_>>();
+    let all = draw(&same, 1.0, 0, 1.0, 1);
+    let c = count(&all);
+    for (t, want) in [0.1, 0.2, 0.3, 0.4].iter().enumerate() {
+        let got = c[t] as f64 / n as f64;
+        assert!((got - want).abs() < 0.03, "token {t}: frequency {got}, probability {want} ({c:?})");
+    }
+    assert_eq!((c[4], c[5]), (0, 0), "NaN and -inf logits are never drawn");
+    assert_eq!(all, draw(&same, 1.0, 0, 1.0, 1), "a seed repeats");
+    assert_ne!(all, draw(&same, 1.0, 0, 1.0, 2), "another seed differs");
+    // Top-p 0.65: the nucleus is {3, 2} (0.4 + 0.3 ≥ 0.65), drawn 4:3.
+    let c = count(&draw(&same, 1.0, 0, 0.65, 3));
+    assert_eq!((c[0], c[1]), (0, 0), "outside the nucleus: {c:?}");
+    let share = c[3] as f64 / (c[2] + c[3]) as f64;
+    assert!((share - 4.0 / 7.0).abs() < 0.03, "token 3's share of the nucleus {share}");
+    // Top-k 2: the same two tokens.
+    let c = count(&draw(&same, 1.0, 2, 1.0, 4));
+    assert_eq!((c[0], c[1]), (0, 0), "outside the top 2: {c:?}");
+    // A low temperature concentrates on the largest logit.
+    let c = count(&draw(&same, 0.1, 0, 1.0, 5));
+    assert!(c[3] as f64 / n as f64 > 0.9, "temperature 0.1: {c:?}");
+}

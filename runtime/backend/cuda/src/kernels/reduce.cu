@@ -102,3 +102,81 @@ __device__ __forceinline__ void argmax_rows(const T* __restrict__ x, int* __rest
     extern "C" __global__ void __launch_bounds__(ROW_THREADS) NAME(const T* x, int* out, u64 rows, u64 len) { \
         argmax_rows<T>(x, out, rows, len); \
     }
+
+// sample_f32: one thread per row of f32 logits draws a token by the algorithm of the WIT
+// `sample-args`, step for step as the CPU backend's `reduce::sample_row` (sums in f64 in
+// index order, thresholds by bisection over ordered bit patterns).
+__device__ __forceinline__ u32 sample_key(float f) {
+    const u32 b = __float_as_uint(f);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+__device__ __forceinline__ float sample_logit(const float* l, u64 i) {
+    const float v = l[i];
+    return v != v ? -F32_INF : v;
+}
+
+__device__ __forceinline__ float sample_weight(const float* l, u64 i, float m, float t, u32 top_k) {
+    const float v = sample_logit(l, i);
+    return sample_key(v) >= top_k ? expf((v - m) / t) : 0.0f;
+}
+
+extern "C" __global__ void sample_f32(const float* x, int* out, u64 rows, u64 len, float temperature, u32 k,
+                                      float top_p, u64 seed) {
+    const u64 r = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    const float* l = x + r * len;
+    float m = -F32_INF;
+    for (u64 i = 0; i < len; i++) { const float v = sample_logit(l, i); if (v > m) m = v; }
+    if (m == -F32_INF) { out[r] = 0; return; }
+    u32 top_k = 0;
+    if (k > 0 && (u64)k < len) {
+        u32 lo = 0, hi = 0xffffffffu;
+        while (lo < hi) {
+            const u32 mid = lo + (u32)(((u64)(hi - lo) + 1) / 2);
+            u64 count = 0;
+            for (u64 i = 0; i < len; i++) count += sample_key(sample_logit(l, i)) >= mid;
+            if (count >= k) lo = mid; else hi = mid - 1;
+        }
+        top_k = lo;
+    }
+    double total = 0.0;
+    for (u64 i = 0; i < len; i++) total += (double)sample_weight(l, i, m, temperature, top_k);
+    u32 nucleus = 0;
+    if (top_p < 1.0f) {
+        const double need = (double)top_p * total;
+        u32 lo = 0, hi = 0xffffffffu;
+        while (lo < hi) {
+            const u32 mid = lo + (u32)(((u64)(hi - lo) + 1) / 2);
+            double sum = 0.0;
+            for (u64 i = 0; i < len; i++) {
+                const float w = sample_weight(l, i, m, temperature, top_k);
+                if (sample_key(w) >= mid) sum += (double)w;
+            }
+            if (sum >= need) lo = mid; else hi = mid - 1;
+        }
+        nucleus = lo;
+    }
+    double mass = 0.0;
+    for (u64 i = 0; i < len; i++) {
+        const float w = sample_weight(l, i, m, temperature, top_k);
+        if (w > 0.0f && sample_key(w) >= nucleus) mass += (double)w;
+    }
+    const u64 golden = 0x9e3779b97f4a7c15ull;
+    u64 z = seed + (r + 1) * golden + golden;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    const double target = (double)(z >> 11) * (1.0 / 9007199254740992.0) * mass;
+    double acc = 0.0;
+    u64 last = 0;
+    for (u64 i = 0; i < len; i++) {
+        const float w = sample_weight(l, i, m, temperature, top_k);
+        if (w > 0.0f && sample_key(w) >= nucleus) {
+            acc += (double)w;
+            last = i;
+            if (acc > target) { out[r] = (int)i; return; }
+        }
+    }
+    out[r] = (int)last;
+}

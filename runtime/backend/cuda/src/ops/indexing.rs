@@ -1,5 +1,5 @@
-//! Data movement: embedding gather and the strided copies behind permute, slice, concat
-//! and broadcast materialization (for batched matmul).
+//! Data movement: embedding gather, the strided copies behind permute, slice, concat
+//! and broadcast materialization (for batched matmul), and the in-place row write.
 
 use sluice_host_api::{SliceArgs, TensorMeta};
 
@@ -147,6 +147,21 @@ pub(crate) fn broadcast_to(
     let layout = Layout::new(shape, &broadcast_strides(&xm.shape, shape), &contiguous_strides(shape));
     copy(dev, CopyKind::Broadcast, xm, x, &y, &layout, 0, 0)?;
     Ok(y)
+}
+
+/// `dst[offset .. offset + src.shape[0]] = src` along axis 0, in place: rows are
+/// contiguous, so one device-to-device copy. The output is the empty buffer that orders
+/// the write.
+pub(crate) fn write_rows(
+    dev: &CudaDevice,
+    offset: u32,
+    (dst, dm): (&CudaBuffer, &TensorMeta),
+    src: &CudaBuffer,
+    out: &TensorMeta,
+) -> Result<CudaBuffer, CudaError> {
+    let row_bytes = dm.byte_len() / dm.shape.first().map_or(1, |&r| r.max(1) as usize);
+    dev.copy_into(dst, offset as usize * row_bytes, src)?;
+    dev.alloc(out.byte_len())
 }
 
 #[cfg(test)]

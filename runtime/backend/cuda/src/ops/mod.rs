@@ -85,7 +85,8 @@ pub(crate) fn launch(
             arity(1)?;
             reduce::reduce(dev, args, inputs[0], out)
         }
-        // Buffers are immutable, so a reshape shares its input's memory.
+        // A reshape shares its input's memory: buffers are immutable but for the rows
+        // `write-rows` writes into a tensor made by `zeros`, which a view then shows.
         Op::Reshape(_) => {
             arity(1)?;
             Ok(inputs[0].0.clone())
@@ -114,6 +115,10 @@ pub(crate) fn launch(
             arity(1)?;
             reduce::argmax(dev, inputs[0], out)
         }
+        Op::Sample(args) => {
+            arity(1)?;
+            reduce::sample(dev, args, inputs[0], out)
+        }
         Op::Rope { base, offset } => {
             arity(1)?;
             norm::rope(dev, *base, *offset, inputs[0], out)
@@ -140,6 +145,10 @@ pub(crate) fn launch(
             arity(3)?;
             fused::attention(dev, *heads, *scale, inputs[0], inputs[1], inputs[2].0, inputs.get(3).copied(), out)
         }
+        Op::WriteRows { offset } => {
+            arity(2)?;
+            indexing::write_rows(dev, *offset, inputs[0], inputs[1].0, out)
+        }
     }
 }
 
@@ -150,6 +159,8 @@ pub enum Step {
     Cublas,
     /// The output shares the input's buffer.
     Alias,
+    /// A device-to-device copy (no kernel).
+    Copy,
 }
 
 /// The steps `op` may run for inputs of the given dtypes (the union over shapes).
@@ -181,6 +192,7 @@ pub fn plan(op: &Op, dtypes: &[DType]) -> Vec<Step> {
         Op::Pool2d(p) => vec![k(Module::Pool, kernels::pool_symbol(p.kind, d))],
         Op::Rope { .. } => vec![k(Module::Rope, kernels::rope_symbol(d))],
         Op::Argmax => vec![k(Module::Reduce, kernels::argmax_symbol(d))],
+        Op::Sample(_) => vec![k(Module::Reduce, kernels::SAMPLE_SYMBOL.to_owned())],
         // A block-format weight: the dequantizing kernel instead of cuBLAS (f32 out).
         Op::Linear { activation, .. } if dtypes.get(1).is_some_and(|w| w.is_quantized()) => {
             let mut steps = vec![k(Module::Quant, kernels::qlinear_symbol(dtypes[1]))];
@@ -198,6 +210,7 @@ pub fn plan(op: &Op, dtypes: &[DType]) -> Vec<Step> {
         Op::RmsNorm { .. } => vec![k(Module::Fused, kernels::rms_norm_symbol(d))],
         Op::GqaAttention { .. } => vec![k(Module::Fused, kernels::gqa_attention_symbol(d))],
         Op::Attention { .. } => vec![Step::Cublas, k(Module::Softmax, kernels::softmax_symbol(d))],
+        Op::WriteRows { .. } => vec![Step::Copy],
     }
 }
 

@@ -2,7 +2,7 @@
 //! when the axis is innermost (`inner == 1`), else a thread per output walking the axis
 //! (coalesced across `inner`). Argmax: a block per row of the last axis.
 
-use sluice_host_api::{ReduceArgs, TensorMeta};
+use sluice_host_api::{ReduceArgs, SampleArgs, TensorMeta};
 
 use super::launch_kernel;
 use crate::kernels::{self, Module, elementwise_config, rows_config};
@@ -68,6 +68,26 @@ pub(crate) fn argmax(
         let (xp, yp) = (x.device_ptr(), y.device_ptr());
         let cfg = rows_config(rows, len);
         launch_kernel!(dev, Module::Reduce, kernels::argmax_symbol(xm.dtype), cfg, &xp, &yp, &rows, &len)?;
+    }
+    Ok(y)
+}
+
+/// A token drawn from each row of f32 logits (`Op::Sample`): one thread per row, the
+/// algorithm of the WIT `sample-args` as the CPU backend runs it.
+pub(crate) fn sample(
+    dev: &CudaDevice,
+    args: &SampleArgs,
+    (x, xm): (&CudaBuffer, &TensorMeta),
+    out: &TensorMeta,
+) -> Result<CudaBuffer, CudaError> {
+    let y = dev.alloc(out.byte_len())?;
+    let len = xm.shape.last().copied().unwrap_or(0) as u64;
+    let rows = out.numel() as u64;
+    if rows > 0 && len > 0 {
+        let (xp, yp) = (x.device_ptr(), y.device_ptr());
+        let cfg = elementwise_config(rows, dev.launch_sms());
+        let (t, k, p, seed) = (args.temperature, args.top_k, args.top_p, args.seed);
+        launch_kernel!(dev, Module::Reduce, kernels::SAMPLE_SYMBOL, cfg, &xp, &yp, &rows, &len, &t, &k, &p, &seed)?;
     }
     Ok(y)
 }

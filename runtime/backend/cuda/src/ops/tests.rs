@@ -54,11 +54,14 @@ fn launches(d: DType) -> Vec<(Op, Vec<TensorMeta>)> {
     v.push((Op::RmsNorm { eps: 1e-5 }, vec![t(d, &[2, 4]), t(d, &[4])]));
     v.push((Op::Rope { base: 1e4, offset: 3 }, vec![t(d, &[2, 3, 4])]));
     v.push((Op::Argmax, vec![t(d, &[2, 3, 4])]));
+    let sample = sluice_host_api::SampleArgs { temperature: 0.8, top_k: 5, top_p: 0.9, seed: 7 };
+    v.push((Op::Sample(sample), vec![t(d, &[2, 50])]));
     v.push((Op::GqaAttention { kv_len: 3, scale: 0.5 }, vec![t(d, &[2, 4, 8]), t(d, &[5, 2, 8]), t(d, &[5, 2, 8])]));
     v.push((Op::RmsNorm { eps: 1e-5 }, vec![t(d, &[2, 4]), t(d, &[2, 4]), t(d, &[4])]));
     let attention = Op::Attention { heads: 2, scale: 0.5 };
     v.push((attention.clone(), vec![t(d, &[2, 3, 4]), t(d, &[2, 5, 4]), t(d, &[2, 5, 4])]));
     v.push((attention, vec![t(d, &[2, 3, 4]), t(d, &[2, 5, 4]), t(d, &[2, 5, 4]), t(d, &[2, 1, 1, 5])]));
+    v.push((Op::WriteRows { offset: 2 }, vec![t(d, &[5, 2, 8]), t(d, &[1, 2, 8])]));
     v
 }
 
@@ -113,6 +116,8 @@ fn every_accepted_op_maps_to_defined_kernels() {
         "rope",
         "argmax",
         "gqa-attention",
+        "write-rows",
+        "sample",
     ];
     for name in all {
         assert!(covered.contains(name), "op {name} never accepted by infer in this test");
