@@ -195,7 +195,7 @@ fn run_block(
 /// of the `n`-wide output, through the epilogue. Plain loops: inlined into each level's
 /// block, the compiler vectorises them at that width with the same results.
 #[inline(always)]
-fn store_tile(tile: &[f32], rows: usize, out: &SharedOut, n: usize, i0: usize, j0: usize, cols: usize, epi: Epilogue) {
+fn store_tile(tile: &[f32], rows: usize, out: &SharedOut, n: usize, (i0, j0, cols): (usize, usize, usize), epi: Epilogue) {
     for r in 0..rows {
         let at = (i0 + r) * n + j0;
         debug_assert!(at + cols <= out.len);
@@ -275,7 +275,7 @@ mod x86 {
                             _ => tile_v4::<1>(k, ap, a.rs, a.cs, bp, &mut tile),
                         }
                     }
-                    store_tile(&tile, h, out, n, i, j0, width, epi);
+                    store_tile(&tile, h, out, n, (i, j0, width), epi);
                     i += h;
                 }
             }
@@ -357,7 +357,7 @@ mod x86 {
                             }
                         }
                     }
-                    store_tile(&tile, h, out, n, i, j0, width, epi);
+                    store_tile(&tile, h, out, n, (i, j0, width), epi);
                     i += h;
                 }
             }
@@ -470,6 +470,29 @@ mod tests {
             let a_rows = &a[rows.start * k..];
             gemm(rows.len(), StridedA { data: a_rows, rs: k, cs: 1 }, &packed, &mut block, Epilogue::default(), 2);
             assert!(block.iter().zip(&whole[rows.start * n..rows.end * n]).all(|(g, w)| g.to_bits() == w.to_bits()));
+        }
+    }
+
+    /// The AVX2 block, run directly where the CPU has it (the dispatch picks AVX-512 on
+    /// CPUs that have both), equals the FMA chain too.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_avx2_block_equals_the_fma_chain() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            return;
+        }
+        let bias = data(100, 5);
+        for &(m, k, n) in &[(1, 1, 1), (7, 5, 33), (13, 64, 70), (20, 384, 40), (6, 2, 16)] {
+            let (a, b) = (data(m * k, 6), data(k * n, 7));
+            let packed = PackedB::pack(&b, k, n, n, 1);
+            let epi = Epilogue { bias: Some(&bias[..n]), gelu: true };
+            let want = fma_chain(m, k, n, &a, &b, epi);
+            let mut got = vec![f32::NAN; m * n];
+            let out = SharedOut { ptr: got.as_mut_ptr(), len: got.len() };
+            let lhs = StridedA { data: &a, rs: k, cs: 1 };
+            // SAFETY: the CPU has AVX2 and FMA; `got` is m × n, `a` m × k, the bias n long.
+            unsafe { x86::block_v3(0..m, 0..packed.panels(), row_block(k), lhs, &packed, &out, epi) };
+            assert!(got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits()), "{m}×{k}×{n}");
         }
     }
 
