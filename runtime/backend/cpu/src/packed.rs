@@ -64,7 +64,12 @@ pub(crate) fn packed_weight(w: &Arc<[f32]>, k: usize, n: usize, transpose_w: boo
 /// Bytes of the packed forms of the weights still alive.
 pub fn packed_weight_bytes() -> u64 {
     let cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    cache.iter().flat_map(|m| m.values()).filter(|e| e.weight.strong_count() > 0).map(|e| e.packed.byte_len() as u64).sum()
+    cache
+        .iter()
+        .flat_map(|m| m.values())
+        .filter(|e| e.weight.strong_count() > 0)
+        .map(|e| e.packed.byte_len() as u64)
+        .sum()
 }
 
 #[cfg(test)]

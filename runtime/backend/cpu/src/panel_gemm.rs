@@ -195,7 +195,14 @@ fn run_block(
 /// of the `n`-wide output, through the epilogue. Plain loops: inlined into each level's
 /// block, the compiler vectorises them at that width with the same results.
 #[inline(always)]
-fn store_tile(tile: &[f32], rows: usize, out: &SharedOut, n: usize, (i0, j0, cols): (usize, usize, usize), epi: Epilogue) {
+fn store_tile(
+    tile: &[f32],
+    rows: usize,
+    out: &SharedOut,
+    n: usize,
+    (i0, j0, cols): (usize, usize, usize),
+    epi: Epilogue,
+) {
     for r in 0..rows {
         let at = (i0 + r) * n + j0;
         debug_assert!(at + cols <= out.len);
