@@ -122,19 +122,71 @@ fn time_op(op: &Op, shapes: &[&[u32]], runs: usize) -> Duration {
     times[times.len() / 2]
 }
 
+/// Median time of the `gemm` crate's product `[m, k] · [n, k]ᵀ` over `runs` runs, on
+/// `threads` rayon threads, the weight repacked by each call: the CPU backend's GEMM
+/// before the panel kernels, for comparison.
+fn time_gemm_crate(m: usize, k: usize, n: usize, threads: usize, runs: usize) -> Duration {
+    let a: Vec<f32> = (0..m * k).map(|j| (j % 97) as f32 / 97.0 - 0.5).collect();
+    let b: Vec<f32> = (0..n * k).map(|j| (j % 89) as f32 / 89.0 - 0.5).collect();
+    let mut dst = vec![0.0f32; m * n];
+    let parallelism = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    let mut run = || {
+        let t0 = Instant::now();
+        // SAFETY: `a` is m × k (row stride k), `b` holds n rows of k (read as k × n with
+        // row stride 1, column stride k), `dst` is m × n (row stride n).
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                dst.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                a.as_ptr(),
+                1,
+                k as isize,
+                b.as_ptr(),
+                k as isize,
+                1,
+                0.0f32,
+                1.0f32,
+                false,
+                false,
+                false,
+                parallelism,
+            );
+        }
+        t0.elapsed()
+    };
+    run();
+    let mut times: Vec<Duration> = (0..runs).map(|_| run()).collect();
+    times.sort();
+    times[times.len() / 2]
+}
+
 /// Prints the CPU backend's GFLOP/s at MiniLM's linear shapes (the product alone, and
-/// the fused linear with bias and activation) next to the measured FMA peak.
+/// the fused linear with bias and activation, its weight packed once) next to the
+/// `gemm` crate's per-call product and the measured FMA peak.
 pub fn print_gemm_throughput() {
     let threads = rayon::current_num_threads();
     let peak = fma_peak_gflops(threads);
     println!(
         "CPU GEMM at MiniLM's shapes (f32, {threads} rayon threads, vector width {}): GFLOP/s of the product \
-         alone (matmul, W transposed) and of the fused linear (+ bias, + GELU on the 1536-wide one); \
-         measured peak {peak:.0} GFLOP/s ({threads} threads of independent FMAs)",
+         alone (matmul, W transposed, packed per call) and of the fused linear (+ bias, + GELU on the \
+         1536-wide one; W packed once), beside the gemm crate's product (W repacked per call; the kernel \
+         before the panel GEMM); measured peak {peak:.0} GFLOP/s ({threads} threads of independent FMAs)",
         sluice_backend_cpu::vector_width()
     );
-    let mut rows =
-        vec![["m × k × n".to_owned(), "matmul".into(), "% of peak".into(), "linear".into(), "% of peak".into()]];
+    let mut rows = vec![[
+        "m × k × n".to_owned(),
+        "gemm crate".into(),
+        "% of peak".into(),
+        "matmul".into(),
+        "% of peak".into(),
+        "linear".into(),
+        "% of peak".into(),
+    ]];
     let shapes = [(HIDDEN, HIDDEN, None), (HIDDEN, FFN, Some(UnaryOp::Gelu)), (FFN, HIDDEN, None)];
     for m in [128u32, 256, 16 * 256] {
         for &(k, n, act) in &shapes {
@@ -144,9 +196,12 @@ pub fn print_gemm_throughput() {
             let lin = Op::Linear { transpose_w: true, activation: act };
             let t_mm = time_op(&mm, &[&[m, k], &[n, k]], runs);
             let t_lin = time_op(&lin, &[&[m, k], &[n, k], &[n]], runs);
+            let t_crate = time_gemm_crate(m as usize, k as usize, n as usize, threads, runs);
             let gf = |t: Duration| flops / t.as_secs_f64() / 1e9;
             rows.push([
                 format!("{m} × {k} × {n}{}", if act.is_some() { " (GELU)" } else { "" }),
+                format!("{:.0} GFLOP/s", gf(t_crate)),
+                format!("{:.0}%", 100.0 * gf(t_crate) / peak),
                 format!("{:.0} GFLOP/s", gf(t_mm)),
                 format!("{:.0}%", 100.0 * gf(t_mm) / peak),
                 format!("{:.0} GFLOP/s", gf(t_lin)),

@@ -18,9 +18,11 @@ use sluice_host_api::{DType, MatmulArgs, TensorMeta, UnaryOp};
 
 use crate::KernelError;
 use crate::broadcast::{PAR_MIN_ELEMS, broadcast_strides, for_rows};
-use crate::buffer::{CpuBuffer, float_with, round_to};
+use crate::buffer::{CpuBuffer, float_with, new_with, round_to};
 use crate::elementwise::float_unary_in_place;
 use crate::matmul::{gemm_f32, matmul};
+use crate::packed::packed_weight;
+use crate::panel_gemm::{self, Epilogue, StridedA};
 use crate::simd::{self, normalize_rows};
 
 /// Multiply-adds of an attention below which its tiles run on the calling thread.
@@ -54,6 +56,11 @@ pub(crate) fn linear(
     let k = xm.shape.last().copied().unwrap_or(0);
     let m = u32::try_from(out.numel() / n as usize)
         .map_err(|_| KernelError(format!("{} rows do not fit one matrix", out.numel() / n as usize)))?;
+    if let (DType::F32, CpuBuffer::F32(xv), CpuBuffer::F32(wv)) = (dtype, x, w.0)
+        && panel_gemm::available()
+    {
+        return linear_panels(transpose_w, activation, xv, wv, bias, (m as usize, k as usize, n as usize));
+    }
     let y = if w.1.dtype.is_quantized() {
         let (wdt, wb) = w.0.blocks()?;
         crate::quant::linear(wdt, x.typed::<f32>()?, wb, m as usize, k as usize, n as usize)?.into()
@@ -91,6 +98,31 @@ pub(crate) fn linear(
         for_row_blocks(&mut v, n, |rows| float_unary_in_place(a, rows));
     }
     Ok(from_f32(dtype, v))
+}
+
+/// The f32 linear on the panel kernels: the weight packed once ([`packed_weight`]), the
+/// bias and a GELU applied to each tile as it is stored, another activation afterwards
+/// (row blocks in parallel when large), as the `unary` op computes it.
+fn linear_panels(
+    transpose_w: bool,
+    activation: Option<UnaryOp>,
+    x: &[f32],
+    w: &Arc<[f32]>,
+    bias: Option<&CpuBuffer>,
+    (m, k, n): (usize, usize, usize),
+) -> Result<CpuBuffer, KernelError> {
+    let packed = packed_weight(w, k, n, transpose_w);
+    let bias = bias.map(|b| b.typed::<f32>()).transpose()?;
+    let gelu = activation == Some(UnaryOp::Gelu);
+    let epilogue = Epilogue { bias, gelu };
+    let threads = rayon::current_num_threads();
+    let out = new_with(m * n, |out| {
+        panel_gemm::gemm(m, StridedA { data: x, rs: k, cs: 1 }, &packed, out, epilogue, threads);
+        if let Some(a) = activation.filter(|_| !gelu) {
+            for_row_blocks(out, n, |rows| float_unary_in_place(a, rows));
+        }
+    });
+    Ok(CpuBuffer::F32(out))
 }
 
 /// RMS norm over the last axis of `x` (or of `x + residual`, the sum rounded to the

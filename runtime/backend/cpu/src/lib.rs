@@ -7,15 +7,19 @@
 //! data-dependent faults (an embedding id out of range, an integer
 //! division by zero) as [`KernelError`]s instead of panicking. Kernels are grouped by op
 //! family, one module each; small tensors run on the calling thread and large ones use
-//! rayon (and gemm's own rayon parallelism for big products).
+//! rayon. f32 products run on the panel GEMM (`panel_gemm.rs`: AVX-512 or AVX2 + FMA
+//! micro-kernels, the right operand packed into column panels, threads split by panels);
+//! a linear's weight is packed once and shared by every later launch (`packed.rs`).
 //!
 //! Numerical conventions (each module's header has the details):
 //! - floats are computed in `f32` (f16/bf16 widened and rounded back once); softmax and
 //!   layer norm sum in f32 lanes, reductions in `f64`; GELU is `x Φ(x)` with an f32 `erfc`
 //!   accurate to about 1e-7 relative (`simd.rs`);
 //! - the hot f32 loops (GELU, epilogues, softmax, layer norm) run at the CPU's vector
-//!   width, chosen at run time, with the same results at every width; gemm likewise picks
-//!   its AVX-512 or AVX2 kernels at run time;
+//!   width, chosen at run time, with the same results at every width; so do the f32
+//!   products, each element one FMA chain over `k` in order (the same bits at both widths,
+//!   any thread count and any block of rows); without AVX2 + FMA, and for f16, they run
+//!   on the `gemm` crate;
 //! - `maximum`/`minimum` and max/min reductions propagate NaN; argmax takes the first
 //!   NaN, else the first largest element; sample draws by the WIT `sample-args`
 //!   algorithm, as the CUDA kernel does;
@@ -41,6 +45,8 @@ mod fused;
 mod layout;
 mod matmul;
 mod nn;
+mod packed;
+mod panel_gemm;
 mod quant;
 mod reduce;
 mod simd;
@@ -48,6 +54,7 @@ mod simd;
 pub use buffer::{CpuBuffer, Element};
 pub use elementwise::{gelu, gelu_tanh};
 pub use matmul::matmul_rows;
+pub use packed::packed_weight_bytes;
 pub use quant::linear_scratch_bytes as quantized_linear_scratch_bytes;
 pub use simd::vector_width;
 use std::sync::Arc;

@@ -1,7 +1,8 @@
 //! Batched matrix product over the last two axes with optional transposes and
-//! broadcast batch axes, on the `gemm` crate: f32 and f16 natively, bf16 through f32.
-//! Large products use gemm's rayon parallelism, many medium ones run one per rayon
-//! task, and small ones stay on the calling thread. [`matmul_rows`] computes a block of
+//! broadcast batch axes: f32 (and bf16, through f32) on the panel kernels of
+//! `panel_gemm.rs` where the CPU has AVX2 + FMA, else on the `gemm` crate, which also
+//! runs f16. Large products split across rayon threads, many medium ones run one per
+//! rayon task, and small ones stay on the calling thread. [`matmul_rows`] computes a block of
 //! output rows so that the scheduler can slice a big GEMM into short kernels, and
 //! [`gemm_f32`] one product over arbitrary strides (for the fused attention).
 
@@ -15,6 +16,7 @@ use sluice_host_api::{DType, MatmulArgs, TensorMeta};
 use crate::KernelError;
 use crate::broadcast::Plan;
 use crate::buffer::{CpuBuffer, Element, new_with};
+use crate::panel_gemm::{self, Epilogue, PackedB, StridedA};
 
 /// Multiply-adds below which a product runs on the calling thread only.
 const PAR_MIN_MACS: usize = 1 << 20;
@@ -55,6 +57,54 @@ impl Geometry {
         self.batches.len() * self.rows.len() * self.n
     }
 
+    /// How to spread the batches over threads: `(in parallel, threads per product)`.
+    fn parallelism(&self) -> (bool, usize) {
+        let macs = self.batches.len() * self.rows.len() * self.n * self.k;
+        let threads = rayon::current_num_threads();
+        if macs < PAR_MIN_MACS || threads == 1 {
+            (false, 1)
+        } else if self.batches.len() >= threads && self.rows.len() * self.n * self.k < PAR_MIN_MACS * 4 {
+            (true, 1)
+        } else {
+            (false, threads)
+        }
+    }
+
+    /// [`Geometry::run`] in f32 on the panel kernels: each batch's `b` is packed (once
+    /// for consecutive batches that share it), `a` is read in place.
+    fn run_panels(&self, a: &[f32], b: &[f32], out: &mut [f32]) {
+        let (mr, n, k) = (self.rows.len(), self.n, self.k);
+        if mr == 0 || n == 0 {
+            return;
+        }
+        let block = mr * n;
+        let (a_rs, a_cs) = (self.a_rs as usize, self.a_cs as usize);
+        let (b_rs, b_cs) = (self.b_rs as usize, self.b_cs as usize);
+        let (parallel, threads) = self.parallelism();
+        let one = |(&(ao, _), dst): (&(usize, usize), &mut [f32]), packed: &PackedB| {
+            let lhs = StridedA { data: &a[ao + self.rows.start * a_rs..], rs: a_rs, cs: a_cs };
+            panel_gemm::gemm(mr, lhs, packed, dst, Epilogue::default(), threads);
+        };
+        let pack = |bo: usize| PackedB::pack(&b[bo..], k, n, b_rs, b_cs);
+        if parallel {
+            self.batches.par_iter().zip(out.par_chunks_mut(block)).for_each(|x| {
+                let packed = pack(x.0.1);
+                one(x, &packed);
+            });
+        } else {
+            let mut last: Option<(usize, PackedB)> = None;
+            for x in self.batches.iter().zip(out.chunks_mut(block)) {
+                let bo = x.0.1;
+                if last.as_ref().is_none_or(|(o, _)| *o != bo) {
+                    last = Some((bo, pack(bo)));
+                }
+                if let Some((_, packed)) = &last {
+                    one(x, packed);
+                }
+            }
+        }
+    }
+
     /// Computes every batch into `out` (`batches × rows × n`, row-major).
     fn run<T: Element>(&self, a: &[T], b: &[T], out: &mut [T], zero: T, one: T) {
         let (mr, n, k) = (self.rows.len(), self.n, self.k);
@@ -62,8 +112,7 @@ impl Geometry {
             return; // empty, or a sum over nothing: `out` is already zero
         }
         let block = mr * n;
-        let macs = self.batches.len() * block * k;
-        let threads = rayon::current_num_threads();
+        let (parallel, threads) = self.parallelism();
         let one_gemm = |(&(ao, bo), dst): (&(usize, usize), &mut [T]), par: Parallelism| {
             let lhs = &a[ao + self.rows.start * self.a_rs as usize..];
             let rhs = &b[bo..];
@@ -94,10 +143,10 @@ impl Geometry {
                 );
             }
         };
-        if macs < PAR_MIN_MACS || threads == 1 {
-            self.batches.iter().zip(out.chunks_mut(block)).for_each(|x| one_gemm(x, Parallelism::None));
-        } else if self.batches.len() >= threads && block * k < PAR_MIN_MACS * 4 {
+        if parallel {
             self.batches.par_iter().zip(out.par_chunks_mut(block)).for_each(|x| one_gemm(x, Parallelism::None));
+        } else if threads == 1 {
+            self.batches.iter().zip(out.chunks_mut(block)).for_each(|x| one_gemm(x, Parallelism::None));
         } else {
             self.batches.iter().zip(out.chunks_mut(block)).for_each(|x| one_gemm(x, Parallelism::Rayon(threads)));
         }
@@ -189,6 +238,10 @@ fn compute(
     let g = Geometry::new(args, am, bm, out, rows);
     let len = g.out_len();
     match am.dtype {
+        DType::F32 if panel_gemm::available() => {
+            let (a, b) = (a.typed::<f32>()?, b.typed::<f32>()?);
+            Ok(CpuBuffer::F32(new_with(len, |o| g.run_panels(a, b, o))))
+        }
         DType::F32 => {
             let (a, b) = (a.typed::<f32>()?, b.typed::<f32>()?);
             Ok(CpuBuffer::F32(new_with(len, |o| g.run(a, b, o, 0.0, 1.0))))
@@ -200,7 +253,11 @@ fn compute(
         DType::BF16 => {
             let (a, b) = (a.float_view()?, b.float_view()?);
             let mut o = vec![0.0f32; len];
-            g.run(&a, &b, &mut o, 0.0, 1.0);
+            if panel_gemm::available() {
+                g.run_panels(&a, &b, &mut o);
+            } else {
+                g.run(&a, &b, &mut o, 0.0, 1.0);
+            }
             Ok(CpuBuffer::BF16(o.iter().map(|&x| bf16::from_f32(x)).collect()))
         }
         other => Err(KernelError(format!("matmul is not defined on {other}"))),
