@@ -2,13 +2,13 @@
 # The LLM benchmark's peer: llama.cpp (llama-cpp-python, built from PyPI's sdist for this
 # CPU) on the same GGUF file, threads and prompt as sluice; see llama_cpp_peer.py.
 #
-# Creates ~/.cache/sluice/venv-llm-peers once (PyPI only), then runs the peer.
+# Creates ~/.cache/sluice/venv-llama-cpp once (PyPI only), then runs the peer.
 # OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are unset for it, like the MiniLM peers.
 #
 #   bench/llm/run_peer.sh --gguf FILE [--threads 2] [--runs 5] [--warmup 1]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-venv="${SLUICE_LLM_PEERS_VENV:-$HOME/.cache/sluice/venv-llm-peers}"
+venv="${SLUICE_LLAMA_CPP_VENV:-$HOME/.cache/sluice/venv-llama-cpp}"
 python="$venv/bin/python"
 
 if ! "$python" -c 'import llama_cpp' 2>/dev/null; then
