@@ -274,6 +274,21 @@ impl Server {
         self.get("/v1/status", key).expect(200)
     }
 
+    /// Polls `GET /v1/status` with `key` until `done` holds and returns that status. The
+    /// bound (120 s) only keeps a test that would hang from hanging; it says nothing
+    /// about how fast the server is.
+    pub fn wait_for_status(&self, key: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let status = self.status(key);
+            if done(&status) {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "{what} never happened: {status}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The server's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -8,7 +8,7 @@
 //! mid-stream ends the generation and frees its memory. Skips (class "SmolLM2 model")
 //! when the GGUF file has not been fetched, except under CI.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::{Value, json};
 use sluice_tests::fixtures::llm_gguf;
@@ -166,15 +166,9 @@ fn tokens_stream_as_they_are_made_and_a_client_that_goes_ends_the_generation() {
     assert_eq!(running["in_flight"], 1, "still generating after three pieces arrived: {running}");
     assert!(running["tenants"][0]["memory_used_bytes"].as_u64().unwrap() > idle, "{running}");
     drop(events);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let status = server.status(&key);
-        if status["in_flight"] == 0 && status["tenants"][0]["memory_used_bytes"].as_u64() == Some(idle) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the generation never ended after its client went: {status}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    server.wait_for_status(&key, "the generation's end after its client went", |s| {
+        s["in_flight"] == 0 && s["tenants"][0]["memory_used_bytes"].as_u64() == Some(idle)
+    });
     let metrics = String::from_utf8_lossy(&server.get("/metrics", ADMIN_KEY).body).into_owned();
     assert!(
         metrics.lines().any(|l| l.starts_with("sluice_invocations_total")

@@ -8,7 +8,6 @@
 //! environment of `oip_clients.rs`; skipped without it) streams and not.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sluice_tests::fixtures::clients_python;
@@ -34,19 +33,6 @@ fn events(mut stream: EventStream) -> Vec<Value> {
 /// Every event's raw data, until the stream ends.
 fn raw_events(mut stream: EventStream) -> Vec<String> {
     std::iter::from_fn(|| stream.next_data().map(|(_, data)| data)).collect()
-}
-
-/// Polls `done` on the tenant's status until it holds; panics after a generous bound.
-fn wait_for(server: &Server, key: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let status = server.status(key);
-        if done(&status) {
-            return status;
-        }
-        assert!(Instant::now() < deadline, "{what} never happened: {status}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]
@@ -222,7 +208,7 @@ fn a_client_that_disconnects_stops_an_endless_generation_and_frees_its_memory() 
     assert!(running["tenants"][0]["memory_used_bytes"].as_u64().unwrap() > idle, "it holds device memory: {running}");
 
     drop(stream);
-    let ended = wait_for(&server, &key, "the invocation's end", |s| {
+    let ended = server.wait_for_status(&key, "the invocation's end", |s| {
         s["in_flight"] == 0 && s["tenants"][0]["memory_used_bytes"].as_u64() == Some(idle)
     });
     assert_eq!(ended["tenants"][0]["in_flight"], 0);
