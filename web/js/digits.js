@@ -80,6 +80,7 @@ export class DemosPage {
     c.lineCap = "round";
     c.lineJoin = "round";
     this.result.textContent = "";
+    delete this.result.dataset.digit;
     this.bars.replaceChildren();
     this.preview.getContext("2d").clearRect(0, 0, 28, 28);
   }
@@ -149,6 +150,8 @@ export class DemosPage {
     const name = this.function.value.trim();
     const request = { inputs: [{ name: "image", shape: [1, 28, 28], datatype: "UINT8", data: pixels }] };
     this.result.className = "";
+    // Until this drawing's answer arrives, no digit is shown as its answer.
+    delete this.result.dataset.digit;
     try {
       const out = await this.api.call("POST", `/v2/models/${encodeURIComponent(name)}/infer`, request);
       const output = (n) => out.outputs.find((o) => o.name === n);
