@@ -7,7 +7,8 @@
 //!   loop, guest→host call, shape inference, quota reservation, the send to the device
 //!   queue and the handle drop: the host-side cost the target is about), the wall clock,
 //!   and the CPU time of the device's actor thread (`sluice-cpu`, which dispatches each
-//!   op to the device's kernel pool). Launches are asynchronous, so the guest and the
+//!   op and runs it: small kernels whole, large ones with the device's other kernel
+//!   threads). Launches are asynchronous, so the guest and the
 //!   device work concurrently and the wall clock per launch is set by the slower side.
 //! - Instantiation: `echo` on one FP32 element, ≥ 1000 times, on an engine that keeps no
 //!   warm instances; `InvocationOutput::instantiate` (store + instance from the

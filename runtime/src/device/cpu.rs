@@ -2,6 +2,7 @@
 
 use sluice_backend_cpu::CpuBuffer;
 use std::ops::Range;
+use std::sync::OnceLock;
 
 use sluice_host_api::{DType, Op, TensorMeta};
 
@@ -10,8 +11,16 @@ use super::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind, PartitionState,
 /// The host CPU as a device. Kernels run in the device's own thread pool, so the
 /// number of cores they may take is a setting, and the rest stay free for the host
 /// (HTTP, guests' own code).
+///
+/// The scheduler's thread is one of the pool's threads
+/// ([`Device::adopt_scheduler_thread`]): a kernel runs where it is launched and only
+/// its parallel parts go to the other threads. A pool of its own would cost two thread
+/// wake-ups on every kernel's path (the pool thread that takes the kernel, then the
+/// scheduler waiting for it), tens of microseconds each on a busy machine: most of a
+/// decode step's time for a small LLM, whose ~330 kernels per token are each short.
 pub struct CpuDevice {
-    pool: rayon::ThreadPool,
+    threads: usize,
+    pool: OnceLock<rayon::ThreadPool>,
     memory_bytes: u64,
 }
 
@@ -23,12 +32,22 @@ impl CpuDevice {
 
     /// A device whose kernels use `threads` cores (at least one).
     pub fn with_threads(threads: usize) -> Self {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads.max(1))
-            .thread_name(|i| format!("sluice-cpu-{i}"))
-            .build()
-            .expect("creating the CPU device's thread pool");
-        CpuDevice { pool, memory_bytes: physical_memory_bytes() }
+        CpuDevice { threads: threads.max(1), pool: OnceLock::new(), memory_bytes: physical_memory_bytes() }
+    }
+
+    /// The kernel threads: made on first use unless the scheduler's thread joined them.
+    fn pool(&self) -> &rayon::ThreadPool {
+        self.pool.get_or_init(|| self.build_pool(false).expect("creating the CPU device's thread pool"))
+    }
+
+    fn build_pool(&self, with_current_thread: bool) -> Result<rayon::ThreadPool, rayon::ThreadPoolBuildError> {
+        let builder = rayon::ThreadPoolBuilder::new().num_threads(self.threads);
+        if with_current_thread {
+            // The current thread is index 0 and keeps its own name.
+            builder.use_current_thread().thread_name(|i| format!("sluice-cpu-{i}")).build()
+        } else {
+            builder.thread_name(|i| format!("sluice-cpu-{i}")).build()
+        }
     }
 }
 
@@ -94,9 +113,23 @@ impl Device for CpuDevice {
     fn info(&self) -> DeviceInfo {
         DeviceInfo {
             kind: DeviceKind::Cpu,
-            name: format!("CPU ({} threads)", self.pool.current_num_threads()),
+            name: format!("CPU ({} threads)", self.threads),
             memory_bytes: self.memory_bytes,
-            compute_units: self.pool.current_num_threads() as u32,
+            compute_units: self.threads as u32,
+        }
+    }
+
+    fn adopt_scheduler_thread(&self) {
+        if self.pool.get().is_some() {
+            return;
+        }
+        // Fails only when this thread already belongs to a rayon pool; the device then
+        // keeps a pool of its own threads.
+        match self.build_pool(true) {
+            Ok(pool) => {
+                let _ = self.pool.set(pool);
+            }
+            Err(e) => tracing::debug!(error = %e, "the CPU device's kernels run on a pool of their own"),
         }
     }
 
@@ -122,7 +155,7 @@ impl Device for CpuDevice {
         let run = || sluice_backend_cpu::launch(op, &cpu_inputs, out);
         // Handing a kernel to the pool wakes one of its threads (microseconds); small
         // kernels, which run single-threaded anyway, run right here instead.
-        let result = if is_small(op, inputs, out) { run() } else { self.pool.install(run) };
+        let result = if is_small(op, inputs, out) { run() } else { self.pool().install(run) };
         result.map(Buffer::Cpu).map_err(|e| DeviceError::Failure(e.to_string()))
     }
 
@@ -201,7 +234,7 @@ impl RowSlicing for CpuDevice {
         rows: Range<usize>,
     ) -> Result<Buffer, DeviceError> {
         let cpu_inputs = cpu_inputs(inputs)?;
-        self.pool
+        self.pool()
             .install(|| sluice_backend_cpu::launch_rows(op, &cpu_inputs, out, rows))
             .map(Buffer::Cpu)
             .map_err(|e| DeviceError::Failure(e.to_string()))

@@ -168,6 +168,11 @@ pub trait Device: Send + Sync + 'static {
         Err(DeviceError::Failure(format!("{} cannot be reset", self.info().name)))
     }
 
+    /// Called once, on the scheduler's thread, before the scheduler's first call. The
+    /// CPU device makes that thread one of its kernel threads, so that a kernel starts
+    /// where it is launched instead of waking a pool thread and waiting for it.
+    fn adopt_scheduler_thread(&self) {}
+
     /// Whether `launch` returns before the kernel ran (work queues on the device, as
     /// on a GPU stream), so the scheduler must bound what it hands over.
     fn is_async(&self) -> bool {

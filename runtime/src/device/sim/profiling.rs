@@ -69,6 +69,10 @@ impl Device for ProfilingDevice {
         self.inner.info()
     }
 
+    fn adopt_scheduler_thread(&self) {
+        self.inner.adopt_scheduler_thread()
+    }
+
     fn upload(&self, meta: &TensorMeta, bytes: &[u8]) -> Result<Buffer, DeviceError> {
         self.timed(|| "upload".into(), || self.inner.upload(meta, bytes))
     }

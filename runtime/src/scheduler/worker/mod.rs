@@ -61,6 +61,7 @@ struct Actor {
 }
 
 pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver<Command>, published: Arc<Published>) {
+    device.adopt_scheduler_thread();
     let asynchronous = device.is_async();
     let partitioned = device.lanes().is_some() && config.policy == Policy::Priority;
     if partitioned {
