@@ -21,17 +21,26 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::resident::{growth, resident_by_kind, rss_kib, threads};
 use crate::{ADMIN_KEY, RawConn, Server, ServerOptions, fp32_request, function_wasm, misbehave_request};
 
-/// The hostile tenants: (tenant, `misbehave` mode, the 5xx codes its mode explains
-/// besides [`ANY_HOSTILE`]).
-pub const HOSTILE: [(&str, &str, &[&str]); 5] = [
+/// A hostile tenant: (tenant, `misbehave` mode, the 5xx codes its mode explains besides
+/// [`ANY_HOSTILE`]).
+pub type Hostile = (&'static str, &'static str, &'static [&'static str]);
+
+/// The hostile tenants.
+pub const HOSTILE: [Hostile; 5] = [
     ("flood", "leak", &["quota_exceeded", "function_failed"]),
     ("looper", "loop", &[]),
     ("hungry", "oom", &["memory_limit_exceeded"]),
     ("quota", "leak", &["quota_exceeded", "function_failed"]),
     ("trapper", "trap", &["function_trapped"]),
 ];
+
+/// Invocations the admin lets each hostile tenant have in flight (the server's own limit
+/// is 64): `HOSTILE.len() * HOSTILE_CONCURRENCY` clients keep every hostile tenant at its
+/// admission limit without a single 429; more clients are refused the rest.
+pub const HOSTILE_CONCURRENCY: usize = 8;
 
 /// 5xx any hostile tenant may get for its own invocations: its own deadline (504).
 /// Everything else (`internal`, `storage`, `corrupt`, `insufficient_device_memory`, …)
@@ -55,6 +64,11 @@ pub struct HostileReport {
     /// measured load (after a short warm-up burst of the same load and a settling
     /// pause), right after the load, and after a settling pause.
     pub rss: RssKib,
+    /// What changed between the start and the settled point, by kind of mapping (KiB,
+    /// largest change first).
+    pub rss_growth: Vec<(&'static str, i64)>,
+    /// The server's threads at the start of the measured load and settled after it.
+    pub threads: (u64, u64),
 }
 
 /// The server's resident set at the points [`hostile_load`] looks, in KiB.
@@ -102,6 +116,18 @@ impl HostileReport {
             r.settled / 1024,
             r.settled_ratio()
         );
+        let growth: Vec<String> = self
+            .rss_growth
+            .iter()
+            .take(4)
+            .map(|(kind, kib)| format!("{kind} {:+.1} MiB", *kib as f64 / 1024.0))
+            .collect();
+        println!(
+            "server RSS, start to settled, by kind: {}; threads {} → {}",
+            growth.join(", "),
+            self.threads.0,
+            self.threads.1
+        );
     }
 }
 
@@ -112,13 +138,6 @@ fn percentiles(mut v: Vec<Duration>) -> (Duration, Duration) {
     v.sort();
     let at = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
     (at(0.5), at(0.99))
-}
-
-/// The server's resident set in KiB (0 where `/proc` is not there).
-pub fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap_or("");
-    line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or(0)
 }
 
 /// The victim's latencies of `n` echo invocations on one keep-alive connection, or
@@ -144,28 +163,37 @@ fn victim_run(
     lat
 }
 
-/// Runs the hostile-load scenario on `server` for `load` with `clients` hostile clients.
-pub fn hostile_load(server: &Server, load: Duration, clients: usize, solo_requests: usize) -> HostileReport {
+/// Runs the hostile-load scenario on `server` for `load` with `clients` hostile clients
+/// spread over `hostile` (all of [`HOSTILE`], or some of them to see which hurts).
+pub fn hostile_load(
+    server: &Server,
+    hostile: &[Hostile],
+    load: Duration,
+    clients: usize,
+    solo_requests: usize,
+) -> HostileReport {
     let victim = server.create_tenant("victim");
     let grant = serde_json::to_vec(&json!({ "max_priority": "latency" })).expect("json");
     server.call("PATCH", "/v1/tenants/victim", Some(ADMIN_KEY), Some(("application/json", grant))).expect(200);
     server.deploy(&victim, "echo", "echo", "priority=latency");
-    let mut keys = Vec::new();
-    for (tenant, _, _) in HOSTILE {
-        let key = server.create_tenant(tenant);
+    let mut tenants: Vec<(Hostile, String)> = Vec::new();
+    for h in hostile {
+        let key = server.create_tenant(h.0);
         server.deploy(&key, "bad", "misbehave", "priority=latency&timeout_ms=500");
-        keys.push(key);
+        tenants.push((*h, key));
     }
-    // The admin bounds each hostile tenant (8 in flight; the server's limit is 64), so
-    // together they stay within the server's admission limit and the victim is admitted.
-    for (tenant, _, _) in HOSTILE {
-        let bound = serde_json::to_vec(&json!({ "max_concurrency": 8 })).expect("json");
+    // The admin bounds each hostile tenant, so together they stay within the server's
+    // admission limit and the victim is admitted.
+    for (tenant, _, _) in hostile {
+        let bound = serde_json::to_vec(&json!({ "max_concurrency": HOSTILE_CONCURRENCY })).expect("json");
         server
             .call("PATCH", &format!("/v1/tenants/{tenant}"), Some(ADMIN_KEY), Some(("application/json", bound)))
             .expect(200);
     }
-    let quota = serde_json::to_vec(&json!({ "memory_quota_bytes": 1 << 20 })).expect("json");
-    server.call("PATCH", "/v1/tenants/quota", Some(ADMIN_KEY), Some(("application/json", quota))).expect(200);
+    if hostile.iter().any(|h| h.0 == "quota") {
+        let quota = serde_json::to_vec(&json!({ "memory_quota_bytes": 1 << 20 })).expect("json");
+        server.call("PATCH", "/v1/tenants/quota", Some(ADMIN_KEY), Some(("application/json", quota))).expect(200);
+    }
 
     let unexpected = Mutex::new(Vec::new());
     let warm = victim_run(server, &victim, 50, None, &unexpected);
@@ -177,15 +205,18 @@ pub fn hostile_load(server: &Server, load: Duration, clients: usize, solo_reques
     // (compiled code, warm instances, tenant state, threads) is there when the measured
     // load starts; its responses are checked, not counted.
     let warm_up = (load / 10).clamp(Duration::from_millis(300), Duration::from_secs(3));
-    hostile_burst(server, &keys, clients, warm_up, None, &Mutex::new(BTreeMap::new()), &unexpected);
+    hostile_burst(server, &tenants, clients, warm_up, None, &Mutex::new(BTreeMap::new()), &unexpected);
     std::thread::sleep(SETTLE);
     let start = rss_kib(pid);
+    let start_kinds = resident_by_kind(pid);
+    let start_threads = threads(pid);
 
     let counts = Mutex::new(BTreeMap::<String, u64>::new());
-    let loaded = hostile_burst(server, &keys, clients, load, Some(&victim), &counts, &unexpected);
+    let loaded = hostile_burst(server, &tenants, clients, load, Some(&victim), &counts, &unexpected);
     let after_load = rss_kib(pid);
     std::thread::sleep(SETTLE);
     let settled = rss_kib(pid);
+    let rss_growth = growth(&start_kinds, &resident_by_kind(pid));
     HostileReport {
         solo,
         victim_requests: loaded.len(),
@@ -193,17 +224,19 @@ pub fn hostile_load(server: &Server, load: Duration, clients: usize, solo_reques
         counts: counts.into_inner().unwrap(),
         unexpected: unexpected.into_inner().unwrap(),
         rss: RssKib { cold, start, after_load, settled },
+        rss_growth,
+        threads: (start_threads, threads(pid)),
     }
 }
 
 /// Long enough for the server's idle heap trim (it looks every 2 s) to have run.
 const SETTLE: Duration = Duration::from_secs(5);
 
-/// `clients` hostile clients round-robin over the [`HOSTILE`] tenants for `load`,
+/// `clients` hostile clients round-robin over the hostile `tenants` (with their keys) for `load`,
 /// counting their responses; with `victim`, the victim's latencies meanwhile.
 fn hostile_burst(
     server: &Server,
-    keys: &[String],
+    tenants: &[(Hostile, String)],
     clients: usize,
     load: Duration,
     victim: Option<&str>,
@@ -213,8 +246,7 @@ fn hostile_burst(
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         for c in 0..clients {
-            let (tenant, mode, allowed) = HOSTILE[c % HOSTILE.len()];
-            let key = keys[c % HOSTILE.len()].clone();
+            let ((tenant, mode, allowed), key) = tenants[c % tenants.len()].clone();
             let stop = &stop;
             s.spawn(move || {
                 let body = serde_json::to_vec(&misbehave_request(mode)).expect("json");

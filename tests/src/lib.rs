@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 pub mod fixtures;
 pub mod hostile;
 pub mod minilm;
+pub mod resident;
 pub mod skip;
 pub mod smollm2;
 pub mod sse;

@@ -8,12 +8,12 @@
 use std::time::Duration;
 
 use sluice_tests::Server;
-use sluice_tests::hostile::{crash_loop, hostile_load};
+use sluice_tests::hostile::{HOSTILE, crash_loop, hostile_load};
 
 #[test]
 fn a_victim_beside_hostile_tenants_gets_no_errors() {
     let server = Server::start();
-    let report = hostile_load(&server, Duration::from_secs(3), 64, 200);
+    let report = hostile_load(&server, &HOSTILE, Duration::from_secs(3), 64, 200);
     report.print();
     assert!(report.unexpected.is_empty(), "unexpected responses: {:?}", report.unexpected);
     assert!(report.victim_requests > 0, "the victim was never served");
