@@ -5,7 +5,9 @@ Same file, same threads, same prompt text (bench/llm/prompt.json, the chat templ
 already applied, special tokens parsed), greedy decoding. For each of --runs runs, after
 --warmup untimed ones, measured as sluice's side is (from its token stream): the prompt
 is evaluated in one batch and the first token taken as the argmax of its last logits
-(prompt tokens/s = prompt tokens over that time, the time to first token); then each of
+(prompt tokens/s = prompt tokens over that time, the time to first token; each run
+evaluates the whole prompt: the model state is reset first, so no prefix of the previous
+run's KV cache is reused); then each of
 the other decode_tokens - 1 tokens is one decode step of the previous token and a
 greedy pick (`Llama.generate` with top_k 1, temperature 0, no penalties) (decode tokens/s = those tokens over the time from the first token to the last).
 Threads: n_threads = n_threads_batch = --threads.
@@ -54,6 +56,10 @@ def main():
     log(f"{len(prompt)} prompt tokens, {steps} decode steps, {args.threads} threads")
 
     def run():
+        # Forget the previous run's tokens: `generate` would otherwise reuse the KV cache
+        # of the prompt prefix it already evaluated and time one token's evaluation as
+        # the prompt's (sluice evaluates every prompt whole).
+        llm.reset()
         tokens, t0 = [], time.perf_counter()
         greedy = llm.generate(prompt, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True)
         for token in greedy:
