@@ -16,8 +16,8 @@ use super::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind, PartitionState,
 /// ([`Device::adopt_scheduler_thread`]): a kernel runs where it is launched and only
 /// its parallel parts go to the other threads. A pool of its own would cost two thread
 /// wake-ups on every kernel's path (the pool thread that takes the kernel, then the
-/// scheduler waiting for it), tens of microseconds each on a busy machine: most of a
-/// decode step's time for a small LLM, whose ~330 kernels per token are each short.
+/// scheduler waiting for it), tens of microseconds each on a busy machine: over a quarter of a
+/// decode step's time for a small LLM, whose hundreds of kernels per token are each short.
 pub struct CpuDevice {
     threads: usize,
     pool: OnceLock<rayon::ThreadPool>,
@@ -153,7 +153,8 @@ impl Device for CpuDevice {
             return written.map(Buffer::Cpu).map_err(|e| DeviceError::Failure(e.to_string()));
         }
         let run = || sluice_backend_cpu::launch(op, &cpu_inputs, out);
-        // Handing a kernel to the pool wakes one of its threads (microseconds); small
+        // Where this thread is not one of the pool's (a device used directly, not through
+        // a scheduler), handing a kernel to the pool wakes one of its threads; small
         // kernels, which run single-threaded anyway, run right here instead.
         let result = if is_small(op, inputs, out) { run() } else { self.pool().install(run) };
         result.map(Buffer::Cpu).map_err(|e| DeviceError::Failure(e.to_string()))
@@ -238,5 +239,28 @@ impl RowSlicing for CpuDevice {
             .install(|| sluice_backend_cpu::launch_rows(op, &cpu_inputs, out, rows))
             .map(Buffer::Cpu)
             .map_err(|e| DeviceError::Failure(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn thread_of(pool: &rayon::ThreadPool) -> std::thread::ThreadId {
+        pool.install(|| std::thread::current().id())
+    }
+
+    #[test]
+    fn an_adopted_thread_runs_what_it_hands_the_pool_and_a_plain_one_hands_it_over() {
+        std::thread::spawn(|| {
+            let device = CpuDevice::with_threads(2);
+            device.adopt_scheduler_thread();
+            assert_eq!(thread_of(device.pool()), std::thread::current().id());
+            assert_eq!(device.pool().current_num_threads(), 2, "the adopted thread is one of the two");
+        })
+        .join()
+        .expect("the adopting thread");
+        let device = CpuDevice::with_threads(1);
+        assert_ne!(thread_of(device.pool()), std::thread::current().id());
     }
 }
