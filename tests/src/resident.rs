@@ -6,15 +6,18 @@ use std::collections::BTreeMap;
 
 /// The process's resident set in KiB (0 where `/proc` is not there).
 pub fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap_or("");
-    line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or(0)
+    status_number(pid, "VmRSS:")
 }
 
 /// The process's threads (0 where `/proc` is not there).
 pub fn threads(pid: u32) -> u64 {
+    status_number(pid, "Threads:")
+}
+
+/// The number after `field` in `/proc/<pid>/status` (0 where there is none).
+fn status_number(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let line = status.lines().find(|l| l.starts_with("Threads:")).unwrap_or("");
+    let line = status.lines().find(|l| l.starts_with(field)).unwrap_or("");
     line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or(0)
 }
 

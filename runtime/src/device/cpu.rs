@@ -41,13 +41,10 @@ impl CpuDevice {
     }
 
     fn build_pool(&self, with_current_thread: bool) -> Result<rayon::ThreadPool, rayon::ThreadPoolBuildError> {
-        let builder = rayon::ThreadPoolBuilder::new().num_threads(self.threads);
-        if with_current_thread {
-            // The current thread is index 0 and keeps its own name.
-            builder.use_current_thread().thread_name(|i| format!("sluice-cpu-{i}")).build()
-        } else {
-            builder.thread_name(|i| format!("sluice-cpu-{i}")).build()
-        }
+        let builder =
+            rayon::ThreadPoolBuilder::new().num_threads(self.threads).thread_name(|i| format!("sluice-cpu-{i}"));
+        // With the current thread, it is index 0 and keeps its own name.
+        if with_current_thread { builder.use_current_thread().build() } else { builder.build() }
     }
 }
 
