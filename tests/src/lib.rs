@@ -23,6 +23,7 @@ pub mod resident;
 pub mod skip;
 pub mod smollm2;
 pub mod sse;
+pub mod wakeup;
 
 /// The admin key every test server starts with.
 pub const ADMIN_KEY: &str = "test-admin-key-0123456789";

@@ -102,6 +102,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if !(args.grace_period_s.is_finite() && args.grace_period_s >= 0.0) {
         bail!("--grace-period-s must be a non-negative number");
     }
+    crate::platform::heap::bound_arenas();
     let settings = DeviceSettings {
         cpu_threads: args.cpu_threads,
         cuda_ordinal: args.cuda_devices.as_deref().and_then(|d| d.first().copied()).unwrap_or(0),

@@ -5,14 +5,28 @@
 //! pool at the process's own OS priority, and batch-class invocations on threads of their
 //! own that the OS runs only when nothing else wants the core: Linux's `SCHED_IDLE`,
 //! set once when the thread starts. A best-effort tenant that burns the cores in guest
-//! code then leaves them to latency work at once (a waking thread of normal priority
-//! preempts an idle-class one); with nothing else runnable it still gets them whole.
+//! code then leaves them to latency work (a waking thread of normal priority preempts an
+//! idle-class one, though not always at once: see below); with nothing else runnable it
+//! still gets them whole.
 //!
 //! Measured on two cores (`cargo xtask soak -- --tenants looper`): eight batch guests in
 //! endless loops beside a latency tenant's echo. With the batch threads at `nice` +10,
 //! the victim's p99 went from 0.23 ms alone to 14 ms (a niced thread that holds a core
 //! keeps it for its time slice, and the victim's request crosses several threads that
 //! each wait for one); in the idle class, to 4 ms.
+//!
+//! What is left of those 4 ms is the kernel's, not the platform's: on that machine (a
+//! VM, Linux 6.18, `HZ=250`) a normal thread woken from another core onto a core that an
+//! idle-class thread holds sometimes waits for the next scheduler tick (4 ms) instead of
+//! taking the core at once (`perf sched timehist`: the woken HTTP worker or device thread
+//! waits 2–4 ms while the idle-class guest keeps running). Two threads handing a token
+//! back and forth, no sluice code, show it too: p99.9 86 µs alone, 3.8 ms beside one
+//! busy idle-class thread per core (`sluice_tests::wakeup`, printed by `cargo xtask
+//! soak`). Tried with the looping tenant, none better than the idle class's 3.6–4 ms:
+//! `nice` +19 or `SCHED_BATCH` instead (p99 12–20 ms: a niced thread keeps its slice),
+//! pinning each guest thread to one core (5–8 ms), at most one batch guest running at a
+//! time (3.6 ms), yielding after each hand-off to a normal thread (3.7 ms), shorter time
+//! slices for the platform's own threads (16–20 ms).
 //!
 //! The background threads are made on demand (one per concurrent batch invocation at most,
 //! which admission bounds) and kept for reuse: a thread cannot raise its priority back

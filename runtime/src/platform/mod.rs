@@ -26,7 +26,7 @@ mod cache;
 mod error;
 mod functions;
 mod guest_threads;
-mod heap;
+pub(crate) mod heap;
 mod invoke;
 mod live;
 mod metrics;

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use sluice_tests::Server;
 use sluice_tests::hostile::{HOSTILE, HOSTILE_CONCURRENCY, Hostile, HostileReport, crash_loop, hostile_load};
+use sluice_tests::wakeup::wakeup_floor;
 
 /// The victim's requests alone: its p99 is the 50th slowest, steadier than the 20th of
 /// 2,000 on a VM whose solo tail moves with whatever else it runs.
@@ -53,6 +54,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The kernel's own floor under the victim's tail on this machine, before any load.
+    wakeup_floor().print();
+    println!();
     let within = hostile.len() * HOSTILE_CONCURRENCY;
     let mut reports: Vec<HostileReport> = Vec::new();
     let mut scenarios = vec![("within their admission limits", within)];
