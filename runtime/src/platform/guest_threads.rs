@@ -16,7 +16,8 @@
 //! each wait for one); in the idle class, to 4 ms.
 //!
 //! What is left of those 4 ms is the kernel's, not the platform's: on that machine (a
-//! VM, Linux 6.18, `HZ=250`) a normal thread woken from another core onto a core that an
+//! sandbox VM's own Linux 6.18 build, `HZ=250`, booted with a non-upstream
+//! `sched_vcpu_pack` parameter) a normal thread woken from another core onto a core that an
 //! idle-class thread holds sometimes waits for the next scheduler tick (4 ms) instead of
 //! taking the core at once (`perf sched timehist`: the woken HTTP worker or device thread
 //! waits 2–4 ms while the idle-class guest keeps running). Two threads handing a token
@@ -25,8 +26,9 @@
 //! soak`). Tried with the looping tenant, none better than the idle class's 3.6–4 ms:
 //! `nice` +19 or `SCHED_BATCH` instead (p99 12–20 ms: a niced thread keeps its slice),
 //! pinning each guest thread to one core (5–8 ms), at most one batch guest running at a
-//! time (3.6 ms), yielding after each hand-off to a normal thread (3.7 ms), shorter time
-//! slices for the platform's own threads (16–20 ms).
+//! time (3.6 ms), yielding after each hand-off to a normal thread (3.7 ms), 100 µs time
+//! slices (`sched_setattr`) for the platform's own threads (16–20 ms) or for guest threads
+//! at `nice` +10 or +19 (16–19 ms).
 //!
 //! The background threads are made on demand (one per concurrent batch invocation at most,
 //! which admission bounds) and kept for reuse: a thread cannot raise its priority back
