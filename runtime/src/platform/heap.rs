@@ -13,8 +13,9 @@
 //! eight per core, and a burst that runs on many threads (guests, HTTP workers, the
 //! device's pool) leaves each arena fragmented by the few allocations still live in it.
 //! [`bound_arenas`] caps them at two per core. Measured with the hostile-load suite
-//! (`cargo xtask soak`, two cores): the server's resident size settled at 1.37–1.38× its
-//! size at the start of the load with glibc's default, 1.07× with four arenas.
+//! (`cargo xtask soak`, two cores, `bench/RESULTS.md`): the server's resident size
+//! settled at 1.27–1.58× its size at the start of the load with glibc's default, at
+//! 1.08–1.34× (within 1.2× in seven runs of twelve) with four arenas.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
