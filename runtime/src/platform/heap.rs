@@ -85,3 +85,72 @@ fn release_free_heap() {
         libc::malloc_trim(0);
     }
 }
+
+#[cfg(all(test, target_os = "linux", target_env = "gnu"))]
+mod tests {
+    use std::sync::{Arc, Barrier};
+
+    use super::*;
+
+    /// Set in the child process [`arenas_stay_within_the_bound`] runs itself in.
+    const CHILD: &str = "SLUICE_TEST_ARENA_CHILD";
+
+    /// The allocator's arenas now: glibc's `malloc_info` lists one `<heap nr=…>` each.
+    fn arenas() -> usize {
+        let mut buf: *mut libc::c_char = std::ptr::null_mut();
+        let mut len: libc::size_t = 0;
+        // SAFETY: the stream writes into a buffer it allocates and `fclose` finalizes;
+        // `buf` and `len` are read only after that, and the buffer is freed once.
+        unsafe {
+            let stream = libc::open_memstream(&mut buf, &mut len);
+            assert!(!stream.is_null(), "open_memstream failed");
+            libc::malloc_info(0, stream);
+            libc::fclose(stream);
+            let text = String::from_utf8_lossy(std::slice::from_raw_parts(buf.cast::<u8>(), len)).into_owned();
+            libc::free(buf.cast());
+            text.matches("<heap nr=").count()
+        }
+    }
+
+    /// `n` threads alive at once that each allocate: glibc gives every new thread an
+    /// arena of its own until it reaches its limit.
+    fn allocate_on_threads_at_once(n: usize) {
+        let all_allocated = Arc::new(Barrier::new(n));
+        let threads: Vec<_> = (0..n)
+            .map(|_| {
+                let all_allocated = all_allocated.clone();
+                std::thread::spawn(move || {
+                    let kept = std::hint::black_box(vec![1u8; 4096]);
+                    all_allocated.wait();
+                    kept.len()
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("an allocating thread");
+        }
+    }
+
+    #[test]
+    fn arenas_stay_within_the_bound() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let bound = cores * ARENAS_PER_CORE;
+        if std::env::var_os(CHILD).is_some() {
+            bound_arenas();
+            allocate_on_threads_at_once(8 * cores + 8);
+            let made = arenas();
+            assert!(made <= bound, "{made} arenas on {cores} cores; the bound is {bound}");
+            return;
+        }
+        // Arenas are per process and other tests make them: run alone in a child.
+        let output = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+            .args(["--exact", "platform::heap::tests::arenas_stay_within_the_bound", "--test-threads", "1"])
+            .env(CHILD, "1")
+            .env_remove("MALLOC_ARENA_MAX")
+            .output()
+            .expect("running the test binary");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+        assert!(stdout.contains("1 passed"), "the child ran the test: {stdout}");
+    }
+}
