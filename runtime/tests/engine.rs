@@ -2,8 +2,9 @@
 //!
 //! Round trips of `echo` and `mlp`, one test per `misbehave` mode (each asserting the
 //! error, that every tensor of the failed invocation is freed, and that the next
-//! invocation succeeds), warm instances (kept after clean invocations only), and the
-//! rejection of files that are not inference components.
+//! invocation succeeds), warm instances (kept after clean invocations only), batch
+//! guests giving way at the epoch's ticks, and the rejection of files that are not
+//! inference components.
 
 mod common;
 
@@ -15,6 +16,7 @@ use sluice_runtime::engine::{
     ArtifactSet, CallerLink, Cancel, ComponentError, Engine, EngineConfig, FunctionLimits, InvokeError, IoData,
     IoTensor,
 };
+use sluice_runtime::scheduler::PriorityClass;
 
 fn tensor(name: &str, shape: &[u64], data: IoData) -> IoTensor {
     IoTensor { name: name.into(), shape: shape.to_vec(), data }
@@ -357,4 +359,26 @@ async fn gemm_burn_keeps_the_device_busy_for_the_requested_time() {
     let IoData::F32(ms) = &out.outputs[1].data else { panic!("{:?}", out.outputs) };
     assert!(gemms[0] >= 4 && gemms[0] % 4 == 0, "{gemms:?}");
     assert!(ms[0] >= 60.0 && ms[0] < 5000.0, "{ms:?}");
+}
+
+#[tokio::test]
+async fn a_batch_guest_gives_way_at_each_tick_and_a_latency_guest_does_not() {
+    // An engine of its own, so its count is this test's alone.
+    let engine = Engine::new(EngineConfig::default()).unwrap();
+    let component = engine.compile(&common::component("misbehave")).unwrap();
+    let limits = FunctionLimits { timeout: Duration::from_millis(500), ..FunctionLimits::default() };
+    let image = engine.prepare("misbehave", &component, ArtifactSet::empty(), limits).unwrap();
+    let (ctx, _) = context();
+    assert_eq!(ctx.scheduling.class, PriorityClass::Latency);
+    let err = engine.invoke(&image, ctx, &[text("mode", "loop")]).await.unwrap_err();
+    assert!(matches!(err, InvokeError::Timeout { .. }), "{err}");
+    assert_eq!(engine.batch_guest_yields(), 0, "a latency guest keeps its core");
+
+    let (mut ctx, _) = context();
+    ctx.scheduling.class = PriorityClass::Batch;
+    let err = engine.invoke(&image, ctx, &[text("mode", "loop")]).await.unwrap_err();
+    assert!(matches!(err, InvokeError::Timeout { .. }), "{err}");
+    // A tick every 250 µs for 500 ms: hundreds on an idle machine, fewer on a busy one.
+    let yields = engine.batch_guest_yields();
+    assert!(yields > 0, "the batch guest spinning in Wasm yielded at its ticks ({yields})");
 }

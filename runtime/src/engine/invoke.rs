@@ -20,7 +20,7 @@ use super::caller::{CallerLink, CallerState, ChunkTimes};
 use super::component::{FunctionImage, FunctionLimits};
 use super::state::{InvocationState, Limiter};
 use super::warm::WarmInstance;
-use crate::scheduler::{DeviceQueue, InvocationGuard, MemoryAccount, SchedulingInfo};
+use crate::scheduler::{DeviceQueue, InvocationGuard, MemoryAccount, PriorityClass, SchedulingInfo};
 
 /// Where an invocation runs and whom it is charged to.
 #[derive(Clone)]
@@ -141,6 +141,7 @@ impl Engine {
         // Declared before the store, so dropped after it: the invocation's handles
         // are freed first, then its stream ends and cancels whatever is still queued.
         let stream = ctx.queue.begin(ctx.scheduling.clone());
+        let ctx_class = ctx.scheduling.class;
         let account = ctx.account.clone();
         let (mut store, warm) = match image.warm.take() {
             Some(WarmInstance { mut store, instance }) => {
@@ -158,11 +159,18 @@ impl Engine {
             None => (self.new_store(image, ctx, &stream), None),
         };
         store.data_mut().deadline = Instant::now() + timeout + self.config().epoch_tick;
+        // A batch guest gives way at every tick, and the clock ticks faster while it runs.
+        let batch = ctx_class == PriorityClass::Batch;
+        let _running = batch.then(|| self.clock.batch_guest());
+        let clock = batch.then(|| self.clock.clone());
         store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(|store| {
+        store.epoch_deadline_callback(move |store| {
             let state = store.data();
             if state.caller.link.gone() || Instant::now() >= state.deadline {
                 return Ok(UpdateDeadline::Interrupt);
+            }
+            if let Some(clock) = &clock {
+                clock.give_way();
             }
             Ok(UpdateDeadline::Continue(1))
         });

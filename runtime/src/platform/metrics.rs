@@ -19,6 +19,7 @@
 //! | `sluice_time_per_output_token_seconds` | histogram | `tenant`, `function` (its mean gap between later chunks) |
 //! | `sluice_functions_loaded`, `sluice_in_flight` | gauge | — |
 //! | `sluice_compilations_total` | counter | — |
+//! | `sluice_batch_guest_yields_total` (batch-class guests yielding their core at an epoch tick) | counter | — |
 //! | `sluice_device_queued`, `sluice_device_active_invocations`, `sluice_device_resident_bytes` | gauge | `device` |
 //! | `sluice_device_kernels_total`, `sluice_device_busy_seconds_total`, `sluice_device_preemptions_total`, `sluice_device_sliced_kernels_total` | counter | `device` |
 //! | `sluice_device_healthy` (1 or 0) | gauge | `device` |
@@ -233,6 +234,9 @@ impl Metrics {
         let compilations = Counter::<u64>::default();
         compilations.inc_by(status.compilations);
         r.register("compilations", "Components compiled by this process", compilations);
+        let yields = Counter::<u64>::default();
+        yields.inc_by(status.batch_guest_yields);
+        r.register("batch_guest_yields", "Times batch-class guests yielded their core at an epoch tick", yields);
         let in_flight = Gauge::<u64, AtomicU64>::default();
         in_flight.set(status.in_flight);
         r.register("in_flight", "Invocations running now", in_flight);

@@ -135,6 +135,9 @@ pub struct Status {
     pub compilations: u64,
     /// Components loaded from their stored compiled form (no compilation).
     pub compiled_cache_loads: u64,
+    /// Times batch-class guests computing in Wasm yielded their core at an epoch tick
+    /// (see `engine::epoch`).
+    pub batch_guest_yields: u64,
     pub invocations: u64,
     pub invocation_errors: u64,
     /// Invocations refused by a concurrency limit (429).
@@ -362,6 +365,7 @@ impl Platform {
             functions_loaded: self.functions.len(),
             compilations: get(&c.compilations),
             compiled_cache_loads: get(&c.compiled_loads),
+            batch_guest_yields: self.engine.batch_guest_yields(),
             invocations: get(&c.invocations),
             invocation_errors: get(&c.invocation_errors),
             rejected: get(&c.rejected),
