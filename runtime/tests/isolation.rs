@@ -1,6 +1,6 @@
 //! One tenant cannot hurt another through the scheduler (issue 12): a flooding
-//! invocation's backlog is bounded, so another tenant's work waits for a bounded
-//! number of kernels whatever the flood; a kernel that panics or fails fails its
+//! invocation's backlog is bounded (a batch one's more tightly), so another tenant's
+//! work waits for a bounded number of kernels whatever the flood; a kernel that panics or fails fails its
 //! invocation alone and the device keeps serving.
 //!
 //! On the simulated device and clock (`device::sim`): the tests assert on the order
@@ -141,6 +141,47 @@ fn a_flooding_invocation_delays_another_tenant_by_a_bounded_backlog() {
     let unbounded = victim_next_to_flood(Policy::Fifo, usize::MAX, 2000);
     assert_eq!(unbounded.flood_kernels_before, 2000);
     assert!(unbounded.waited >= KERNEL * 2000, "{:?}", unbounded.waited);
+}
+
+#[test]
+fn a_flooding_batch_invocation_queues_less_than_a_latency_one() {
+    // Each item a batch invocation has queued is also a command that a latency
+    // invocation's next one may wait behind in the device's intake, so batch work gets
+    // the shallower room; the producer waits for room, alone.
+    let config = SchedulerConfig::default();
+    assert!(config.max_queued_per_batch_invocation < config.max_queued_per_invocation);
+    for (class, limit) in [
+        (PriorityClass::Batch, config.max_queued_per_batch_invocation),
+        (PriorityClass::Latency, config.max_queued_per_invocation),
+    ] {
+        let sim = sim(config.clone(), |d| d.cost(|_, _| KERNEL));
+        sim.gate.close();
+        let a = stream(&sim.queue, "tenant-a", class);
+        let room = a.room().clone();
+        let producer = {
+            let queue = sim.queue.clone();
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+                rt.block_on(a.room().wait());
+                let x = upload(&queue, &a, &[1.0; 16]);
+                for _ in 0..1000 {
+                    rt.block_on(a.room().wait());
+                    unary(&queue, &a, UnaryOp::Relu, &x);
+                }
+                a
+            })
+        };
+        sim.gate.wait_blocked();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while room.queued() < room.limit() {
+            assert!(std::time::Instant::now() < deadline, "{class:?}: the flood never filled its room");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(room.limit(), limit, "{class:?}");
+        assert_eq!(room.queued(), limit, "{class:?}: the producer waits at its room's bound");
+        sim.gate.open();
+        drop(producer.join().unwrap());
+    }
 }
 
 #[test]
