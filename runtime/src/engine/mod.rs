@@ -49,7 +49,7 @@ pub struct EngineConfig {
     /// runs.
     pub epoch_tick: Duration,
     /// The epoch's tick while a batch-class guest runs: at each, such a guest yields its
-    /// core to any thread waiting for it (see [`epoch`]).
+    /// core to any thread waiting for it (`engine/epoch.rs`).
     pub give_way_tick: Duration,
     /// Instances of one function version kept warm between invocations (0: a fresh
     /// instance every time). Engine-wide, at most half of `max_instances` are kept.
