@@ -1,7 +1,7 @@
 //! One tenant cannot hurt another through the scheduler (issue 12): a flooding
 //! invocation's backlog is bounded (a batch one's more tightly), so another tenant's
-//! work waits for a bounded number of kernels whatever the flood; a kernel that panics or fails fails its
-//! invocation alone and the device keeps serving.
+//! work waits for a bounded number of kernels whatever the flood; a kernel that panics
+//! or fails fails its invocation alone and the device keeps serving.
 //!
 //! On the simulated device and clock (`device::sim`): the tests assert on the order
 //! kernels ran in, on counts and on simulated time, so they give the same answer on an

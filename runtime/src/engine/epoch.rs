@@ -10,7 +10,7 @@
 //! thread instead often waits for the next scheduler tick, up to 4 ms, and a latency
 //! request crosses several such wake-ups. Yielding at every tick bounds that wait by the
 //! tick: beside eight batch guests spinning in Wasm the victim's p99 went from 3.6–4.1 ms
-//! to 0.4–0.7 ms, its solo p99 being 0.3–1.6 ms (`bench/RESULTS.md`, session 7).
+//! to 0.4–0.7 ms, its solo p99 being 0.2–1.6 ms (`bench/RESULTS.md`, session 7).
 //!
 //! The clock ticks every [`EngineConfig::give_way_tick`] while a batch guest runs, and
 //! every [`EngineConfig::epoch_tick`] otherwise, so an idle or latency-only server is not
