@@ -157,7 +157,13 @@ impl TensorTable {
             }
             Err(e) => TensorState::Failed(e),
         };
-        let mut waiting: Vec<Waiting> = slot.readers.drain(..).map(|(m, r)| (id, m, r)).collect();
+        // A tensor produced with writes already queued into it (a read, its upload and
+        // the writes arrived together) is read once they ran, not now.
+        let mut waiting: Vec<Waiting> = if slot.writes == 0 || failure.is_some() {
+            slot.readers.drain(..).map(|(m, r)| (id, m, r)).collect()
+        } else {
+            Vec::new()
+        };
         if let Some(dst_id) = slot.writes_into
             && let Some(dst) = self.slots.get_mut(&dst_id)
         {
@@ -331,6 +337,26 @@ mod tests {
             matches!(table.read(TensorId(1), meta(), reply), ReadOutcome::Ready { lane: Lane::Remainder, .. }),
             "later reads wait for the writer's lane"
         );
+    }
+
+    #[test]
+    fn a_read_waiting_for_a_pending_tensor_also_waits_for_the_writes_queued_into_it() {
+        // Upload, write and read arrive in one intake, before the upload ran.
+        let mut table = TensorTable::default();
+        table.queued(&upload(1));
+        table.queued(&upload(2));
+        let w = write(3, 1, 2);
+        table.queued(&w);
+        let (reply, _rx) = oneshot::channel();
+        assert!(matches!(table.read(TensorId(1), meta(), reply), ReadOutcome::Waiting));
+        let waiting = table.complete(TensorId(1), Ok((buffer(), 8)), Lane::Whole);
+        assert!(waiting.is_empty(), "the destination is not read before its write ran");
+        table.complete(TensorId(2), Ok((buffer(), 8)), Lane::Whole);
+        table.release_inputs(&w);
+        let empty = Buffer::Cpu(crate::device::CpuBuffer::from_le_bytes(DType::U8, &[]));
+        let waiting = table.complete(TensorId(3), Ok((empty, 0)), Lane::Whole);
+        let ids: Vec<TensorId> = waiting.iter().map(|(id, ..)| *id).collect();
+        assert_eq!(ids, vec![TensorId(1)], "answered once written");
     }
 
     #[test]
