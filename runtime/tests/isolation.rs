@@ -15,7 +15,8 @@ use sluice_host_api::{DType, Op, TensorMeta, UnaryOp};
 use sluice_runtime::device::sim::{Gate, SimBuilder, SimDevice, SimLog};
 use sluice_runtime::device::{Buffer, CpuDevice, Device, DeviceError, DeviceInfo, PartitionState};
 use sluice_runtime::scheduler::{
-    Clock, DeviceHealth, DeviceQueue, InvocationGuard, Policy, PriorityClass, SchedulerConfig, SchedulingInfo, TensorId,
+    Clock, DeviceHealth, DeviceQueue, InvocationGuard, Policy, PriorityClass, QueueRoom, SchedulerConfig,
+    SchedulingInfo, TensorId,
 };
 
 /// A scheduler on a simulated device, with the device's log and gate and the clock.
@@ -76,6 +77,50 @@ struct Victim {
     waited: Duration,
 }
 
+/// Tenant A's invocation of class `class` on its own thread: one upload, then `n` relus
+/// on it without reading anything (misbehave's `leak`), waiting for room before each
+/// submission as the engine does.
+struct Flood {
+    producer: std::thread::JoinHandle<InvocationGuard>,
+}
+
+impl Flood {
+    /// Starts the flood on a device held at its gate, and returns once A has queued
+    /// everything it may: all of it, or a full room (it waits for room).
+    fn start(sim: &Sim, class: PriorityClass, n: usize) -> (Flood, Arc<QueueRoom>) {
+        let a = stream(&sim.queue, "tenant-a", class);
+        let room = a.room().clone();
+        let done = Arc::new(AtomicBool::new(false));
+        let producer = {
+            let (queue, done) = (sim.queue.clone(), done.clone());
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+                rt.block_on(a.room().wait());
+                let x = upload(&queue, &a, &[1.0; 16]);
+                for _ in 0..n {
+                    rt.block_on(a.room().wait());
+                    unary(&queue, &a, UnaryOp::Relu, &x);
+                }
+                done.store(true, Ordering::Release);
+                a
+            })
+        };
+        sim.gate.wait_blocked();
+        // Only a guard against a hang: the producer stops at its room's bound at once.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !(done.load(Ordering::Acquire) || room.queued() == room.limit()) {
+            assert!(std::time::Instant::now() < deadline, "the flooding invocation never filled its room");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        (Flood { producer }, room)
+    }
+
+    /// Waits for the rest of the flood (the gate must be open) and ends A's invocation.
+    fn finish(self) {
+        drop(self.producer.join().unwrap());
+    }
+}
+
 /// Tenant A's invocation uploads a tensor and launches `flood` relus on it without
 /// reading anything (misbehave's `leak`), waiting for room before each submission as
 /// the engine does; the device is held at A's first kernel until A has queued all it
@@ -85,38 +130,14 @@ fn victim_next_to_flood(policy: Policy, max_queued: usize, flood: usize) -> Vict
     let config = SchedulerConfig { policy, max_queued_per_invocation: max_queued, ..Default::default() };
     let sim = sim(config, |d| d.cost(|_, _| KERNEL));
     sim.gate.close();
-    let a = stream(&sim.queue, "tenant-a", PriorityClass::Latency);
-    let room = a.room().clone();
-    let done = Arc::new(AtomicBool::new(false));
-    let producer = {
-        let (queue, done) = (sim.queue.clone(), done.clone());
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-            rt.block_on(a.room().wait());
-            let x = upload(&queue, &a, &[1.0; 16]);
-            for _ in 0..flood {
-                rt.block_on(a.room().wait());
-                unary(&queue, &a, UnaryOp::Relu, &x);
-            }
-            done.store(true, Ordering::Release);
-            a
-        })
-    };
-    sim.gate.wait_blocked();
-    // A has queued everything it may: all of it, or a full room (it waits for room).
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !(done.load(Ordering::Acquire) || room.queued() == room.limit()) {
-        assert!(std::time::Instant::now() < deadline, "the flooding invocation never filled its room");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let (producer, _) = Flood::start(&sim, PriorityClass::Latency, flood);
     let b = stream(&sim.queue, "tenant-b", PriorityClass::Latency);
     let submitted = sim.clock.now();
     let y = upload(&sim.queue, &b, &[0.0, 1.0]);
     let z = unary(&sim.queue, &b, UnaryOp::Exp, &y);
     sim.gate.open();
     assert_eq!(read_f32(&sim.queue, &z).unwrap(), vec![1.0, std::f32::consts::E]);
-    let a = producer.join().unwrap();
-    drop(a);
+    producer.finish();
     let log = sim.log.entries();
     let at = log.iter().position(|r| r.op == Op::Unary(UnaryOp::Exp)).expect("B's kernel ran");
     let flood_kernels_before = log[..at].iter().filter(|r| r.op == Op::Unary(UnaryOp::Relu)).count();
@@ -156,31 +177,11 @@ fn a_flooding_batch_invocation_queues_less_than_a_latency_one() {
     ] {
         let sim = sim(config.clone(), |d| d.cost(|_, _| KERNEL));
         sim.gate.close();
-        let a = stream(&sim.queue, "tenant-a", class);
-        let room = a.room().clone();
-        let producer = {
-            let queue = sim.queue.clone();
-            std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-                rt.block_on(a.room().wait());
-                let x = upload(&queue, &a, &[1.0; 16]);
-                for _ in 0..1000 {
-                    rt.block_on(a.room().wait());
-                    unary(&queue, &a, UnaryOp::Relu, &x);
-                }
-                a
-            })
-        };
-        sim.gate.wait_blocked();
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while room.queued() < room.limit() {
-            assert!(std::time::Instant::now() < deadline, "{class:?}: the flood never filled its room");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let (producer, room) = Flood::start(&sim, class, 1000);
         assert_eq!(room.limit(), limit, "{class:?}");
         assert_eq!(room.queued(), limit, "{class:?}: the producer waits at its room's bound");
         sim.gate.open();
-        drop(producer.join().unwrap());
+        producer.finish();
     }
 }
 
