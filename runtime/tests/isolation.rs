@@ -197,6 +197,56 @@ fn under_fair_share_another_tenant_overtakes_a_flood() {
 }
 
 #[test]
+fn a_burst_of_frees_does_not_hold_up_another_tenants_read() {
+    // An invocation that ends holding thousands of tensors frees them all at once. The
+    // device releases them a few at a time between steps, so another tenant's upload and
+    // read, arriving right behind the burst, are served before most of it is released
+    // (before, the whole burst was released first, in arrival order).
+    const HELD: usize = 2000;
+    const BYTES: u64 = 16 * 4;
+    let sim = sim(SchedulerConfig::default(), |d| d.cost(|_, _| KERNEL));
+    let queue = &sim.queue;
+    let a = stream(queue, "tenant-a", PriorityClass::Batch);
+    let held: Vec<_> = (0..HELD).map(|i| upload(queue, &a, &[i as f32; 16])).collect();
+    assert_eq!(queue.status_blocking().resident_tensors, HELD, "A's tensors are on the device");
+    // The device stops at A's next kernel; A has one more queued behind it.
+    sim.gate.close();
+    let x = upload(queue, &a, &[1.0; 16]);
+    let first = unary(queue, &a, UnaryOp::Relu, &x);
+    let second = unary(queue, &a, UnaryOp::Relu, &x);
+    sim.gate.wait_blocked();
+    // Meanwhile A frees everything it held, and B uploads a tensor and reads it back.
+    for (id, _) in &held {
+        queue.free(*id);
+    }
+    let b = stream(queue, "tenant-b", PriorityClass::Latency);
+    let v = upload(queue, &b, &[1.0, 2.0]);
+    let reader = {
+        let (queue, v) = (queue.clone(), v.clone());
+        std::thread::spawn(move || read_f32(&queue, &v))
+    };
+    // A's first kernel finishes; the device stops again at its second.
+    sim.gate.allow(1);
+    assert_eq!(reader.join().unwrap().unwrap(), vec![1.0, 2.0]);
+    sim.gate.wait_blocked();
+    let resident = queue.resident_bytes();
+    assert!(
+        resident >= BYTES * HELD as u64 / 2,
+        "{resident} bytes resident when B was served: most of A's {HELD} freed tensors ({} bytes) were released first",
+        BYTES * HELD as u64
+    );
+    // All of them go once the device is idle, and the status counts what was freed
+    // before it was asked.
+    sim.gate.open();
+    for (id, _) in [x, first, second, v] {
+        queue.free(id);
+    }
+    drop((a, b));
+    let status = queue.status_blocking();
+    assert_eq!((status.resident_tensors, status.resident_bytes), (0, 0));
+}
+
+#[test]
 fn a_panicking_kernel_fails_its_invocation_alone() {
     // Sqrt panics in the backend (as an out-of-bounds index would); the rest costs 10 µs.
     let sim = sim(SchedulerConfig::default(), |d| {

@@ -56,6 +56,8 @@ pub struct HostileReport {
     pub loaded: (Duration, Duration),
     /// Victim requests measured under load.
     pub victim_requests: usize,
+    /// Where the slowest 1 % of the victim's requests under load spent their time.
+    pub slowest: Breakdown,
     /// Responses by `tenant status code` (code empty for 2xx).
     pub counts: BTreeMap<String, u64>,
     /// Responses no tenant should get: any victim error, any 5xx a hostile tenant's mode does not explain.
@@ -69,6 +71,54 @@ pub struct HostileReport {
     pub rss_growth: Vec<(&'static str, i64)>,
     /// The server's threads at the start of the measured load and settled after it.
     pub threads: (u64, u64),
+}
+
+/// Where a set of requests spent their time, on average, from the server's timing
+/// headers (`x-sluice-queue-us`, `x-sluice-instantiate-us`, `x-sluice-execute-us`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Breakdown {
+    /// Requests averaged.
+    pub requests: usize,
+    /// As the client saw it.
+    pub total: Duration,
+    /// From the server's receipt to the guest's start (admission, the hand-off to a
+    /// guest thread).
+    pub queue: Duration,
+    /// Creating the instance (near zero for a warm one).
+    pub instantiate: Duration,
+    /// In the guest, its waits for the device included.
+    pub execute: Duration,
+}
+
+impl Breakdown {
+    /// The rest: the HTTP server, the response's way back, the client and the network.
+    pub fn outside(&self) -> Duration {
+        self.total.saturating_sub(self.queue + self.instantiate + self.execute)
+    }
+
+    /// The mean of the slowest `fraction` of `samples`.
+    fn of_slowest(mut samples: Vec<Sample>, fraction: f64) -> Breakdown {
+        samples.sort_by_key(|s| std::cmp::Reverse(s.total));
+        let n = ((samples.len() as f64 * fraction).ceil() as usize).min(samples.len());
+        let slowest = &samples[..n];
+        let mean = |f: fn(&Sample) -> Duration| slowest.iter().map(f).sum::<Duration>() / n.max(1) as u32;
+        Breakdown {
+            requests: n,
+            total: mean(|s| s.total),
+            queue: mean(|s| s.queue),
+            instantiate: mean(|s| s.instantiate),
+            execute: mean(|s| s.execute),
+        }
+    }
+}
+
+/// One victim request: its latency and the server's timing headers.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    total: Duration,
+    queue: Duration,
+    instantiate: Duration,
+    execute: Duration,
 }
 
 /// The server's resident set at the points [`hostile_load`] looks, in KiB.
@@ -98,6 +148,16 @@ impl HostileReport {
             ms(self.loaded.1),
             self.victim_requests,
             ms(self.loaded.1) / ms(self.solo.1).max(1e-3)
+        );
+        let b = self.slowest;
+        println!(
+            "victim's slowest {} requests under load: mean {:.2} ms = {:.2} before the guest ran + {:.2} instantiating + {:.2} in the guest + {:.2} outside the invocation (HTTP, client)",
+            b.requests,
+            ms(b.total),
+            ms(b.queue),
+            ms(b.instantiate),
+            ms(b.execute),
+            ms(b.outside())
         );
         for (k, n) in &self.counts {
             println!("  {k:<48} {n}");
@@ -131,7 +191,8 @@ impl HostileReport {
     }
 }
 
-fn percentiles(mut v: Vec<Duration>) -> (Duration, Duration) {
+fn percentiles(samples: Vec<Sample>) -> (Duration, Duration) {
+    let mut v: Vec<Duration> = samples.iter().map(|s| s.total).collect();
     if v.is_empty() {
         return (Duration::ZERO, Duration::ZERO);
     }
@@ -148,14 +209,21 @@ fn victim_run(
     n: usize,
     stop: Option<&AtomicBool>,
     unexpected: &Mutex<Vec<String>>,
-) -> Vec<Duration> {
+) -> Vec<Sample> {
     let body = serde_json::to_vec(&fp32_request(&[1.0, 2.0, 3.0, 4.0])).expect("json");
     let mut conn = RawConn::connect(server.addr()).expect("connect");
     let mut lat = Vec::with_capacity(n.min(1 << 16));
     while lat.len() < n && !stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
         let t = Instant::now();
         let r = conn.request("POST", "/v1/functions/echo/invoke", key, &body).expect("victim request");
-        lat.push(t.elapsed());
+        let total = t.elapsed();
+        let us = |h: &str| Duration::from_micros(r.headers.get(h).and_then(|v| v.parse().ok()).unwrap_or(0));
+        lat.push(Sample {
+            total,
+            queue: us("x-sluice-queue-us"),
+            instantiate: us("x-sluice-instantiate-us"),
+            execute: us("x-sluice-execute-us"),
+        });
         if r.status != 200 {
             unexpected.lock().unwrap().push(format!("victim {} {}", r.status, String::from_utf8_lossy(&r.body)));
         }
@@ -220,6 +288,7 @@ pub fn hostile_load(
     HostileReport {
         solo,
         victim_requests: loaded.len(),
+        slowest: Breakdown::of_slowest(loaded.clone(), 0.01),
         loaded: percentiles(loaded),
         counts: counts.into_inner().unwrap(),
         unexpected: unexpected.into_inner().unwrap(),
@@ -242,7 +311,7 @@ fn hostile_burst(
     victim: Option<&str>,
     counts: &Mutex<BTreeMap<String, u64>>,
     unexpected: &Mutex<Vec<String>>,
-) -> Vec<Duration> {
+) -> Vec<Sample> {
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         for c in 0..clients {

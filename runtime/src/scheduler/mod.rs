@@ -432,6 +432,13 @@ impl DeviceQueue {
         self.shared.published.resets.load(Ordering::Acquire)
     }
 
+    /// Bytes of the device's resident tensors as the device thread last published them
+    /// (after each scheduling step; no round trip, so possibly a step old: the status
+    /// has the exact figure).
+    pub fn resident_bytes(&self) -> u64 {
+        self.shared.published.resident_bytes.load(Ordering::Relaxed)
+    }
+
     /// Whether the device runs work: not stopped, and not lost for good (see
     /// [`DeviceHealth`]). Placement passes over a device that does not.
     pub fn serves(&self) -> bool {

@@ -74,7 +74,7 @@ impl DevicePool {
             if any_serves && !q.serves() {
                 continue;
             }
-            let used = placed[i].max(q.shared.published.resident_bytes.load(Ordering::Relaxed));
+            let used = placed[i].max(q.resident_bytes());
             let free = q.info().memory_bytes.saturating_sub(used);
             largest_free = largest_free.max(free);
             if free < weight_bytes {

@@ -3,8 +3,10 @@
 //!
 //! A failed kernel poisons its output so every later op on it fails the same way and
 //! a read reports the first cause. When an invocation ends, its queued work is
-//! cancelled. Every duration the actor measures is read from the configured
-//! [`Clock`](super::Clock).
+//! cancelled. Freed tensors are released a few at a time between steps ([`frees`]),
+//! so a burst of them (an invocation ending with thousands of handles) does not hold
+//! up another tenant's next command. Every duration the actor measures is read from
+//! the configured [`Clock`](super::Clock).
 //!
 //! [`lanes`] decides where work runs and how much may be in flight on an asynchronous
 //! device; [`slicing`] cuts long best-effort kernels into row blocks; [`recover`]
@@ -30,6 +32,7 @@ use super::{Command, Policy, PriorityClass, Published, SchedulerConfig, TensorId
 use crate::device::{Buffer, Device, Lane};
 
 mod contain;
+mod frees;
 mod lanes;
 mod recover;
 mod slicing;
@@ -58,6 +61,8 @@ struct Actor {
     recovery: recover::Recovery,
     /// What ran, for live watchers.
     kernel_log: KernelLog,
+    /// Tensors whose last handle is gone, not yet released.
+    frees: frees::PendingFrees,
 }
 
 pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver<Command>, published: Arc<Published>) {
@@ -83,6 +88,7 @@ pub(super) fn run(device: Box<dyn Device>, config: SchedulerConfig, rx: Receiver
         faults: Cell::new(0),
         recovery,
         kernel_log,
+        frees: frees::PendingFrees::default(),
     };
     // A panic outside the backend's boundary is a bug of the scheduler itself: its
     // state can no longer be trusted, so the device stops, saying why (status then
@@ -100,6 +106,7 @@ fn serve(actor: &mut Actor, rx: &Receiver<Command>, published: &Published) {
         if actor.queues.is_idle() {
             // Nothing to run: let the device finish, so the window is measured, and
             // give back what a burst grew the tables to.
+            actor.release_all_freed();
             actor.drain();
             actor.recover_if_lost();
             actor.tensors.shrink_after_burst();
@@ -114,6 +121,7 @@ fn serve(actor: &mut Actor, rx: &Receiver<Command>, published: &Published) {
             actor.accept(c);
             actor.recover_if_lost();
         });
+        actor.release_some_freed();
         let step = actor.step();
         actor.recover_if_lost();
         if step == Step::LaneBusy {
@@ -212,9 +220,11 @@ impl Actor {
                     let _ = reply.send(Err(e));
                 }
             },
-            Command::Free { id } => self.tensors.free(id),
+            Command::Free { id } => self.frees.push(id),
             Command::ChargeGuestCpu { inv, elapsed } => self.queues.charge_guest_cpu(inv, elapsed),
             Command::Status { reply } => {
+                // The status counts what was freed before it was asked.
+                self.release_all_freed();
                 let _ = reply.send(self.status());
             }
             Command::Kernels { since, limit, reply } => {
