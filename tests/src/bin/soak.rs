@@ -22,17 +22,49 @@ use sluice_tests::wakeup::wakeup_floor;
 /// 2,000 on a VM whose solo tail moves with whatever else it runs.
 const SOLO_REQUESTS: usize = 5000;
 
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)?.parse().ok()).unwrap_or(default)
+/// What the command line asked for.
+struct Args {
+    seconds: u64,
+    clients: usize,
+    kills: usize,
+    tenants: Vec<Hostile>,
 }
 
-/// The hostile tenants named by `--tenants` (all by default).
-fn tenants() -> Result<Vec<Hostile>, String> {
-    let args: Vec<String> = std::env::args().collect();
-    let Some(list) = args.iter().position(|a| a == "--tenants").and_then(|i| args.get(i + 1)) else {
-        return Ok(HOSTILE.to_vec());
-    };
+const USAGE: &str = "usage: soak [--seconds S (60)] [--clients C (64)] [--kills K (20)] [--tenants flood,looper,hungry,quota,trapper]";
+
+impl Args {
+    /// Parses `args` (without the program name); `Ok(None)` for `--help`.
+    fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, String> {
+        let mut parsed = Args { seconds: 60, clients: 64, kills: 20, tenants: HOSTILE.to_vec() };
+        let mut args = args.into_iter();
+        while let Some(flag) = args.next() {
+            if flag == "--help" || flag == "-h" {
+                return Ok(None);
+            }
+            // `cargo xtask soak -- …` passes the separator on.
+            if flag == "--" {
+                continue;
+            }
+            let value = match flag.as_str() {
+                "--seconds" | "--clients" | "--kills" | "--tenants" => {
+                    args.next().ok_or_else(|| format!("{flag} needs a value"))?
+                }
+                other => return Err(format!("unknown argument {other:?}")),
+            };
+            let number = || value.parse::<u64>().map_err(|_| format!("{flag}: {value:?} is not a whole number"));
+            match flag.as_str() {
+                "--seconds" => parsed.seconds = number()?,
+                "--clients" => parsed.clients = number()? as usize,
+                "--kills" => parsed.kills = number()? as usize,
+                _ => parsed.tenants = tenants(&value)?,
+            }
+        }
+        Ok(Some(parsed))
+    }
+}
+
+/// The hostile tenants named in `list` (comma-separated).
+fn tenants(list: &str) -> Result<Vec<Hostile>, String> {
     list.split(',')
         .map(|name| {
             HOSTILE.iter().find(|h| h.0 == name).copied().ok_or_else(|| {
@@ -44,14 +76,15 @@ fn tenants() -> Result<Vec<Hostile>, String> {
 }
 
 fn main() -> ExitCode {
-    let seconds = arg("--seconds", 60);
-    let beyond = arg("--clients", 64) as usize;
-    let kills = arg("--kills", 20) as usize;
-    let hostile = match tenants() {
-        Ok(h) => h,
+    let Args { seconds, clients: beyond, kills, tenants: hostile } = match Args::parse(std::env::args().skip(1)) {
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
-            eprintln!("soak: {e}");
-            return ExitCode::FAILURE;
+            eprintln!("soak: {e}\n{USAGE}");
+            return ExitCode::from(2);
         }
     };
     // The kernel's own floor under the victim's tail on this machine, before any load.
