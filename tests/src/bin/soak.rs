@@ -30,7 +30,8 @@ struct Args {
     tenants: Vec<Hostile>,
 }
 
-const USAGE: &str = "usage: soak [--seconds S (60)] [--clients C (64)] [--kills K (20)] [--tenants flood,looper,hungry,quota,trapper]";
+const USAGE: &str =
+    "usage: soak [--seconds S (60)] [--clients C (64)] [--kills K (20)] [--tenants flood,looper,hungry,quota,trapper]";
 
 impl Args {
     /// Parses `args` (without the program name); `Ok(None)` for `--help`.
