@@ -14,7 +14,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::artifacts::ArtifactSet;
 use super::caller::CallerState;
 use super::guest_cpu::GuestCpu;
-use crate::scheduler::{DeviceQueue, InvocationId, MemoryAccount, QueueRoom};
+use crate::scheduler::{DeviceQueue, FreeBatch, InvocationId, MemoryAccount, QueueRoom};
 
 /// Limits of one invocation's sandbox.
 #[derive(Clone, Debug)]
@@ -79,6 +79,16 @@ pub struct InvocationState {
     pub(crate) caller: CallerState,
     /// When the invocation's time limit is up (checked at every epoch tick).
     pub(crate) deadline: std::time::Instant,
+}
+
+impl Drop for InvocationState {
+    fn drop(&mut self) {
+        // The tensors the guest still holds are freed together: one message to the
+        // device instead of one per handle (a guest that never drops its handles ends
+        // with thousands). Its resource table is dropped here, before the fields.
+        let _batch = FreeBatch::open();
+        drop(std::mem::take(&mut self.table));
+    }
 }
 
 impl WasiView for InvocationState {

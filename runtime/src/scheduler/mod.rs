@@ -45,7 +45,7 @@ use work::Work;
 pub use crate::clock::Clock;
 pub use cost::{CostModel, KernelKey};
 pub use kernels::{DEFAULT_KERNEL_LOG, FEED_BATCH, KernelBatch, KernelRecord, KernelWatch, RUNTIME_TENANT};
-pub use lease::TensorLease;
+pub use lease::{FreeBatch, TensorLease};
 pub use memory::{MemoryAccount, Reservation};
 pub use pool::{DevicePool, Placement, PlacementError};
 pub use room::QueueRoom;
@@ -188,6 +188,10 @@ pub(crate) enum Command {
     },
     Free {
         id: TensorId,
+    },
+    /// Tensors freed together ([`FreeBatch`]).
+    FreeMany {
+        ids: Vec<TensorId>,
     },
     /// Host CPU time the invocation's guest computed, charged to its tenant's share.
     ChargeGuestCpu {
@@ -386,6 +390,18 @@ impl DeviceQueue {
     /// Releases tensor `id` once no queued kernel needs it.
     pub fn free(&self, id: TensorId) {
         self.send(Command::Free { id });
+    }
+
+    /// Releases tensors `ids` (in one message) once no queued kernel needs them.
+    pub fn free_many(&self, ids: Vec<TensorId>) {
+        if !ids.is_empty() {
+            self.send(Command::FreeMany { ids });
+        }
+    }
+
+    /// Whether `self` and `other` are handles of the same device's scheduler.
+    pub fn same_queue(&self, other: &DeviceQueue) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
     }
 
     /// The status, taken after the commands sent before. Never fails: a device whose

@@ -34,6 +34,10 @@ impl PendingFrees {
         self.0.push_back(id);
     }
 
+    pub fn extend(&mut self, ids: Vec<TensorId>) {
+        self.0.extend(ids);
+    }
+
     /// How many wait to be released.
     pub fn len(&self) -> usize {
         self.0.len()

@@ -221,6 +221,7 @@ impl Actor {
                 }
             },
             Command::Free { id } => self.frees.push(id),
+            Command::FreeMany { ids } => self.frees.extend(ids),
             Command::ChargeGuestCpu { inv, elapsed } => self.queues.charge_guest_cpu(inv, elapsed),
             Command::Status { reply } => {
                 // The status counts what was freed before it was asked.
