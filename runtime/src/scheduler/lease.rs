@@ -54,10 +54,12 @@ impl Drop for TensorLease {
     }
 }
 
+/// Frees gathered for each device.
+type Gathered = Vec<(DeviceQueue, Vec<TensorId>)>;
+
 thread_local! {
-    /// The frees gathered by this thread's [`FreeBatch`], per device; `None` when no
-    /// batch is open.
-    static GATHERED: RefCell<Option<Vec<(DeviceQueue, Vec<TensorId>)>>> = const { RefCell::new(None) };
+    /// The frees gathered by this thread's [`FreeBatch`]; `None` when no batch is open.
+    static GATHERED: RefCell<Option<Gathered>> = const { RefCell::new(None) };
 }
 
 /// While it lives, the leases dropped on this thread send their frees together, in one
