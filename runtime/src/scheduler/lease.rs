@@ -78,7 +78,11 @@ pub struct FreeBatch {
 impl FreeBatch {
     /// Starts gathering this thread's frees.
     pub fn open() -> FreeBatch {
-        let outermost = GATHERED.with_borrow_mut(|g| g.is_none() && g.replace(Vec::new()).is_none());
+        let outermost = GATHERED.with_borrow_mut(|g| {
+            let outermost = g.is_none();
+            g.get_or_insert_with(Vec::new);
+            outermost
+        });
         FreeBatch { outermost, _not_send: std::marker::PhantomData }
     }
 
