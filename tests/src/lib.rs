@@ -67,7 +67,13 @@ pub fn sluice_bin() -> &'static Path {
     })
 }
 
-/// A free TCP port on localhost.
+/// Times [`Server::start_with`] tries before it gives up on ports taken by others.
+pub const PORT_ATTEMPTS: usize = 5;
+
+/// What the server's log says when a port it was given is taken.
+const ADDRESS_IN_USE: &str = "Address already in use";
+
+/// A free TCP port on localhost (free now: another process may take it before it is used).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("binding a free port").port()
 }
@@ -137,7 +143,24 @@ impl Server {
     }
 
     /// A server with options; waits until `/v2/health/ready` answers 200.
+    ///
+    /// Its ports are picked free just before it starts, so another process may take one
+    /// first (tests run in parallel, each starting servers): a server that exits because
+    /// its address is in use is started again on other ports, up to [`PORT_ATTEMPTS`]
+    /// times.
     pub fn start_with(opts: ServerOptions) -> Server {
+        let mut attempt = 1;
+        loop {
+            match Server::try_start(opts.clone()) {
+                Ok(server) => return server,
+                Err(log) if attempt < PORT_ATTEMPTS && log.contains(ADDRESS_IN_USE) => attempt += 1,
+                Err(log) => panic!("sluice serve exited before it was ready (attempt {attempt}); log:\n{log}"),
+            }
+        }
+    }
+
+    /// Starts a server; `Err` with its log if it exited before it was ready.
+    fn try_start(opts: ServerOptions) -> Result<Server, String> {
         let (temp, data_dir) = match opts.data_dir {
             Some(d) => (None, d),
             None => {
@@ -180,20 +203,21 @@ impl Server {
             _temp: temp,
             agent: ureq::Agent::new_with_config(config),
         };
-        server.wait_ready();
-        server
+        server.wait_ready()?;
+        Ok(server)
     }
 
-    fn wait_ready(&mut self) {
+    /// Waits until the server answers ready; `Err` with its log if it exits first.
+    fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
-                panic!("sluice serve exited with {status} before it was ready; log:\n{}", self.log());
+                return Err(format!("(exited with {status})\n{}", self.log()));
             }
             if let Ok(r) = self.try_call("GET", "/v2/health/ready", None, None)
                 && r.status == 200
             {
-                return;
+                return Ok(());
             }
             assert!(Instant::now() < deadline, "sluice serve not ready after 120 s; log:\n{}", self.log());
             std::thread::sleep(Duration::from_millis(25));
