@@ -382,3 +382,47 @@ async fn a_batch_guest_gives_way_at_each_tick_and_a_latency_guest_does_not() {
     let yields = engine.batch_guest_yields();
     assert!(yields > 0, "the batch guest spinning in Wasm yielded at its ticks ({yields})");
 }
+
+#[test]
+fn a_batch_guest_pauses_while_a_latency_guest_runs_and_its_caller_can_still_stop_it() {
+    // Batch guests stay paused long after latency work ends, so that what this test sees
+    // does not depend on how soon it looks.
+    let config = EngineConfig { latency_linger: Duration::from_secs(600), ..EngineConfig::default() };
+    let engine = Engine::new(config).unwrap();
+    let component = engine.compile(&common::component("misbehave")).unwrap();
+    let limits = FunctionLimits { timeout: Duration::from_secs(600), ..FunctionLimits::default() };
+    let image = engine.prepare("misbehave", &component, ArtifactSet::empty(), limits).unwrap();
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+    }
+    let cancel = Cancel::default();
+    std::thread::scope(|s| {
+        let batch = s.spawn(|| {
+            let (mut ctx, _) = context();
+            ctx.scheduling.class = PriorityClass::Batch;
+            ctx.caller = CallerLink { sink: None, cancel: cancel.clone() };
+            block_on(engine.invoke(&image, ctx, &[text("mode", "loop")]))
+        });
+        // It computes in Wasm: it yields at its ticks.
+        while engine.batch_guest_yields() == 0 {
+            std::thread::yield_now();
+        }
+        assert_eq!(engine.batch_guest_pauses(), 0, "no latency work yet");
+        let (mut ctx, _) = context();
+        ctx.timeout = Some(Duration::from_millis(50));
+        let err = block_on(engine.invoke(&image, ctx, &[text("mode", "loop")])).unwrap_err();
+        assert!(matches!(err, InvokeError::Timeout { .. }), "{err}");
+        // It pauses at its next callback (at once, unless this machine kept it off its
+        // core meanwhile), and does not compute on.
+        let ended = engine.batch_guest_yields();
+        while engine.batch_guest_pauses() == 0 {
+            assert!(engine.batch_guest_yields() <= ended + 1, "the batch guest went on computing beside latency work");
+            std::thread::yield_now();
+        }
+        assert_eq!(engine.batch_guest_pauses(), 1);
+        // Paused, it still ends when its caller goes.
+        cancel.raise();
+        let err = batch.join().unwrap().unwrap_err();
+        assert!(matches!(err, InvokeError::Cancelled { .. }), "{err}");
+    });
+}

@@ -9,6 +9,7 @@ use anyhow::{Context, bail};
 use sluice_registry::PriorityClass;
 
 use crate::device::{DeviceChoice, DeviceSettings, OpenedDevices, open_devices};
+use crate::engine::DEFAULT_LATENCY_LINGER;
 use crate::platform::{Platform, PlatformConfig};
 use crate::scheduler::{DEFAULT_KERNEL_LOG, Policy, SchedulerConfig};
 use crate::server::{self, BodyLimits};
@@ -55,6 +56,12 @@ pub struct ServeArgs {
     /// first-kernel wait of latency tenants that send requests with think time.
     #[arg(long, default_value_t = 0)]
     latency_hold_ms: u64,
+    /// Microseconds batch-class guests stay paused on the host's cores after the last
+    /// latency-class invocation ends (they pause while one runs; 0: only then). Trades
+    /// batch throughput on the host for the latency of clients that keep a latency
+    /// function busy: their next request comes within this gap.
+    #[arg(long, default_value_t = DEFAULT_LATENCY_LINGER.as_micros() as u64)]
+    latency_linger_us: u64,
     /// Kernel records each device keeps for the live console's feed
     /// (`/v1/devices/{index}/live`), written only while a feed is open; 0 turns it off.
     #[arg(long, default_value_t = DEFAULT_KERNEL_LOG)]
@@ -135,6 +142,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             ..SchedulerConfig::default()
         },
         warm_instances_per_function: args.warm_instances,
+        latency_linger: Duration::from_micros(args.latency_linger_us),
         ..PlatformConfig::default()
     };
     let limits = BodyLimits {

@@ -1,8 +1,9 @@
 //! The epoch clock: one thread that advances wasmtime's epoch, so every guest computing
 //! in Wasm stops at its next loop back-edge or call and runs the store's epoch callback
 //! ([`super::invoke`]). That callback ends an invocation past its deadline or whose caller
-//! went, and there a batch-class guest gives way: it yields its core
-//! (`sched_yield`), so a thread of normal priority waiting for that core runs now.
+//! went, and there a batch-class guest gives way ([`super::give_way`]): it pauses while
+//! latency work needs its core, else yields the core (`sched_yield`), so a thread of
+//! normal priority waiting for that core runs now.
 //!
 //! Why batch guests give way: they run in Linux's idle scheduling class
 //! (`platform::guest_threads`), which should let any normal thread woken onto their core
@@ -21,104 +22,86 @@
 //! [`EngineConfig::give_way_tick`]: super::EngineConfig::give_way_tick
 //! [`EngineConfig::epoch_tick`]: super::EngineConfig::epoch_tick
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 use std::time::Duration;
 
-/// The clock's thread and what decides its pace.
-#[derive(Debug, Default)]
+use super::give_way::GiveWay;
+
+/// The clock's thread; [`GiveWay`] decides its pace.
+#[derive(Debug)]
 pub(crate) struct EpochClock {
-    /// Batch-class guests running now.
-    batch_guests: AtomicUsize,
-    /// Times a batch guest gave way, since the engine started.
-    yields: AtomicU64,
+    give_way: Arc<GiveWay>,
     stop: AtomicBool,
     thread: OnceLock<Thread>,
 }
 
 impl EpochClock {
     /// Starts the clock's thread for `engine`: it ticks every `idle_tick`, or every
-    /// `give_way_tick` while a batch guest runs.
+    /// `give_way_tick` while a batch guest runs; `give_way` is who computes on the host.
     pub fn start(
         engine: wasmtime::Engine,
+        give_way: GiveWay,
         idle_tick: Duration,
         give_way_tick: Duration,
     ) -> std::io::Result<Arc<EpochClock>> {
-        let clock = Arc::new(EpochClock::default());
+        let give_way = Arc::new(give_way);
+        let clock = Arc::new(EpochClock { give_way, stop: AtomicBool::new(false), thread: OnceLock::new() });
         let ticking = clock.clone();
         let thread = std::thread::Builder::new().name("sluice-epoch".into()).spawn(move || {
             while !ticking.stop.load(Ordering::Relaxed) {
-                let batch = ticking.batch_guests.load(Ordering::Relaxed) > 0;
+                let batch = ticking.give_way.batch_running();
                 std::thread::park_timeout(if batch { give_way_tick } else { idle_tick });
                 engine.increment_epoch();
+                ticking.give_way.on_tick();
             }
         })?;
         clock.thread.set(thread.thread().clone()).expect("set once, here");
+        clock.give_way.set_clock(thread.thread().clone());
         Ok(clock)
     }
 
-    /// A batch guest starts running; it counts as running until the guard drops.
-    pub fn batch_guest(self: &Arc<Self>) -> BatchGuest {
-        if self.batch_guests.fetch_add(1, Ordering::Relaxed) == 0 {
-            // The clock may be asleep for a whole idle tick: the guest gives way from
-            // the first short one.
-            self.wake();
-        }
-        BatchGuest(self.clone())
-    }
-
-    /// A batch guest at an epoch tick: it yields its core to any thread waiting for it.
-    pub fn give_way(&self) {
-        std::thread::yield_now();
-        self.yields.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Times a batch guest gave way so far.
-    pub fn yields(&self) -> u64 {
-        self.yields.load(Ordering::Relaxed)
+    /// Who computes on the host's cores: latency and batch guests check in here.
+    pub fn give_way(&self) -> &Arc<GiveWay> {
+        &self.give_way
     }
 
     /// Stops the clock's thread (at its next tick).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
-        self.wake();
-    }
-
-    fn wake(&self) {
         if let Some(thread) = self.thread.get() {
             thread.unpark();
         }
     }
 }
 
-/// A running batch guest, counted by the clock while it lives.
-#[derive(Debug)]
-pub(crate) struct BatchGuest(Arc<EpochClock>);
-
-impl Drop for BatchGuest {
-    fn drop(&mut self) {
-        self.0.batch_guests.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use super::*;
 
     #[test]
-    fn the_clock_counts_batch_guests_while_they_run() {
-        let clock = EpochClock::start(wasmtime::Engine::default(), Duration::from_secs(1), Duration::from_millis(1))
+    fn the_clock_ends_a_linger_and_the_paused_guest_goes_on() {
+        let engine = wasmtime::Engine::new(wasmtime::Config::new().epoch_interruption(true)).expect("engine");
+        let give_way = GiveWay::new(engine.clone(), 1, Duration::from_millis(1));
+        let clock = EpochClock::start(engine, give_way, Duration::from_millis(5), Duration::from_micros(250))
             .expect("the clock starts");
-        let first = clock.batch_guest();
-        let second = clock.batch_guest();
-        assert_eq!(clock.batch_guests.load(Ordering::Relaxed), 2);
-        drop(first);
-        assert_eq!(clock.batch_guests.load(Ordering::Relaxed), 1);
-        drop(second);
-        assert_eq!(clock.batch_guests.load(Ordering::Relaxed), 0);
-        clock.give_way();
-        assert_eq!(clock.yields(), 1);
+        let way = clock.give_way().clone();
+        let _batch = way.batch_guest();
+        assert!(way.batch_running());
+        let latency = way.latency_guest();
+        // Nothing but the clock wakes it: it looks again on its own only at a minute.
+        let minute = Duration::from_secs(60);
+        std::thread::scope(|s| {
+            let paused = s.spawn(|| way.before_start(Instant::now() + minute, minute, || false));
+            while way.pauses() == 0 {
+                std::thread::yield_now();
+            }
+            drop(latency);
+            assert!(paused.join().unwrap(), "the clock's tick let it go on once the linger was over");
+        });
         clock.stop();
     }
 }

@@ -122,6 +122,10 @@ const STDERR_CAPTURE_BYTES: usize = 8 << 10;
 /// left for the next invocation.
 const STDERR_ROOM_TO_KEEP: usize = STDERR_CAPTURE_BYTES / 2;
 
+/// How often a batch guest paused for latency work looks whether its caller has gone
+/// (its deadline ends a pause on time): rarely, since dozens may be paused at once.
+const PAUSED_RECHECK: Duration = Duration::from_millis(50);
+
 /// Room above the output limit for names and shapes in one guest→host transfer.
 const TRANSFER_SLACK_BYTES: usize = 1 << 20;
 
@@ -158,25 +162,42 @@ impl Engine {
             }
             None => (self.new_store(image, ctx, &stream), None),
         };
-        store.data_mut().deadline = Instant::now() + timeout + self.config().epoch_tick;
-        // A batch guest gives way at every tick, and the clock ticks faster while it runs.
+        let deadline = Instant::now() + timeout + self.config().epoch_tick;
+        store.data_mut().deadline = deadline;
+        // Latency work counts itself in flight; a batch guest gives way to it at every
+        // tick (and the clock ticks faster while one runs).
+        let give_way = self.clock.give_way().clone();
+        // A paused batch guest looks whether its caller went this often.
+        let recheck = PAUSED_RECHECK;
         let batch = ctx_class == PriorityClass::Batch;
-        let _running = batch.then(|| self.clock.batch_guest());
-        let clock = batch.then(|| self.clock.clone());
+        let _in_flight = match batch {
+            true => (Some(give_way.batch_guest()), None),
+            false => (None, Some(give_way.latency_guest())),
+        };
         store.set_epoch_deadline(1);
+        let ticking = batch.then(|| give_way.clone());
         store.epoch_deadline_callback(move |store| {
             let state = store.data();
             if state.caller.link.gone() || Instant::now() >= state.deadline {
                 return Ok(UpdateDeadline::Interrupt);
             }
-            if let Some(clock) = &clock {
-                clock.give_way();
+            if let Some(give_way) = &ticking
+                && !give_way.at_tick(state.deadline, recheck, || state.caller.link.gone())
+            {
+                return Ok(UpdateDeadline::Interrupt);
             }
             Ok(UpdateDeadline::Continue(1))
         });
         store.set_hostcall_fuel(limits.max_output_bytes + TRANSFER_SLACK_BYTES);
 
         let was_warm = warm.is_some();
+        // A batch invocation starts only when latency work leaves it a core.
+        if batch && !give_way.before_start(deadline, recheck, || store.data().caller.link.gone()) {
+            if store.data().caller.link.gone() {
+                return Err(InvokeError::Cancelled { function });
+            }
+            return Err(InvokeError::Timeout { function, limit: timeout });
+        }
         let call = async {
             let instance = match warm {
                 Some(instance) => instance,

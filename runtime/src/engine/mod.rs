@@ -13,6 +13,7 @@ mod caller;
 mod component;
 mod convert;
 mod epoch;
+mod give_way;
 mod guest_cpu;
 mod handle;
 mod host;
@@ -51,6 +52,10 @@ pub struct EngineConfig {
     /// The epoch's tick while a batch-class guest runs: at each, such a guest yields its
     /// core to any thread waiting for it (`engine/epoch.rs`).
     pub give_way_tick: Duration,
+    /// How long batch-class guests stay paused after the last latency-class invocation
+    /// ends, for the next request of the same client (`engine/give_way.rs`; zero: they
+    /// go on at once).
+    pub latency_linger: Duration,
     /// Instances of one function version kept warm between invocations (0: a fresh
     /// instance every time). Engine-wide, at most half of `max_instances` are kept.
     pub warm_instances_per_function: usize,
@@ -64,6 +69,13 @@ pub struct EngineConfig {
 /// with 500 µs and 1.2 ms with 1 ms (3.6–4.1 ms without giving way).
 pub const DEFAULT_GIVE_WAY_TICK: Duration = Duration::from_micros(250);
 
+/// Default of [`EngineConfig::latency_linger`]: measured on two cores beside the
+/// hostile-load mix (`cargo xtask soak`), a latency tenant's p99 was 1.8–1.9 ms with
+/// none and 1.05–1.08 ms with 1 ms (a closed-loop client's next request comes within
+/// a few hundred µs: between two of them the batch guests would take the cores, and the
+/// server threads that read the next request wait for them).
+pub const DEFAULT_LATENCY_LINGER: Duration = Duration::from_millis(1);
+
 /// Default of [`EngineConfig::max_live_tensors`]: far above what a model holds (MiniLM
 /// holds a few hundred), far below what would cost the host real memory.
 pub const DEFAULT_MAX_LIVE_TENSORS: usize = 16_384;
@@ -75,6 +87,7 @@ impl Default for EngineConfig {
             max_memory_bytes: 1 << 30,
             epoch_tick: Duration::from_millis(5),
             give_way_tick: DEFAULT_GIVE_WAY_TICK,
+            latency_linger: DEFAULT_LATENCY_LINGER,
             warm_instances_per_function: 4,
             max_live_tensors: DEFAULT_MAX_LIVE_TENSORS,
         }
@@ -110,7 +123,9 @@ impl Engine {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         bindings::Inference::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)?;
 
-        let clock = epoch::EpochClock::start(wasmtime.clone(), config.epoch_tick, config.give_way_tick)?;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let give_way = give_way::GiveWay::new(wasmtime.clone(), cores, config.latency_linger);
+        let clock = epoch::EpochClock::start(wasmtime.clone(), give_way, config.epoch_tick, config.give_way_tick)?;
         Ok(Engine { wasmtime, linker, config, clock, warm_total: Default::default() })
     }
 
@@ -130,7 +145,12 @@ impl Engine {
 
     /// Times batch-class guests gave their core way at an epoch tick, since start.
     pub fn batch_guest_yields(&self) -> u64 {
-        self.clock.yields()
+        self.clock.give_way().yields()
+    }
+
+    /// Times batch-class guests paused while latency work needed their core, since start.
+    pub fn batch_guest_pauses(&self) -> u64 {
+        self.clock.give_way().pauses()
     }
 
     pub(crate) fn wasmtime(&self) -> &wasmtime::Engine {

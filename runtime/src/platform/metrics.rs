@@ -20,6 +20,7 @@
 //! | `sluice_functions_loaded`, `sluice_in_flight` | gauge | — |
 //! | `sluice_compilations_total` | counter | — |
 //! | `sluice_batch_guest_yields_total` (batch-class guests yielding their core at an epoch tick) | counter | — |
+//! | `sluice_batch_guest_pauses_total` (batch-class guests pausing while latency work needs their core) | counter | — |
 //! | `sluice_device_queued`, `sluice_device_active_invocations`, `sluice_device_resident_bytes` | gauge | `device` |
 //! | `sluice_device_kernels_total`, `sluice_device_busy_seconds_total`, `sluice_device_preemptions_total`, `sluice_device_sliced_kernels_total` | counter | `device` |
 //! | `sluice_device_healthy` (1 or 0) | gauge | `device` |
@@ -237,6 +238,13 @@ impl Metrics {
         let yields = Counter::<u64>::default();
         yields.inc_by(status.batch_guest_yields);
         r.register("batch_guest_yields", "Times batch-class guests yielded their core at an epoch tick", yields);
+        let pauses = Counter::<u64>::default();
+        pauses.inc_by(status.batch_guest_pauses);
+        r.register(
+            "batch_guest_pauses",
+            "Times batch-class guests paused while latency work needed their core",
+            pauses,
+        );
         let in_flight = Gauge::<u64, AtomicU64>::default();
         in_flight.set(status.in_flight);
         r.register("in_flight", "Invocations running now", in_flight);

@@ -38,7 +38,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -82,6 +82,9 @@ pub struct PlatformConfig {
     pub scheduler: SchedulerConfig,
     /// Instances of one function version kept warm between invocations.
     pub warm_instances_per_function: usize,
+    /// How long batch-class guests stay paused after the last latency-class invocation
+    /// ends (`EngineConfig::latency_linger`).
+    pub latency_linger: Duration,
 }
 
 /// Default of [`PlatformConfig::default_memory_quota_bytes`]: quotas are on by default.
@@ -97,6 +100,7 @@ impl Default for PlatformConfig {
             max_memory_bytes: 1 << 30,
             scheduler: SchedulerConfig::default(),
             warm_instances_per_function: EngineConfig::default().warm_instances_per_function,
+            latency_linger: EngineConfig::default().latency_linger,
             default_memory_quota_bytes: Some(DEFAULT_TENANT_MEMORY_QUOTA_BYTES),
         }
     }
@@ -138,6 +142,9 @@ pub struct Status {
     /// Times batch-class guests computing in Wasm yielded their core at an epoch tick
     /// (see `engine::epoch`).
     pub batch_guest_yields: u64,
+    /// Times batch-class guests paused while latency work needed their core (see
+    /// `engine::give_way`).
+    pub batch_guest_pauses: u64,
     pub invocations: u64,
     pub invocation_errors: u64,
     /// Invocations refused by a concurrency limit (429).
@@ -231,6 +238,7 @@ impl Platform {
             max_instances: config.max_concurrency.clamp(1, 1000) * 2,
             max_memory_bytes: config.max_memory_bytes,
             warm_instances_per_function: config.warm_instances_per_function,
+            latency_linger: config.latency_linger,
             ..EngineConfig::default()
         })
         .map_err(|e| PlatformError::internal("creating the engine", format!("{e:#}")))?;
@@ -366,6 +374,7 @@ impl Platform {
             compilations: get(&c.compilations),
             compiled_cache_loads: get(&c.compiled_loads),
             batch_guest_yields: self.engine.batch_guest_yields(),
+            batch_guest_pauses: self.engine.batch_guest_pauses(),
             invocations: get(&c.invocations),
             invocation_errors: get(&c.invocation_errors),
             rejected: get(&c.rejected),
