@@ -167,13 +167,9 @@ impl Engine {
         // Latency work counts itself in flight; a batch guest gives way to it at every
         // tick (and the clock ticks faster while one runs).
         let give_way = self.clock.give_way().clone();
-        // A paused batch guest looks whether its caller went this often.
-        let recheck = PAUSED_RECHECK;
         let batch = ctx_class == PriorityClass::Batch;
-        let _in_flight = match batch {
-            true => (Some(give_way.batch_guest()), None),
-            false => (None, Some(give_way.latency_guest())),
-        };
+        let _batch_guest = batch.then(|| give_way.batch_guest());
+        let _latency_guest = (!batch).then(|| give_way.latency_guest());
         store.set_epoch_deadline(1);
         let ticking = batch.then(|| give_way.clone());
         store.epoch_deadline_callback(move |store| {
@@ -182,7 +178,7 @@ impl Engine {
                 return Ok(UpdateDeadline::Interrupt);
             }
             if let Some(give_way) = &ticking
-                && !give_way.at_tick(state.deadline, recheck, || state.caller.link.gone())
+                && !give_way.at_tick(state.deadline, PAUSED_RECHECK, || state.caller.link.gone())
             {
                 return Ok(UpdateDeadline::Interrupt);
             }
@@ -192,7 +188,7 @@ impl Engine {
 
         let was_warm = warm.is_some();
         // A batch invocation starts only when latency work leaves it a core.
-        if batch && !give_way.before_start(deadline, recheck, || store.data().caller.link.gone()) {
+        if batch && !give_way.before_start(deadline, PAUSED_RECHECK, || store.data().caller.link.gone()) {
             if store.data().caller.link.gone() {
                 return Err(InvokeError::Cancelled { function });
             }

@@ -70,10 +70,10 @@ pub struct EngineConfig {
 pub const DEFAULT_GIVE_WAY_TICK: Duration = Duration::from_micros(250);
 
 /// Default of [`EngineConfig::latency_linger`]: measured on two cores beside the
-/// hostile-load mix (`cargo xtask soak`), a latency tenant's p99 was 1.8–1.9 ms with
-/// none and 1.05–1.08 ms with 1 ms (a closed-loop client's next request comes within
-/// a few hundred µs: between two of them the batch guests would take the cores, and the
-/// server threads that read the next request wait for them).
+/// hostile-load mix (`cargo xtask soak`), a latency tenant's p99 was 2.07–2.16 ms with
+/// none and 0.50–0.52 ms with 1 ms, 0.34–0.39 ms alone (a closed-loop client's next
+/// request comes within a few hundred µs: between two of them the batch guests would
+/// take the cores, and the server threads that read the next request wait for them).
 pub const DEFAULT_LATENCY_LINGER: Duration = Duration::from_millis(1);
 
 /// Default of [`EngineConfig::max_live_tensors`]: far above what a model holds (MiniLM
