@@ -22,9 +22,8 @@
 //! [`EngineConfig::give_way_tick`]: super::EngineConfig::give_way_tick
 //! [`EngineConfig::epoch_tick`]: super::EngineConfig::epoch_tick
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::thread::Thread;
 use std::time::Duration;
 
 use super::give_way::GiveWay;
@@ -34,7 +33,6 @@ use super::give_way::GiveWay;
 pub(crate) struct EpochClock {
     give_way: Arc<GiveWay>,
     stop: AtomicBool,
-    thread: OnceLock<Thread>,
 }
 
 impl EpochClock {
@@ -47,7 +45,7 @@ impl EpochClock {
         give_way_tick: Duration,
     ) -> std::io::Result<Arc<EpochClock>> {
         let give_way = Arc::new(give_way);
-        let clock = Arc::new(EpochClock { give_way, stop: AtomicBool::new(false), thread: OnceLock::new() });
+        let clock = Arc::new(EpochClock { give_way, stop: AtomicBool::new(false) });
         let ticking = clock.clone();
         let thread = std::thread::Builder::new().name("sluice-epoch".into()).spawn(move || {
             while !ticking.stop.load(Ordering::Relaxed) {
@@ -57,7 +55,6 @@ impl EpochClock {
                 ticking.give_way.on_tick();
             }
         })?;
-        clock.thread.set(thread.thread().clone()).expect("set once, here");
         clock.give_way.set_clock(thread.thread().clone());
         Ok(clock)
     }
@@ -70,9 +67,7 @@ impl EpochClock {
     /// Stops the clock's thread (at its next tick).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.get() {
-            thread.unpark();
-        }
+        self.give_way.wake_clock();
     }
 }
 

@@ -64,7 +64,7 @@ pub(crate) struct GiveWay {
     /// Paused threads (and stale entries of ones that went on, which an unpark does not
     /// hurt).
     waiting: (Sender<Arc<Waiter>>, Receiver<Arc<Waiter>>),
-    /// The epoch clock's thread, woken when the first batch guest starts.
+    /// The epoch clock's thread, woken when the first batch guest starts and to stop.
     clock: OnceLock<Thread>,
     yields: AtomicU64,
     pauses: AtomicU64,
@@ -100,6 +100,13 @@ impl GiveWay {
         let _ = self.clock.set(clock);
     }
 
+    /// Wakes the epoch clock's thread (to tick faster, or to stop).
+    pub fn wake_clock(&self) {
+        if let Some(clock) = self.clock.get() {
+            clock.unpark();
+        }
+    }
+
     /// Whether a batch guest is in flight (the clock ticks faster then).
     pub fn batch_running(&self) -> bool {
         self.batch.load(SeqCst) > 0
@@ -116,12 +123,10 @@ impl GiveWay {
 
     /// A batch invocation starts; it counts as in flight until the guard drops.
     pub fn batch_guest(self: &Arc<Self>) -> BatchGuest {
-        if self.batch.fetch_add(1, SeqCst) == 0
-            && let Some(clock) = self.clock.get()
-        {
+        if self.batch.fetch_add(1, SeqCst) == 0 {
             // The clock may be asleep for a whole idle tick: the guest gives way from
             // the first short one.
-            clock.unpark();
+            self.wake_clock();
         }
         BatchGuest(self.clone())
     }

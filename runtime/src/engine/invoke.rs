@@ -142,10 +142,24 @@ impl Engine {
         let function = image.name.clone();
         let limits = &image.limits;
         let timeout = ctx.timeout.map_or(limits.timeout, |t| t.min(limits.timeout));
+        let deadline = Instant::now() + timeout + self.config().epoch_tick;
+        // Latency work counts itself in flight; a batch guest gives way to it at every
+        // tick (and the clock ticks faster while one runs).
+        let give_way = self.clock.give_way().clone();
+        let batch = ctx.scheduling.class == PriorityClass::Batch;
+        let _batch_guest = batch.then(|| give_way.batch_guest());
+        let _latency_guest = (!batch).then(|| give_way.latency_guest());
+        // A batch invocation starts only when latency work leaves it a core: before it
+        // takes an instance or opens a stream on the device.
+        if batch && !give_way.before_start(deadline, PAUSED_RECHECK, || ctx.caller.gone()) {
+            if ctx.caller.gone() {
+                return Err(InvokeError::Cancelled { function });
+            }
+            return Err(InvokeError::Timeout { function, limit: timeout });
+        }
         // Declared before the store, so dropped after it: the invocation's handles
         // are freed first, then its stream ends and cancels whatever is still queued.
         let stream = ctx.queue.begin(ctx.scheduling.clone());
-        let ctx_class = ctx.scheduling.class;
         let account = ctx.account.clone();
         let (mut store, warm) = match image.warm.take() {
             Some(WarmInstance { mut store, instance }) => {
@@ -162,14 +176,7 @@ impl Engine {
             }
             None => (self.new_store(image, ctx, &stream), None),
         };
-        let deadline = Instant::now() + timeout + self.config().epoch_tick;
         store.data_mut().deadline = deadline;
-        // Latency work counts itself in flight; a batch guest gives way to it at every
-        // tick (and the clock ticks faster while one runs).
-        let give_way = self.clock.give_way().clone();
-        let batch = ctx_class == PriorityClass::Batch;
-        let _batch_guest = batch.then(|| give_way.batch_guest());
-        let _latency_guest = (!batch).then(|| give_way.latency_guest());
         store.set_epoch_deadline(1);
         let ticking = batch.then(|| give_way.clone());
         store.epoch_deadline_callback(move |store| {
@@ -187,13 +194,6 @@ impl Engine {
         store.set_hostcall_fuel(limits.max_output_bytes + TRANSFER_SLACK_BYTES);
 
         let was_warm = warm.is_some();
-        // A batch invocation starts only when latency work leaves it a core.
-        if batch && !give_way.before_start(deadline, PAUSED_RECHECK, || store.data().caller.link.gone()) {
-            if store.data().caller.link.gone() {
-                return Err(InvokeError::Cancelled { function });
-            }
-            return Err(InvokeError::Timeout { function, limit: timeout });
-        }
         let call = async {
             let instance = match warm {
                 Some(instance) => instance,
