@@ -3,10 +3,14 @@
 //!
 //! [`hostile_load`]: a victim tenant (latency class, `echo`, one client) measured alone
 //! and then beside flooding (`misbehave` `leak`), looping (`loop`), memory-hungry
-//! (`oom`), quota-breaking (`leak` under a 1 MiB quota) and trapping (`trap`) tenants
-//! driven by many concurrent clients; it reports the victim's p50/p99 both ways, every
-//! response counted by tenant, status and code, the 5xx nobody should see, and the
-//! server's resident memory: cold, at the start of the measured load (after a short
+//! (`oom`), quota-breaking (`leak` under a 1 MiB quota) and trapping (`trap`) tenants,
+//! and tenants that attack what the host shares besides the device (a GGUF bomb, slow
+//! uploads, hoarded instance slots, an old version hammered, status and feed floods, a
+//! disk filler: [`Attack`]), driven by many concurrent clients, while the victim also
+//! deploys another function in a loop; it reports the victim's p50/p99 both ways, every
+//! response counted by tenant, status and code, the 5xx nobody should see (and any
+//! failed victim deploy), the disk filler's acknowledged uploads missing afterwards, and
+//! the server's resident memory: cold, at the start of the measured load (after a short
 //! warm-up burst of it), right after, and settled.
 //!
 //! [`crash_loop`]: deploys and artifact uploads in a loop, the server killed with
@@ -21,26 +25,55 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+pub use crate::attacks::Attack;
+use crate::attacks::code_of;
 use crate::resident::{growth, resident_by_kind, rss_kib, threads};
-use crate::{ADMIN_KEY, RawConn, Server, ServerOptions, fp32_request, function_wasm, misbehave_request};
+use crate::{ADMIN_KEY, RawConn, Server, ServerOptions, fp32_request, function_wasm};
 
-/// A hostile tenant: (tenant, `misbehave` mode, the 5xx codes its mode explains besides
-/// [`ANY_HOSTILE`]).
-pub type Hostile = (&'static str, &'static str, &'static [&'static str]);
+/// A hostile tenant: its name, its attack, and the 5xx codes its attack explains besides
+/// [`ANY_HOSTILE`].
+#[derive(Clone, Copy, Debug)]
+pub struct Hostile {
+    pub tenant: &'static str,
+    pub attack: Attack,
+    pub explained: &'static [&'static str],
+}
 
-/// The hostile tenants.
-pub const HOSTILE: [Hostile; 5] = [
-    ("flood", "leak", &["quota_exceeded", "function_failed"]),
-    ("looper", "loop", &[]),
-    ("hungry", "oom", &["memory_limit_exceeded"]),
-    ("quota", "leak", &["quota_exceeded", "function_failed"]),
-    ("trapper", "trap", &["function_trapped"]),
+const fn hostile(tenant: &'static str, attack: Attack, explained: &'static [&'static str]) -> Hostile {
+    Hostile { tenant, attack, explained }
+}
+
+/// The hostile tenants: guests that misbehave on the device, then tenants that attack
+/// what the host shares besides it (see [`Attack`]).
+pub const HOSTILE: [Hostile; 11] = [
+    hostile("flood", Attack::Invoke("leak"), &["quota_exceeded", "function_failed"]),
+    hostile("looper", Attack::Invoke("loop"), &[]),
+    hostile("hungry", Attack::Invoke("oom"), &["memory_limit_exceeded"]),
+    hostile("quota", Attack::Invoke("leak"), &["quota_exceeded", "function_failed"]),
+    hostile("trapper", Attack::Invoke("trap"), &["function_trapped"]),
+    // The guest's `metadata` call is refused past the host's bound: the guest fails.
+    hostile("bomber", Attack::GgufBomb, &["function_failed"]),
+    hostile("trickler", Attack::SlowUpload, &[]),
+    hostile("hoarder", Attack::SlotHoard, &[]),
+    hostile("hammer", Attack::OldVersions, &[]),
+    hostile("watcher", Attack::StatusFlood, &[]),
+    hostile("filler", Attack::DiskFill, &[]),
 ];
 
-/// Invocations the admin lets each hostile tenant have in flight (the server's own limit
-/// is 64): `HOSTILE.len() * HOSTILE_CONCURRENCY` clients keep every hostile tenant at its
-/// admission limit without a single 429; more clients are refused the rest.
+/// Invocations the admin lets each hostile tenant have in flight: `HOSTILE.len() *
+/// HOSTILE_CONCURRENCY` clients keep every hostile tenant at its admission limit without
+/// a single 429 from it; more clients are refused the rest.
 pub const HOSTILE_CONCURRENCY: usize = 8;
+
+/// A server for the `hostile` tenants: its server-wide admission limit leaves room for
+/// all of them at their own limits and for the victim.
+pub fn server_for(hostile: &[Hostile]) -> Server {
+    let limit = (hostile.len() * HOSTILE_CONCURRENCY + 16).max(64);
+    Server::start_with(ServerOptions {
+        args: vec!["--max-concurrency".into(), limit.to_string()],
+        ..ServerOptions::default()
+    })
+}
 
 /// 5xx any hostile tenant may get for its own invocations: its own deadline (504).
 /// Everything else (`internal`, `storage`, `corrupt`, `insufficient_device_memory`, …)
@@ -62,6 +95,9 @@ pub struct HostileReport {
     pub counts: BTreeMap<String, u64>,
     /// Responses no tenant should get: any victim error, any 5xx a hostile tenant's mode does not explain.
     pub unexpected: Vec<String>,
+    /// The disk filler's acknowledged (201) artifacts missing from its newest version
+    /// after the load (must be empty).
+    pub lost: Vec<String>,
     /// Server RSS in KiB: before any hostile request (`cold`), at the start of the
     /// measured load (after a short warm-up burst of the same load and a settling
     /// pause), right after the load, and after a settling pause.
@@ -167,6 +203,7 @@ impl HostileReport {
             self.unexpected.len(),
             self.unexpected.iter().take(5).collect::<Vec<_>>()
         );
+        println!("acknowledged uploads lost: {} {:?}", self.lost.len(), self.lost.iter().take(5).collect::<Vec<_>>());
         let r = self.rss;
         println!(
             "server RSS: cold {} MiB, start {} MiB (after a warm-up burst), after load {} MiB, settled {} MiB ({:.2}× start)",
@@ -246,19 +283,19 @@ pub fn hostile_load(
     server.deploy(&victim, "echo", "echo", "priority=latency");
     let mut tenants: Vec<(Hostile, String)> = Vec::new();
     for h in hostile {
-        let key = server.create_tenant(h.0);
-        server.deploy(&key, "bad", "misbehave", "priority=latency&timeout_ms=500");
+        let key = server.create_tenant(h.tenant);
+        h.attack.set_up(server, &key);
         tenants.push((*h, key));
     }
     // The admin bounds each hostile tenant, so together they stay within the server's
     // admission limit and the victim is admitted.
-    for (tenant, _, _) in hostile {
+    for h in hostile {
         let bound = serde_json::to_vec(&json!({ "max_concurrency": HOSTILE_CONCURRENCY })).expect("json");
         server
-            .call("PATCH", &format!("/v1/tenants/{tenant}"), Some(ADMIN_KEY), Some(("application/json", bound)))
+            .call("PATCH", &format!("/v1/tenants/{}", h.tenant), Some(ADMIN_KEY), Some(("application/json", bound)))
             .expect(200);
     }
-    if hostile.iter().any(|h| h.0 == "quota") {
+    if hostile.iter().any(|h| h.tenant == "quota") {
         let quota = serde_json::to_vec(&json!({ "memory_quota_bytes": 1 << 20 })).expect("json");
         server.call("PATCH", "/v1/tenants/quota", Some(ADMIN_KEY), Some(("application/json", quota))).expect(200);
     }
@@ -273,18 +310,20 @@ pub fn hostile_load(
     // (compiled code, warm instances, tenant state, threads) is there when the measured
     // load starts; its responses are checked, not counted.
     let warm_up = (load / 10).clamp(Duration::from_millis(300), Duration::from_secs(3));
-    hostile_burst(server, &tenants, clients, warm_up, None, &Mutex::new(BTreeMap::new()), &unexpected);
+    let acked = Mutex::new(Vec::new());
+    hostile_burst(server, &tenants, clients, warm_up, None, &Mutex::new(BTreeMap::new()), &acked, &unexpected);
     std::thread::sleep(SETTLE);
     let start = rss_kib(pid);
     let start_kinds = resident_by_kind(pid);
     let start_threads = threads(pid);
 
     let counts = Mutex::new(BTreeMap::<String, u64>::new());
-    let loaded = hostile_burst(server, &tenants, clients, load, Some(&victim), &counts, &unexpected);
+    let loaded = hostile_burst(server, &tenants, clients, load, Some(&victim), &counts, &acked, &unexpected);
     let after_load = rss_kib(pid);
     std::thread::sleep(SETTLE);
     let settled = rss_kib(pid);
     let rss_growth = growth(&start_kinds, &resident_by_kind(pid));
+    let lost = missing_artifacts(server, &tenants, &acked.into_inner().unwrap());
     HostileReport {
         solo,
         victim_requests: loaded.len(),
@@ -292,6 +331,7 @@ pub fn hostile_load(
         loaded: percentiles(loaded),
         counts: counts.into_inner().unwrap(),
         unexpected: unexpected.into_inner().unwrap(),
+        lost,
         rss: RssKib { cold, start, after_load, settled },
         rss_growth,
         threads: (start_threads, threads(pid)),
@@ -310,40 +350,88 @@ fn hostile_burst(
     load: Duration,
     victim: Option<&str>,
     counts: &Mutex<BTreeMap<String, u64>>,
+    acked: &Mutex<Vec<String>>,
     unexpected: &Mutex<Vec<String>>,
 ) -> Vec<Sample> {
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         for c in 0..clients {
-            let ((tenant, mode, allowed), key) = tenants[c % tenants.len()].clone();
+            let (Hostile { tenant, attack, explained }, key) = tenants[c % tenants.len()].clone();
             let stop = &stop;
             s.spawn(move || {
-                let body = serde_json::to_vec(&misbehave_request(mode)).expect("json");
                 let Ok(mut conn) = RawConn::connect(server.addr()) else { return };
+                let mut n = c as u64;
                 while !stop.load(Ordering::Relaxed) {
-                    let Ok(r) = conn.request("POST", "/v1/functions/bad/invoke", &key, &body) else {
+                    n += clients as u64;
+                    let Some((status, code)) = attack.step(server, &mut conn, &key, n, stop) else {
+                        if stop.load(Ordering::Relaxed) {
+                            return; // cut short by the end of the load
+                        }
                         unexpected.lock().unwrap().push(format!("{tenant}: connection failed"));
                         return;
                     };
-                    let code = serde_json::from_slice::<Value>(&r.body)
-                        .ok()
-                        .and_then(|v| v["code"].as_str().map(str::to_owned))
-                        .unwrap_or_default();
-                    *counts.lock().unwrap().entry(format!("{tenant} {} {code}", r.status)).or_default() += 1;
-                    if r.status >= 500 && !allowed.contains(&code.as_str()) && !ANY_HOSTILE.contains(&code.as_str()) {
-                        unexpected.lock().unwrap().push(format!("{tenant} {} {code}", r.status));
+                    *counts.lock().unwrap().entry(format!("{tenant} {status} {code}")).or_default() += 1;
+                    if attack == Attack::DiskFill && status == 201 {
+                        acked.lock().unwrap().push(format!("a{n}"));
                     }
-                    if r.status == 429 {
+                    if status >= 500 && !explained.contains(&code.as_str()) && !ANY_HOSTILE.contains(&code.as_str()) {
+                        unexpected.lock().unwrap().push(format!("{tenant} {status} {code}"));
+                    }
+                    if status == 429 {
                         std::thread::sleep(Duration::from_millis(5));
+                    }
+                    // A step that hung up, or a refusal that closed the connection.
+                    if matches!(attack, Attack::SlowUpload | Attack::StatusFlood) || status == 408 || status == 413 {
+                        match RawConn::connect(server.addr()) {
+                            Ok(fresh) => conn = fresh,
+                            Err(_) => return,
+                        }
                     }
                 }
             });
         }
+        // The victim's control plane: deploys of another function go on under the load.
+        let control = victim.map(|key| {
+            let stop = &stop;
+            s.spawn(move || {
+                let wasm = function_wasm("echo");
+                let mut deploys = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    match server.try_call(
+                        "PUT",
+                        "/v1/functions/spare",
+                        Some(key),
+                        Some(("application/wasm", wasm.clone())),
+                    ) {
+                        Ok(r) if r.status == 201 => deploys += 1,
+                        Ok(r) => {
+                            unexpected.lock().unwrap().push(format!("victim deploy {} {}", r.status, code_of(&r.body)))
+                        }
+                        Err(e) => unexpected.lock().unwrap().push(format!("victim deploy: {e}")),
+                    }
+                    // Compiling takes a core for a while: one deploy a second is a busy team's pace.
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+                deploys
+            })
+        });
         let measured = victim.map(|key| s.spawn(|| victim_run(server, key, usize::MAX, Some(&stop), unexpected)));
         std::thread::sleep(load);
         stop.store(true, Ordering::Relaxed);
+        if let Some(deploys) = control.map(|c| c.join().expect("control-plane thread")) {
+            *counts.lock().unwrap().entry("victim deploys 201".into()).or_default() += deploys;
+        }
         measured.map(|m| m.join().expect("victim thread")).unwrap_or_default()
     })
+}
+
+/// The disk filler's `acked` artifacts that its function's newest version lacks.
+fn missing_artifacts(server: &Server, tenants: &[(Hostile, String)], acked: &[String]) -> Vec<String> {
+    let Some((_, key)) = tenants.iter().find(|(h, _)| h.attack == Attack::DiskFill) else { return Vec::new() };
+    let info = server.get("/v1/functions/fill", key).expect(200);
+    let newest = info["versions"].as_array().and_then(|v| v.iter().max_by_key(|v| v["version"].as_u64()));
+    let have = newest.map(|v| v["artifacts"].clone()).unwrap_or(Value::Null);
+    acked.iter().filter(|a| have.get(a.as_str()).is_none()).cloned().collect()
 }
 
 /// What [`crash_loop`] checked.

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+pub mod attacks;
 pub mod fixtures;
 pub mod hostile;
 pub mod minilm;

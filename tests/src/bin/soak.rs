@@ -14,8 +14,9 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use sluice_tests::Server;
-use sluice_tests::hostile::{HOSTILE, HOSTILE_CONCURRENCY, Hostile, HostileReport, crash_loop, hostile_load};
+use sluice_tests::hostile::{
+    HOSTILE, HOSTILE_CONCURRENCY, Hostile, HostileReport, crash_loop, hostile_load, server_for,
+};
 use sluice_tests::wakeup::wakeup_floor;
 
 /// The victim's requests alone: its p99 is the 50th slowest, steadier than the 20th of
@@ -30,8 +31,7 @@ struct Args {
     tenants: Vec<Hostile>,
 }
 
-const USAGE: &str =
-    "usage: soak [--seconds S (60)] [--clients C (64)] [--kills K (20)] [--tenants flood,looper,hungry,quota,trapper]";
+const USAGE: &str = "usage: soak [--seconds S (60)] [--clients C (64)] [--kills K (20)] [--tenants flood,looper,hungry,quota,trapper,bomber,trickler,hoarder,hammer,watcher,filler]";
 
 impl Args {
     /// Parses `args` (without the program name); `Ok(None)` for `--help`.
@@ -68,8 +68,8 @@ impl Args {
 fn tenants(list: &str) -> Result<Vec<Hostile>, String> {
     list.split(',')
         .map(|name| {
-            HOSTILE.iter().find(|h| h.0 == name).copied().ok_or_else(|| {
-                let known: Vec<&str> = HOSTILE.iter().map(|h| h.0).collect();
+            HOSTILE.iter().find(|h| h.tenant == name).copied().ok_or_else(|| {
+                let known: Vec<&str> = HOSTILE.iter().map(|h| h.tenant).collect();
                 format!("no hostile tenant {name:?} (there are {})", known.join(", "))
             })
         })
@@ -100,12 +100,12 @@ fn main() -> ExitCode {
         println!("hostile load beyond the admission limits: skipped (--clients {beyond} is not above {within})");
     }
     for (scenario, clients) in scenarios {
-        let names: Vec<&str> = hostile.iter().map(|h| h.0).collect();
+        let names: Vec<&str> = hostile.iter().map(|h| h.tenant).collect();
         println!(
             "hostile load, {scenario}: {seconds} s, {clients} hostile clients ({}), one victim client",
             names.join(", ")
         );
-        let server = Server::start();
+        let server = server_for(&hostile);
         let report = hostile_load(&server, &hostile, Duration::from_secs(seconds), clients, SOLO_REQUESTS);
         report.print();
         let ratio = report.loaded.1.as_secs_f64() / report.solo.1.as_secs_f64().max(1e-6);
@@ -125,8 +125,9 @@ fn main() -> ExitCode {
         crashes.lost.len(),
         crashes.leftover_temp_files
     );
-    let ok =
-        reports.iter().all(|r| r.unexpected.is_empty()) && crashes.lost.is_empty() && crashes.leftover_temp_files == 0;
+    let ok = reports.iter().all(|r| r.unexpected.is_empty() && r.lost.is_empty())
+        && crashes.lost.is_empty()
+        && crashes.leftover_temp_files == 0;
     println!("{}", if ok { "soak: OK" } else { "soak: FAILED" });
     if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
