@@ -2,10 +2,13 @@
 //!
 //! Builds the guest components, then runs `sluice-tests`'s `soak` binary in release
 //! mode: a latency-class victim beside flooding, looping, memory-hungry, quota-breaking
-//! and trapping tenants, first with as many clients as their admission limits let run
-//! (40) and then with more (64, the rest refused), then SIGKILL during deploys and
-//! uploads in a loop (see `tests/src/hostile.rs`). Extra arguments go to the binary
-//! (`--seconds S`, `--clients C`, `--kills K`, `--tenants flood,looper,…`). Its short form runs in `cargo xtask
+//! and trapping tenants and tenants that attack what the host shares besides the device
+//! (a GGUF bomb, slow uploads, hoarded instance slots, an old version hammered, status
+//! and feed floods, a disk filler; `tests/src/attacks.rs`), first with as many clients
+//! as their admission limits let run (88) and then with more (`--clients`, the rest
+//! refused), then SIGKILL during deploys and uploads in a loop (see
+//! `tests/src/hostile.rs`). Extra arguments go to the binary (`--seconds S`,
+//! `--clients C`, `--kills K`, `--tenants flood,looper,…`). Its short form runs in `cargo xtask
 //! test` (`tests/tests/hostile.rs`). Figures are recorded by hand in `bench/RESULTS.md`.
 
 use anyhow::Result;
