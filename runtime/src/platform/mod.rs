@@ -6,6 +6,7 @@
 //!
 //! - `cache`: the loaded functions (the newest version of each `(tenant, name)`,
 //!   compiled, pre-instantiated and with its shared weights);
+//! - `revocation`: open streams and feeds check their key again after a revocation;
 //! - `admission`: the concurrency limits (a full server answers 429 at once instead
 //!   of queueing);
 //! - `functions`: deploy (validate → precompile → durable store → load), artifacts,
@@ -31,6 +32,7 @@ mod invoke;
 mod live;
 mod metrics;
 mod policy;
+mod revocation;
 mod stats;
 mod tenants;
 
@@ -58,6 +60,7 @@ pub use invoke::{Invocation, InvokeOptions, UNKNOWN_FUNCTION};
 pub use live::{FunctionLatency, LiveKernels, LiveStatus, OTHER_TENANT, QueueDepth, TenantMemory};
 pub use metrics::{DURATION_BUCKETS, Metrics};
 pub use policy::{TenantPolicy, TenantView, clamp_class, clamp_weight, merge_settings};
+pub use revocation::KeyCheck;
 pub use stats::{FunctionStats, Timed};
 pub use tenants::IssuedKey;
 
@@ -219,6 +222,8 @@ pub struct Platform {
     shutting_down: AtomicBool,
     started: Instant,
     guest_threads: GuestThreads,
+    /// Keys revoked and tenants deleted since the start (see `revocation`).
+    revocations: AtomicU64,
 }
 
 impl Platform {
@@ -260,6 +265,7 @@ impl Platform {
             shutting_down: AtomicBool::new(false),
             started: Instant::now(),
             guest_threads: GuestThreads::default(),
+            revocations: AtomicU64::new(0),
         });
         heap::trim_when_idle(&platform);
         Ok(platform)
