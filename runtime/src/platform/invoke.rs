@@ -118,7 +118,13 @@ impl Platform {
         let _admitted = admit(&tenant_rt.concurrency, &self.global)?;
         self.counters.in_flight.fetch_add(1, Ordering::Relaxed);
         let _in_flight = InFlight(self);
-        let cached = self.cached(tenant, name).filter(|f| options.version.is_none_or(|v| v == f.version.version));
+        let cached = match options.version {
+            None => self.cached(tenant, name),
+            Some(v) => self
+                .cached(tenant, name)
+                .filter(|f| f.version.version == v)
+                .or_else(|| self.functions.get_other(tenant, name, v)),
+        };
         let function = match cached {
             Some(f) => f,
             None => {
