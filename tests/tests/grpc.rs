@@ -246,3 +246,46 @@ fn model_stream_infer_sends_each_chunk_then_the_final_outputs() {
         "the stream goes on"
     );
 }
+
+/// A `ModelStreamInfer` stream opened with a key ends with UNAUTHENTICATED once the key
+/// is revoked: the next request on it is not run. Before, the stream kept running
+/// requests for as long as the client kept it open.
+#[test]
+fn a_stream_ends_when_its_key_is_revoked() {
+    let server = Server::start();
+    let created = server.post_json("/v1/tenants", ADMIN_KEY, &serde_json::json!({ "id": "acme" })).expect(201);
+    let (key, key_id) = (created["key"].as_str().unwrap().to_owned(), created["key_id"].as_str().unwrap().to_owned());
+    server.deploy(&key, "text-stream", "text_stream", "");
+    let mut client = Client::connect(&server);
+    let request = |text: &str| ModelInferRequest {
+        model_name: "text-stream".into(),
+        inputs: vec![InferInputTensor {
+            name: "text_input".into(),
+            datatype: "BYTES".into(),
+            shape: vec![1],
+            contents: Some(InferTensorContents { bytes_contents: vec![text.into()], ..Default::default() }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let revoke = || assert_eq!(server.delete(&format!("/v1/tenants/acme/keys/{key_id}"), ADMIN_KEY).status, 204);
+    let (before, after) = client.rt.block_on(async {
+        let requests = tokio_stream::wrappers::ReceiverStream::new(rx);
+        let call = client.inner.model_stream_infer(with_key(Some(&key), requests));
+        tx.send(request("a b")).await.unwrap();
+        let mut stream = call.await.expect("the stream opens").into_inner();
+        let mut before = 0;
+        while before < 3 {
+            stream.message().await.expect("a response").expect("the stream goes on");
+            before += 1; // "a", " b", then the final outputs
+        }
+        revoke(); // blocks this (current-thread) runtime briefly: the server is another process
+        tx.send(request("c d")).await.unwrap();
+        (before, stream.message().await)
+    });
+    assert_eq!(before, 3);
+    let status = after.expect_err("the stream ends with an error after the revocation");
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    assert_eq!(status.metadata().get("x-sluice-code").map(|v| v.to_str().unwrap()), Some("unauthorized"));
+}

@@ -124,3 +124,28 @@ fn a_tenant_over_its_memory_quota_gets_quota_exceeded() {
     assert_eq!(tenant["tenant"], "other");
     assert!(tenant["guest_cpu_us"].is_u64(), "{tenant}");
 }
+
+/// A version's artifacts are charged to its tenant's device-memory quota before they are
+/// placed on the device: an upload that would make a version larger than the quota is
+/// refused while it streams (413, nothing stored), and another tenant deploys with
+/// artifacts and runs afterwards. Before, the upload was stored and placed whatever the
+/// quota (201).
+#[test]
+fn artifacts_over_the_tenants_quota_are_refused_before_they_are_placed() {
+    let server = Server::start();
+    let settings = json!({ "id": "small", "settings": { "memory_quota_bytes": 64 << 10 } });
+    let small = server.post_json("/v1/tenants", ADMIN_KEY, &settings).expect(201)["key"].as_str().unwrap().to_owned();
+    server.deploy(&small, "f", "echo", "");
+    let refused = server.put_bytes("/v1/functions/f/artifacts/w.bin", &small, vec![0; 100 << 10]);
+    let message = refused.expect_error(413, "payload_too_large");
+    assert!(message.contains("quota"), "{message}");
+    let info = server.get("/v1/functions/f", &small).expect(200);
+    assert_eq!(info["versions"].as_array().unwrap().len(), 1, "nothing stored: {info}");
+    assert_eq!(server.status(&small)["tenants"][0]["weights_placed_bytes"], 0);
+
+    let other = server.create_tenant("other");
+    server.deploy(&other, "f", "echo", "");
+    server.put_bytes("/v1/functions/f/artifacts/w.bin", &other, vec![0; 100 << 10]).expect(201);
+    server.post_json("/v1/functions/f/invoke", &other, &fp32_request(&[1.0])).expect(200);
+    assert_eq!(server.status(&other)["tenants"][0]["weights_placed_bytes"], 100 << 10);
+}

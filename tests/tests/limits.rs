@@ -47,3 +47,44 @@ fn concurrency_limits_answer_429_with_retry_after() {
     }
     assert_eq!(server.status(ADMIN_KEY)["rejected"], 2);
 }
+
+/// An old version named by `/versions/{v}` is loaded once and kept (per tenant, a
+/// bounded few), not loaded again for every request; and a request over the tenant's
+/// concurrency limit is refused before anything is loaded. Before, every such request
+/// loaded the version in full (a stored compiled form read, pre-instantiated, its
+/// weights placed), and it did so before admission.
+#[test]
+fn an_old_version_loads_once_and_a_refused_request_loads_nothing() {
+    let server = Server::start_with(ServerOptions {
+        args: ["--tenant-max-concurrency", "1"].map(String::from).to_vec(),
+        ..ServerOptions::default()
+    });
+    let key = server.create_tenant("acme");
+    for _ in 0..3 {
+        server.deploy(&key, "slow", "misbehave", "timeout_ms=1500"); // versions 1, 2, 3 (serving)
+    }
+    let body = |mode: &str| Some(("application/json", serde_json::to_vec(&misbehave_request(mode)).unwrap()));
+    let loads = || server.status(ADMIN_KEY)["compiled_cache_loads"].as_u64().expect("compiled_cache_loads");
+    let before = loads();
+    for _ in 0..5 {
+        server.call("POST", "/v2/models/slow/versions/1/infer", Some(&key), body("ok")).expect(200);
+    }
+    assert_eq!(loads() - before, 1, "five requests to version 1 loaded it once");
+    assert_eq!(server.status(&key)["tenants"][0]["old_versions_loaded"], 1);
+
+    std::thread::scope(|s| {
+        let busy = s.spawn(|| server.call("POST", "/v1/functions/slow/invoke", Some(&key), body("loop")));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while server.status(ADMIN_KEY)["in_flight"] != 1 {
+            assert!(Instant::now() < deadline, "the looping invocation never started");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Version 2 was never loaded: at the limit, it is refused without a load.
+        let r = server.call("POST", "/v2/models/slow/versions/2/infer", Some(&key), body("ok"));
+        r.expect_error(429, "tenant_concurrency_limit");
+        assert_eq!(loads() - before, 1, "a refused request loaded nothing");
+        busy.join().unwrap().expect_error(504, "timeout");
+    });
+    server.call("POST", "/v2/models/slow/versions/2/infer", Some(&key), body("ok")).expect(200);
+    assert_eq!(loads() - before, 2, "admitted, version 2 is loaded");
+}

@@ -145,3 +145,32 @@ fn the_feed_shows_both_tenants_kernels_and_hides_names_from_tenants() {
 fn names(list: &Value, field: &str) -> BTreeSet<String> {
     list.as_array().expect("an array").iter().map(|v| v[field].as_str().expect("a string").to_owned()).collect()
 }
+
+/// A feed opened with a key ends once the key is revoked, with an `error` event; before,
+/// it went on for as long as the client kept it open.
+#[test]
+fn a_feed_ends_when_its_key_is_revoked() {
+    let server = Server::start();
+    let created = server.post_json("/v1/tenants", ADMIN_KEY, &json!({ "id": "acme" })).expect(201);
+    let (key, key_id) = (created["key"].as_str().unwrap(), created["key_id"].as_str().unwrap());
+    let mut feed = EventStream::open(&server, "/v1/devices/0/live", Some(key)).expect("the feed opens");
+    assert_eq!(feed.next_event().expect("a first status").0, "status");
+    assert_eq!(server.delete(&format!("/v1/tenants/acme/keys/{key_id}"), ADMIN_KEY).status, 204);
+    // What was sent before the revocation may still arrive (a status a second); the
+    // feed checks the key every 100 ms, so a few statuses bound it generously.
+    let mut statuses = 0;
+    let last = loop {
+        let Some((name, data)) = feed.next_event() else { panic!("the feed ended without an error event") };
+        match name.as_str() {
+            "status" => {
+                statuses += 1;
+                assert!(statuses <= 3, "the feed sent {statuses} statuses after its key was revoked");
+            }
+            "kernels" => {}
+            _ => break (name, data),
+        }
+    };
+    assert_eq!(last.0, "error");
+    assert_eq!(last.1["code"], "unauthorized", "{}", last.1);
+    assert!(feed.next_event().is_none(), "the feed ends after the error");
+}

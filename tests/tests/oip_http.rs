@@ -112,6 +112,38 @@ fn malformed_binary_framing_is_a_400_that_says_why() {
     assert_eq!(r.status, 200, "the well-formed request still works");
 }
 
+/// A staged draft (the CLI and the console stage every deploy with artifacts) does not
+/// stand for the model: readiness, metadata, config and inference keep to the serving
+/// version, and the draft shows only under its own version's routes.
+#[test]
+fn a_staged_draft_leaves_the_serving_version_ready_and_in_the_metadata() {
+    let server = Server::start();
+    let key = server.create_tenant("acme");
+    server.deploy(&key, "echo", "echo", "");
+    let draft = server.put_bytes("/v1/functions/echo?staged=true", &key, function_wasm("text_stream")).expect(201);
+    assert_eq!((draft["version"].as_u64(), draft["staged"].as_bool()), (Some(2), Some(true)));
+    server.put_bytes("/v1/functions/echo/artifacts/w.bin", &key, vec![1, 2, 3]).expect(201);
+
+    let ready = server.get("/v2/models/echo/ready", &key).expect(200);
+    assert_eq!(ready, json!({ "name": "echo", "ready": true }));
+    let metadata = server.get("/v2/models/echo", &key).expect(200);
+    assert_eq!(metadata["versions"], json!(["1"]), "{metadata}");
+    assert_eq!(metadata["platform"], "sluice_wasm_component");
+    assert_eq!(metadata["inputs"], json!([]), "echo declares no signature; the draft (text-stream) does: {metadata}");
+    let config = server.get("/v2/models/echo/config", &key).expect(200);
+    assert_eq!(config["version_policy"], json!({ "specific": { "versions": [1] } }), "{config}");
+    let out = server.post_json("/v2/models/echo/infer", &key, &sluice_tests::fp32_request(&[7.0])).expect(200);
+    assert_eq!(out["model_version"], "1");
+
+    // The draft under its own routes: there, and not ready until published.
+    assert_eq!(server.get("/v2/models/echo/versions/2", &key).expect(200)["versions"], json!(["2"]));
+    let r = server.get("/v2/models/echo/versions/2/ready", &key);
+    assert_eq!((r.status, r.json()["ready"].as_bool()), (503, Some(false)));
+    server.post_json("/v1/functions/echo/versions/2/publish", &key, &json!({})).expect(200);
+    assert_eq!(server.get("/v2/models/echo", &key).expect(200)["versions"], json!(["1", "2"]));
+    assert_eq!(server.get("/v2/models/echo/versions/2/ready", &key).expect(200)["ready"], true);
+}
+
 #[test]
 fn versioned_routes_serve_the_version_they_name() {
     let server = Server::start();

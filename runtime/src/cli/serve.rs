@@ -10,7 +10,7 @@ use sluice_registry::PriorityClass;
 
 use crate::device::{DeviceChoice, DeviceSettings, OpenedDevices, open_devices};
 use crate::engine::DEFAULT_LATENCY_LINGER;
-use crate::platform::{Platform, PlatformConfig};
+use crate::platform::{DEFAULT_OLD_VERSIONS_PER_TENANT, Platform, PlatformConfig};
 use crate::scheduler::{DEFAULT_KERNEL_LOG, Policy, SchedulerConfig};
 use crate::server::{self, BodyLimits};
 
@@ -103,6 +103,11 @@ pub struct ServeArgs {
     /// Largest invocation request body, in MiB.
     #[arg(long, default_value_t = 16)]
     max_request_mib: usize,
+    /// Non-serving versions (an old version or a staged draft named by
+    /// `/versions/{v}`) each tenant keeps loaded, most recently used first; their
+    /// weights count against the tenant's memory quota. 0: each such request loads one.
+    #[arg(long, default_value_t = DEFAULT_OLD_VERSIONS_PER_TENANT)]
+    old_versions_per_tenant: usize,
 }
 
 pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -143,6 +148,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         },
         warm_instances_per_function: args.warm_instances,
         latency_linger: Duration::from_micros(args.latency_linger_us),
+        old_versions_per_tenant: args.old_versions_per_tenant,
         ..PlatformConfig::default()
     };
     let limits = BodyLimits {

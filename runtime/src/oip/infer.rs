@@ -108,11 +108,14 @@ fn requested_timeout(parameters: &Parameters) -> Result<Option<Duration>, Platfo
 /// A model (function) as the protocol's metadata, readiness and config endpoints see it.
 #[derive(Debug)]
 pub struct ModelInfo {
-    /// Every version, ascending.
+    /// Every published version, ascending (staged drafts show only under their own
+    /// version; every version while none is published).
     pub versions: Vec<u32>,
-    /// The version asked about (the serving one when none was named).
+    /// The version asked about (the serving one when none was named: a staged draft
+    /// never stands for the model).
     pub version: FunctionVersion,
-    /// Whether that version can serve now (the serving one is loaded, or it can be loaded).
+    /// Whether that version can serve now: it is published (the serving one, loaded or
+    /// loadable, or an older one), and the server is ready. A staged draft is not.
     pub ready: bool,
     /// Its declared signature, if any.
     pub signature: Option<Signature>,
@@ -128,8 +131,9 @@ pub async fn model(
     let (platform, tenant, name) = (platform.clone(), tenant.to_owned(), name.to_owned());
     tokio::task::spawn_blocking(move || {
         let info = platform.function_info(&tenant, &name)?;
+        let record = &info.record;
         let version = match version {
-            None => info.record.latest().clone(),
+            None => record.serving().unwrap_or_else(|| record.latest()).clone(),
             Some(v) => platform.registry().get_version(&tenant, &name, v)?,
         };
         // The serving version's signature is in memory; another's is read from its component.
@@ -137,14 +141,12 @@ pub async fn model(
             Some(loaded) => loaded.signature.as_deref().cloned(),
             None => read_signature(&platform.registry().read_blob(&version.component.digest)?)?,
         };
-        let serving = info.loaded.as_ref().is_some_and(|l| l.version == version.version);
-        let older = version.version < info.record.latest().version;
-        Ok(ModelInfo {
-            versions: info.record.versions.iter().map(|v| v.version).collect(),
-            ready: platform.is_ready() && (serving || older),
-            version,
-            signature,
-        })
+        let published: Vec<u32> = record.versions.iter().filter(|v| !v.staged).map(|v| v.version).collect();
+        let versions = match published.is_empty() {
+            true => record.versions.iter().map(|v| v.version).collect(),
+            false => published,
+        };
+        Ok(ModelInfo { versions, ready: platform.is_ready() && !version.staged, version, signature })
     })
     .await
     .map_err(|e| PlatformError::internal("reading a model", e))?

@@ -7,6 +7,7 @@
 use sluice_host_api::Code;
 use sluice_registry::RegistryError;
 
+use super::OverQuota;
 use crate::engine::{ComponentError, InvokeError};
 
 /// Which concurrency limit refused an invocation.
@@ -47,6 +48,11 @@ pub enum PlatformError {
     /// No device has room for the function's weights.
     #[error("{0}")]
     NoDeviceCapacity(String),
+    /// A version's weights do not fit in its tenant's device-memory quota (checked
+    /// before they are placed): 413 when the version alone is larger than the quota,
+    /// else 429 `quota_exceeded`.
+    #[error("{0}")]
+    WeightsOverQuota(OverQuota),
     /// A bug or an environment failure; the message is for the operator's log.
     #[error("internal error: {0}")]
     Internal(String),
@@ -64,6 +70,8 @@ impl PlatformError {
             PlatformError::Overloaded { scope: LimitScope::Global, .. } => Code::ConcurrencyLimit,
             PlatformError::ShuttingDown => Code::ShuttingDown,
             PlatformError::NoDeviceCapacity(_) => Code::InsufficientDeviceMemory,
+            PlatformError::WeightsOverQuota(o) if o.never_fits() => Code::PayloadTooLarge,
+            PlatformError::WeightsOverQuota(_) => Code::QuotaExceeded,
             PlatformError::Internal(_) => Code::Internal,
         }
     }
@@ -79,7 +87,8 @@ impl PlatformError {
             | PlatformError::InvalidRequest(_)
             | PlatformError::Overloaded { .. }
             | PlatformError::ShuttingDown
-            | PlatformError::NoDeviceCapacity(_) => false,
+            | PlatformError::NoDeviceCapacity(_)
+            | PlatformError::WeightsOverQuota(_) => false,
         }
     }
 

@@ -8,6 +8,13 @@
 //! [`Platform::warm_up`] loads every function's newest version from its stored compiled
 //! form, compiling (and storing) only where none exists for this engine; the two paths
 //! are counted separately in [`super::Status`].
+//!
+//! A version requested by number that does not serve (an old one, or a staged draft) is
+//! loaded once and kept among its tenant's few other versions (`super::cache`). Every
+//! version's weights are charged to its tenant's [`super::weights::WeightLedger`] before
+//! they are placed on a device: a tenant's artifacts never take more device room than
+//! its quota. An artifact upload is refused while it streams, before it is stored, once
+//! the version it would make could not be placed within the quota.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -19,6 +26,8 @@ use serde::Serialize;
 use sluice_registry::{FunctionOptions, FunctionRecord, FunctionSummary, FunctionVersion, validate_function_name};
 use wasmtime::component::Component;
 
+use super::cache::LoadTicket;
+use super::weights::WeightCharge;
 use super::{Platform, PlatformError, Result};
 use crate::engine::{ArtifactSet, ArtifactStats, FunctionImage, FunctionLimits, Signature, read_signature};
 use crate::scheduler::Placement;
@@ -33,6 +42,8 @@ pub struct LoadedFunction {
     pub(crate) image: FunctionImage,
     /// The device it runs on, holding room for its weights there.
     pub(crate) placement: Placement,
+    /// Its weight bytes, charged to its tenant's ledger while it is placed.
+    pub(crate) weights: WeightCharge,
 }
 
 impl LoadedFunction {
@@ -76,14 +87,15 @@ impl Platform {
         let mut report = WarmReport::default();
         for summary in self.registry.all_functions()? {
             let Some(v) = &summary.serving else { continue }; // only staged versions: nothing serves
-            match self.component_for(v).and_then(|(c, compiled)| Ok((self.load(v, c)?, compiled))) {
+            let ticket = self.functions.begin_load();
+            match self.component_for(v).and_then(|(c, compiled)| Ok((self.load(v, c, true)?, compiled))) {
                 Ok((loaded, compiled)) => {
                     if compiled {
                         report.compiled += 1;
                     } else {
                         report.from_cache += 1;
                     }
-                    self.install(loaded);
+                    self.install(loaded, &ticket);
                 }
                 Err(e) => {
                     report.failed += 1;
@@ -105,9 +117,10 @@ impl Platform {
         wasm: &[u8],
         options: FunctionOptions,
     ) -> Result<Arc<LoadedFunction>> {
+        let ticket = self.functions.begin_load();
         let (v, compiled) = self.store(tenant, name, wasm, options, false)?;
-        let loaded = self.load(&v, self.deserialize(&compiled)?)?;
-        self.install(loaded.clone());
+        let loaded = self.load(&v, self.deserialize(&compiled)?, true)?;
+        self.install(loaded.clone(), &ticket);
         Ok(loaded)
     }
 
@@ -120,15 +133,11 @@ impl Platform {
     /// Makes the staged `version` of `tenant/name` serve.
     #[tracing::instrument(name = "sluice_platform.publish", skip(self), err(level = "debug", Display))]
     pub fn publish(&self, tenant: &str, name: &str, version: u32) -> Result<Arc<LoadedFunction>> {
+        let ticket = self.functions.begin_load();
         let v = self.registry.publish(tenant, name, version)?;
-        self.serve_version(v)
-    }
-
-    /// Loads `v` (from its stored compiled form) and makes it the serving version.
-    fn serve_version(&self, v: FunctionVersion) -> Result<Arc<LoadedFunction>> {
         let (component, _) = self.component_for(&v)?;
-        let loaded = self.load(&v, component)?;
-        self.install(loaded.clone());
+        let loaded = self.load(&v, component, true)?;
+        self.install(loaded.clone(), &ticket);
         Ok(loaded)
     }
 
@@ -167,7 +176,14 @@ impl Platform {
     /// new version that serves at once.
     #[tracing::instrument(name = "sluice_platform.put_artifact", skip(self, reader), err(level = "debug", Display))]
     pub fn put_artifact(&self, tenant: &str, name: &str, artifact: &str, reader: impl Read) -> Result<FunctionVersion> {
-        let v = self.registry.put_artifact_reader(tenant, name, artifact, reader)?;
+        let ticket = self.functions.begin_load();
+        let budget = self.artifact_budget(tenant, name, artifact)?;
+        let mut reader = QuotaReader { inner: reader, read: 0, budget, refused: None };
+        let stored = self.registry.put_artifact_reader(tenant, name, artifact, &mut reader);
+        if let Some(refused) = reader.refused {
+            return Err(PlatformError::WeightsOverQuota(refused));
+        }
+        let v = stored?;
         if v.staged {
             return Ok(v);
         }
@@ -182,9 +198,34 @@ impl Platform {
             }
             None => self.component_for(&v)?.0,
         };
-        let loaded = self.load(&v, component)?;
-        self.install(loaded);
+        let loaded = self.load(&v, component, true)?;
+        self.install(loaded, &ticket);
         Ok(v)
+    }
+
+    /// What an upload of `artifact` to `tenant/name` may hold before the version it
+    /// makes (the newest one's artifacts plus it) could not be placed within the
+    /// tenant's quota; `None`: no quota.
+    fn artifact_budget(&self, tenant: &str, name: &str, artifact: &str) -> Result<Option<UploadBudget>> {
+        let record = match self.registry.get_function(tenant, name) {
+            Ok(r) => r,
+            Err(_) => return Ok(None), // the registry says what is wrong, before reading the body
+        };
+        let latest = record.latest();
+        let kept: u64 = latest.artifacts.iter().filter(|(n, _)| n.as_str() != artifact).map(|(_, b)| b.size).sum();
+        let tenant_rt = self.tenant_runtime(tenant)?;
+        let Some(quota) = tenant_rt.policy.memory_quota_bytes else { return Ok(None) };
+        // A staged draft is placed only once published: only the quota itself bounds it now.
+        let room = if latest.staged {
+            quota
+        } else {
+            // The version it replaces goes, and the tenant's other versions give way (`load`).
+            let held = |l: &Arc<LoadedFunction>| l.weights.bytes_in(&tenant_rt.weights);
+            let replacing = self.cached(tenant, name).as_ref().map_or(0, held);
+            let evictable: u64 = self.functions.others(tenant).iter().map(held).sum();
+            tenant_rt.weights.room(replacing + evictable).unwrap_or(quota)
+        };
+        Ok(Some(UploadBudget { kept, quota, room }))
     }
 
     /// A tenant's functions, each with its newest version.
@@ -199,7 +240,8 @@ impl Platform {
         Ok(FunctionInfo { record, loaded })
     }
 
-    /// Deletes a function with all its versions; in-flight invocations finish.
+    /// Deletes a function with all its versions; in-flight invocations finish. A load of
+    /// it that began before never installs (see `super::cache`).
     #[tracing::instrument(name = "sluice_platform.delete_function", skip(self), err(level = "debug", Display))]
     pub fn delete_function(&self, tenant: &str, name: &str) -> Result<()> {
         self.registry.delete_function(tenant, name)?;
@@ -214,35 +256,47 @@ impl Platform {
         if let Some(l) = self.cached(tenant, name) {
             return Ok(l);
         }
+        let ticket = self.functions.begin_load();
         let v = self.registry.latest_version(tenant, name)?;
         let (component, _) = self.component_for(&v)?;
-        let loaded = self.load(&v, component)?;
-        self.install(loaded.clone());
+        let loaded = self.load(&v, component, true)?;
+        self.install(loaded.clone(), &ticket);
         Ok(loaded)
     }
 
-    /// Version `version` of `tenant/name` (the serving one, or `None`): from the cache
-    /// when it is the serving version, else loaded for this call only (not cached).
+    /// Version `version` of `tenant/name` (the serving one, or `None`): the serving
+    /// version from the cache; another one from the tenant's other versions, loaded
+    /// and kept there if it is not among them (see `super::cache`).
     pub(crate) fn loaded_version(&self, tenant: &str, name: &str, version: Option<u32>) -> Result<Arc<LoadedFunction>> {
-        let serving = self.loaded(tenant, name)?;
-        match version {
-            None => Ok(serving),
-            Some(v) if v == serving.version.version => Ok(serving),
-            Some(v) => {
-                let v = self.registry.get_version(tenant, name, v)?;
-                let (component, _) = self.component_for(&v)?;
-                self.load(&v, component)
-            }
+        let Some(wanted) = version else { return self.loaded(tenant, name) };
+        if let Some(l) = self.cached(tenant, name).filter(|l| l.version.version == wanted) {
+            return Ok(l);
         }
+        if let Some(l) = self.functions.get_other(tenant, name, wanted) {
+            return Ok(l);
+        }
+        let ticket = self.functions.begin_load();
+        let v = self.registry.get_version(tenant, name, wanted)?;
+        let serving = self.registry.latest_version(tenant, name).ok().map(|s| s.version);
+        if serving == Some(wanted) {
+            return self.loaded(tenant, name);
+        }
+        let (component, _) = self.component_for(&v)?;
+        let loaded = self.load(&v, component, false)?;
+        self.functions.keep_other(loaded.clone(), self.config.old_versions_per_tenant, &ticket);
+        Ok(loaded)
     }
 
     pub(crate) fn cached(&self, tenant: &str, name: &str) -> Option<Arc<LoadedFunction>> {
         self.functions.get(tenant, name)
     }
 
-    /// Makes `loaded` the serving version unless a newer one is already installed.
-    fn install(&self, loaded: Arc<LoadedFunction>) {
-        self.functions.install(loaded);
+    /// Makes `loaded` the serving version unless a newer one is already installed or
+    /// its function was removed since `ticket` was taken.
+    fn install(&self, loaded: Arc<LoadedFunction>, ticket: &LoadTicket<'_>) {
+        if !self.functions.install(loaded, ticket) {
+            tracing::debug!("a load raced a delete: not installed");
+        }
     }
 
     pub(crate) fn forget_tenant(&self, tenant: &str) {
@@ -286,21 +340,34 @@ impl Platform {
     }
 
     /// Pre-instantiates `component` as version `v`, with one artifact set (shared weights)
-    /// charged to the tenant.
-    fn load(&self, v: &FunctionVersion, component: Component) -> Result<Arc<LoadedFunction>> {
+    /// charged to the tenant; `serving`: it is to replace the serving version.
+    fn load(&self, v: &FunctionVersion, component: Component, serving: bool) -> Result<Arc<LoadedFunction>> {
         let signature = read_signature(&self.registry.read_blob(&v.component.digest)?)?.map(Arc::new);
         let tenant = self.tenant_runtime(&v.tenant)?;
         let files: HashMap<_, _> =
             v.artifacts.iter().map(|(name, blob)| (name.clone(), self.registry.blob_path(&blob.digest))).collect();
-        // Weights count once, against the tenant's quota, on the device chosen here.
+        // Weights count once, against the tenant's quota, on the device chosen here: the
+        // quota first, so the device's room is never promised past it.
         let weight_bytes = v.artifacts.values().map(|b| b.size).sum();
+        let replacing = match serving {
+            true => self.cached(&v.tenant, &v.function).map_or(0, |l| l.weights.bytes_in(&tenant.weights)),
+            false => 0,
+        };
+        let weights = match tenant.weights.charge(weight_bytes, replacing) {
+            Ok(charge) => charge,
+            // The tenant's other versions give way to what it asks for now.
+            Err(_) if self.functions.evict_other_versions(&v.tenant) > 0 => {
+                tenant.weights.charge(weight_bytes, replacing).map_err(PlatformError::WeightsOverQuota)?
+            }
+            Err(refused) => return Err(PlatformError::WeightsOverQuota(refused)),
+        };
         let placement = self.devices.place(weight_bytes).map_err(|e| PlatformError::NoDeviceCapacity(e.to_string()))?;
         let artifacts = ArtifactSet::new(files, tenant.account.clone());
         let mut limits =
             FunctionLimits { timeout: Duration::from_millis(v.options.timeout_ms), ..FunctionLimits::default() };
         limits.sandbox.memory_bytes = usize::try_from(v.options.memory_limit_bytes).unwrap_or(usize::MAX);
         let image = self.engine.prepare(v.function.clone(), &component, artifacts, limits)?;
-        Ok(Arc::new(LoadedFunction { version: v.clone(), signature, component, image, placement }))
+        Ok(Arc::new(LoadedFunction { version: v.clone(), signature, component, image, placement, weights }))
     }
 
     /// Reclaims unreferenced blobs; failures are only logged.
@@ -308,5 +375,41 @@ impl Platform {
         if let Err(e) = self.registry.gc() {
             tracing::warn!(error = %e, "registry gc failed");
         }
+    }
+}
+
+/// What an artifact upload may hold (see [`Platform::artifact_budget`]).
+#[derive(Clone, Copy)]
+struct UploadBudget {
+    /// Bytes of the version's other artifacts.
+    kept: u64,
+    /// The tenant's quota.
+    quota: u64,
+    /// What the version may place now.
+    room: u64,
+}
+
+/// An upload's reader that stops (and says why) once the version it makes could not be
+/// placed within its tenant's quota, so the blob is never stored.
+struct QuotaReader<R> {
+    inner: R,
+    read: u64,
+    budget: Option<UploadBudget>,
+    refused: Option<super::OverQuota>,
+}
+
+impl<R: Read> Read for QuotaReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        if let Some(b) = self.budget {
+            let needed = b.kept.saturating_add(self.read);
+            if needed > b.room {
+                let placed = b.quota.saturating_sub(b.room);
+                self.refused = Some(super::OverQuota { needed, quota: b.quota, placed });
+                return Err(std::io::Error::other("the artifact does not fit in the tenant's device-memory quota"));
+            }
+        }
+        Ok(n)
     }
 }

@@ -1,9 +1,10 @@
-//! Invocations: admission control ([`super::admission`]), then one run in a fresh or
-//! warm instance.
+//! Invocations: admission control ([`super::admission`]), then the version's load if it
+//! is not loaded, then one run in a fresh or warm instance.
 //!
 //! Admission takes a permit from the tenant's limit and then from the server's without
 //! waiting, so a full server answers "retry later" (429) at once rather than building
-//! an unbounded queue. The guest runs on a blocking thread (one per
+//! an unbounded queue; it comes before anything is loaded, so a refused request costs
+//! no compilation, no instantiation and no weights. The guest runs on a blocking thread (one per
 //! in-flight invocation, bounded by the global limit), so a guest that spins until its
 //! deadline never stalls the HTTP workers.
 
@@ -113,7 +114,17 @@ impl Platform {
         if self.shutting_down.load(Ordering::Acquire) {
             return Err(PlatformError::ShuttingDown);
         }
-        let cached = self.cached(tenant, name).filter(|f| options.version.is_none_or(|v| v == f.version.version));
+        let tenant_rt = self.tenant_runtime(tenant)?;
+        let _admitted = admit(&tenant_rt.concurrency, &self.global)?;
+        self.counters.in_flight.fetch_add(1, Ordering::Relaxed);
+        let _in_flight = InFlight(self);
+        let cached = match options.version {
+            None => self.cached(tenant, name),
+            Some(v) => self
+                .cached(tenant, name)
+                .filter(|f| f.version.version == v)
+                .or_else(|| self.functions.get_other(tenant, name, v)),
+        };
         let function = match cached {
             Some(f) => f,
             None => {
@@ -126,10 +137,6 @@ impl Platform {
         if let Some(check) = options.check {
             check(&function, &inputs)?;
         }
-        let tenant_rt = self.tenant_runtime(tenant)?;
-        let _admitted = admit(&tenant_rt.concurrency, &self.global)?;
-        self.counters.in_flight.fetch_add(1, Ordering::Relaxed);
-        let _in_flight = InFlight(self);
         // Dropping this future (its caller went away) stops the invocation.
         let cancel = Cancel::default();
         let _cancel_on_drop = CancelOnDrop(cancel.clone());

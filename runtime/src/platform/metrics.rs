@@ -28,6 +28,8 @@
 //! | `sluice_device_resets_total` (losses of the device, each failing the work in flight, then a reset) | counter | `device` |
 //! | `sluice_tenant_device_seconds_total` | counter | `device`, `tenant`, `class` |
 //! | `sluice_tenant_memory_used_bytes`, `sluice_tenant_memory_quota_bytes` | gauge | `tenant` |
+//! | `sluice_tenant_weights_placed_bytes` (artifact bytes its loaded versions placed, within its quota) | gauge | `tenant` |
+//! | `sluice_tenant_old_versions_loaded` (non-serving versions kept loaded) | gauge | `tenant` |
 //!
 //! Label values are bounded: tenants and functions exist in the registry (an invocation
 //! of a name that is not deployed counts under `function="(unknown)"`), outcomes are the
@@ -284,6 +286,11 @@ impl Metrics {
         gauge(&mut r, "tenant_memory_used", "Device memory a tenant holds", Some(Unit::Bytes), used);
         let quota = tenants().filter_map(|(l, t)| Some((l, t.memory_quota_bytes?)));
         gauge(&mut r, "tenant_memory_quota", "A tenant's device-memory quota", Some(Unit::Bytes), quota);
+        let placed = tenants().map(|(l, t)| (l, t.weights_placed_bytes));
+        let help = "Artifact bytes a tenant's loaded versions placed on devices";
+        gauge(&mut r, "tenant_weights_placed", help, Some(Unit::Bytes), placed);
+        let old = tenants().map(|(l, t)| (l, t.old_versions_loaded as u64));
+        gauge(&mut r, "tenant_old_versions_loaded", "Non-serving versions a tenant keeps loaded", None, old);
 
         let mut out = String::new();
         text::encode(&mut out, &r).expect("writing to a String cannot fail");

@@ -5,7 +5,10 @@
 //! concurrency limit per tenant, and a server-wide concurrency limit.
 //!
 //! - `cache`: the loaded functions (the newest version of each `(tenant, name)`,
-//!   compiled, pre-instantiated and with its shared weights);
+//!   compiled, pre-instantiated and with its shared weights, and a few other versions
+//!   per tenant); a load racing a delete never installs;
+//! - `weights`: each tenant's placed weights, bounded by its device-memory quota;
+//! - `revocation`: open streams and feeds check their key again after a revocation;
 //! - `admission`: the concurrency limits (a full server answers 429 at once instead
 //!   of queueing);
 //! - `functions`: deploy (validate → precompile → durable store → load), artifacts,
@@ -31,8 +34,10 @@ mod invoke;
 mod live;
 mod metrics;
 mod policy;
+mod revocation;
 mod stats;
 mod tenants;
+mod weights;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -58,8 +63,11 @@ pub use invoke::{Invocation, InvokeOptions, UNKNOWN_FUNCTION};
 pub use live::{FunctionLatency, LiveKernels, LiveStatus, OTHER_TENANT, QueueDepth, TenantMemory};
 pub use metrics::{DURATION_BUCKETS, Metrics};
 pub use policy::{TenantPolicy, TenantView, clamp_class, clamp_weight, merge_settings};
+pub use revocation::KeyCheck;
 pub use stats::{FunctionStats, Timed};
 pub use tenants::IssuedKey;
+pub use weights::OverQuota;
+use weights::WeightLedger;
 
 /// Settings of a platform instance.
 #[derive(Clone, Debug)]
@@ -85,7 +93,13 @@ pub struct PlatformConfig {
     /// How long batch-class guests stay paused after the last latency-class invocation
     /// ends (`EngineConfig::latency_linger`).
     pub latency_linger: Duration,
+    /// Non-serving versions (`/versions/{v}` of an old version or a staged draft) each
+    /// tenant keeps loaded, most recently used first; 0 loads one for every request.
+    pub old_versions_per_tenant: usize,
 }
+
+/// Default of [`PlatformConfig::old_versions_per_tenant`].
+pub const DEFAULT_OLD_VERSIONS_PER_TENANT: usize = 2;
 
 /// Default of [`PlatformConfig::default_memory_quota_bytes`]: quotas are on by default.
 pub const DEFAULT_TENANT_MEMORY_QUOTA_BYTES: u64 = 4 << 30;
@@ -102,6 +116,7 @@ impl Default for PlatformConfig {
             warm_instances_per_function: EngineConfig::default().warm_instances_per_function,
             latency_linger: EngineConfig::default().latency_linger,
             default_memory_quota_bytes: Some(DEFAULT_TENANT_MEMORY_QUOTA_BYTES),
+            old_versions_per_tenant: DEFAULT_OLD_VERSIONS_PER_TENANT,
         }
     }
 }
@@ -111,6 +126,8 @@ impl Default for PlatformConfig {
 pub(crate) struct TenantRuntime {
     pub(crate) account: Arc<MemoryAccount>,
     pub(crate) concurrency: ConcurrencyLimit,
+    /// The weight bytes its loaded versions placed on devices, within its quota.
+    pub(crate) weights: Arc<WeightLedger>,
     /// The policy in force (settings with the server's defaults).
     pub(crate) policy: TenantPolicy,
 }
@@ -201,6 +218,10 @@ pub struct TenantUsage {
     pub in_flight: u64,
     pub weight: u32,
     pub max_priority: PriorityClass,
+    /// Artifact bytes its loaded versions placed on devices (within its memory quota).
+    pub weights_placed_bytes: u64,
+    /// Its non-serving versions kept loaded (at most `old_versions_per_tenant`).
+    pub old_versions_loaded: usize,
 }
 
 /// The service. Share it as `Arc<Platform>`.
@@ -219,6 +240,8 @@ pub struct Platform {
     shutting_down: AtomicBool,
     started: Instant,
     guest_threads: GuestThreads,
+    /// Keys revoked and tenants deleted since the start (see `revocation`).
+    revocations: AtomicU64,
 }
 
 impl Platform {
@@ -260,6 +283,7 @@ impl Platform {
             shutting_down: AtomicBool::new(false),
             started: Instant::now(),
             guest_threads: GuestThreads::default(),
+            revocations: AtomicU64::new(0),
         });
         heap::trim_when_idle(&platform);
         Ok(platform)
@@ -349,6 +373,8 @@ impl Platform {
                 in_flight: t.concurrency.in_use() as u64,
                 weight: t.policy.weight,
                 max_priority: t.policy.max_priority,
+                weights_placed_bytes: t.weights.placed(),
+                old_versions_loaded: self.functions.other_versions(id),
             })
             .collect();
         usage.sort_by(|a, b| a.tenant.cmp(&b.tenant));
@@ -397,6 +423,7 @@ impl Platform {
         let runtime = Arc::new(TenantRuntime {
             account: MemoryAccount::new(format!("tenant {tenant:?}"), policy.memory_quota_bytes, None),
             concurrency: ConcurrencyLimit::new(LimitScope::Tenant, policy.max_concurrency),
+            weights: WeightLedger::new(policy.memory_quota_bytes),
             policy,
         });
         Ok(self.tenants.lock().entry(tenant.to_owned()).or_insert(runtime).clone())

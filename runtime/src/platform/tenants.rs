@@ -70,9 +70,10 @@ impl Platform {
         Ok(tenant)
     }
 
-    /// Deletes a tenant with its keys and functions.
+    /// Deletes a tenant with its keys and functions; its open streams end.
     pub fn delete_tenant(&self, id: &str) -> Result<()> {
         self.registry.delete_tenant(id)?;
+        self.revoked();
         self.forget_tenant(id);
         self.collect_garbage();
         Ok(())
@@ -89,8 +90,10 @@ impl Platform {
         Ok(self.registry.list_tenant_keys(tenant)?)
     }
 
-    /// Revokes one of a tenant's keys.
+    /// Revokes one of a tenant's keys; streams and feeds open with it end (see `revocation`).
     pub fn revoke_key(&self, tenant: &str, key_id: &str) -> Result<KeyInfo> {
-        Ok(self.registry.revoke_tenant_key(tenant, key_id)?)
+        let revoked = self.registry.revoke_tenant_key(tenant, key_id)?;
+        self.revoked();
+        Ok(revoked)
     }
 }

@@ -3,7 +3,9 @@
 //! [`Caller`] accepts any valid key, [`TenantCaller`] only a tenant's key (the admin key
 //! gets 403: it manages tenants and owns no functions), [`AdminCaller`] only the admin
 //! key (a tenant key gets 403). A missing or unknown key is 401. Keys are looked up by
-//! their sha256 in the registry; plaintext keys are never stored.
+//! their sha256 in the registry; plaintext keys are never stored. [`StreamCaller`] is
+//! [`Caller`] for a response that stays open (a live feed): it keeps a [`KeyCheck`] to
+//! end the stream once the key is revoked.
 
 use std::sync::Arc;
 
@@ -13,10 +15,13 @@ use axum::http::request::Parts;
 use sluice_registry::Principal;
 
 use super::error::HttpError;
-use crate::platform::Platform;
+use crate::platform::{KeyCheck, Platform};
 
 /// Any authenticated caller.
 pub struct Caller(pub Principal);
+
+/// Any authenticated caller of a stream, with its key to check again while it is open.
+pub struct StreamCaller(pub KeyCheck);
 
 /// A tenant, by id.
 pub struct TenantCaller(pub String);
@@ -28,20 +33,37 @@ impl FromRequestParts<Arc<Platform>> for Caller {
     type Rejection = HttpError;
 
     async fn from_request_parts(parts: &mut Parts, platform: &Arc<Platform>) -> Result<Self, HttpError> {
-        let Some(value) = parts.headers.get(AUTHORIZATION) else {
-            return Err(HttpError::unauthorized("missing API key: send `Authorization: Bearer <key>`"));
-        };
-        let key = value
-            .to_str()
-            .ok()
-            .and_then(bearer_token)
-            .filter(|k| !k.is_empty())
-            .ok_or_else(|| HttpError::unauthorized("malformed Authorization header: expected `Bearer <key>`"))?;
-        match platform.authenticate(key)? {
+        match platform.authenticate(key_of(parts)?)? {
             Some(principal) => Ok(Caller(principal)),
-            None => Err(HttpError::unauthorized("unknown or revoked API key")),
+            None => Err(HttpError::unauthorized(UNKNOWN_KEY)),
         }
     }
+}
+
+impl FromRequestParts<Arc<Platform>> for StreamCaller {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, platform: &Arc<Platform>) -> Result<Self, HttpError> {
+        match platform.authenticate_stream(key_of(parts)?)? {
+            Some(check) => Ok(StreamCaller(check)),
+            None => Err(HttpError::unauthorized(UNKNOWN_KEY)),
+        }
+    }
+}
+
+const UNKNOWN_KEY: &str = "unknown or revoked API key";
+
+/// The key of the request's `Authorization: Bearer <key>` header.
+fn key_of(parts: &Parts) -> Result<&str, HttpError> {
+    let Some(value) = parts.headers.get(AUTHORIZATION) else {
+        return Err(HttpError::unauthorized("missing API key: send `Authorization: Bearer <key>`"));
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(bearer_token)
+        .filter(|k| !k.is_empty())
+        .ok_or_else(|| HttpError::unauthorized("malformed Authorization header: expected `Bearer <key>`"))
 }
 
 /// The token of an `Authorization: Bearer <token>` value; the scheme is

@@ -7,7 +7,8 @@
 //! batch: the records since the last one). While a feed is open the device records
 //! its kernels; the feed pulls them, so the scheduler never waits for a watcher. Each
 //! feed buffers at most [`BUFFERED_EVENTS`] events for its client: a client that falls
-//! that far behind is disconnected, and may reconnect.
+//! that far behind is disconnected, and may reconnect. A feed whose key is revoked ends
+//! with an `error` event (`{"code": "unauthorized", ...}`).
 //!
 //! [`LiveStatus`]: crate::platform::LiveStatus
 //! [`LiveKernels`]: crate::platform::LiveKernels
@@ -19,14 +20,13 @@ use std::time::Duration;
 use axum::extract::{Path, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use sluice_host_api::Code;
-use sluice_registry::Principal;
 use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::auth::Caller;
+use super::auth::StreamCaller;
 use super::error::HttpError;
-use crate::platform::Platform;
+use crate::platform::{KeyCheck, Platform};
 
 /// How often new kernel records are sent.
 pub const KERNELS_EVERY: Duration = Duration::from_millis(100);
@@ -41,7 +41,7 @@ pub const BUFFERED_EVENTS: usize = 32;
 /// `GET /v1/devices/{index}/live`.
 pub async fn feed(
     State(platform): State<Arc<Platform>>,
-    Caller(viewer): Caller,
+    StreamCaller(key): StreamCaller,
     Path(index): Path<usize>,
 ) -> Result<Sse<impl tokio_stream::Stream<Item = Result<Event, Infallible>>>, HttpError> {
     let Some(queue) = platform.device_queue(index) else {
@@ -52,27 +52,34 @@ pub async fn feed(
     let (tx, rx) = mpsc::channel(BUFFERED_EVENTS);
     tokio::spawn(async move {
         let _watch = watch;
-        pump(&platform, &viewer, index, &tx).await;
+        pump(&platform, key, index, &tx).await;
     });
     Ok(Sse::new(ReceiverStream::new(rx).map(Ok)).keep_alive(KeepAlive::default()))
 }
 
-/// Sends a feed's events until its client is gone or too far behind.
-async fn pump(platform: &Platform, viewer: &Principal, index: usize, tx: &mpsc::Sender<Event>) {
+/// Sends a feed's events until its client is gone or too far behind, or its key revoked.
+async fn pump(platform: &Platform, mut key: KeyCheck, index: usize, tx: &mpsc::Sender<Event>) {
+    let viewer = key.principal().clone();
     let mut tick = tokio::time::interval(KERNELS_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let status_every = (STATUS_EVERY.as_millis() / KERNELS_EVERY.as_millis()).max(1) as u64;
     let (mut since, mut ticks) = (0, 0u64);
     loop {
         tick.tick().await;
+        if !platform.still_valid(&mut key) {
+            let revoked =
+                serde_json::json!({ "code": Code::Unauthorized.as_str(), "error": "the API key was revoked" });
+            send(tx, event("error", &revoked));
+            return;
+        }
         if ticks.is_multiple_of(status_every) {
-            let Some(status) = platform.live_status(viewer, index).await else { return };
+            let Some(status) = platform.live_status(&viewer, index).await else { return };
             if !send(tx, event("status", &status)) {
                 return;
             }
         }
         ticks += 1;
-        let Some((batch, next)) = platform.live_kernels(viewer, index, since).await else { return };
+        let Some((batch, next)) = platform.live_kernels(&viewer, index, since).await else { return };
         since = next;
         if (!batch.records.is_empty() || batch.missed > 0) && !send(tx, event("kernels", &batch)) {
             return;

@@ -180,8 +180,8 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<tonic::Streaming<ModelInferRequest>>,
     ) -> Result<Response<Self::ModelStreamInferStream>, Status> {
-        let tenant = auth::tenant(&self.platform, request.metadata())?;
-        Ok(Response::new(super::stream::respond(self.platform.clone(), tenant, request.into_inner())))
+        let (tenant, key) = auth::stream_tenant(&self.platform, request.metadata())?;
+        Ok(Response::new(super::stream::respond(self.platform.clone(), tenant, key, request.into_inner())))
     }
 
     async fn model_config(

@@ -3,7 +3,9 @@
 //! the function emits is sent at once as a `ModelInferResponse` with the parameter
 //! `triton_final_response` false, then the final outputs with it true, or an
 //! `error_message` (the stream goes on with the next request). When the client closes
-//! the stream, the invocation running is cancelled.
+//! the stream, the invocation running is cancelled. The key is checked again before
+//! each request and each response: once it is revoked, the stream ends with
+//! UNAUTHENTICATED and the invocation running is cancelled.
 
 use std::sync::Arc;
 
@@ -11,11 +13,12 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
+use super::auth::unknown_key;
 use super::proto::{ModelInferRequest, ModelInferResponse, ModelStreamInferResponse, infer_parameter};
 use super::status::{bad_request, platform_status};
 use super::tensors::{self, model_ref};
 use crate::oip::{InferResponse, InferTiming, Parameters};
-use crate::platform::Platform;
+use crate::platform::{KeyCheck, Platform};
 use crate::server::streamed::{self, StreamEvent};
 
 /// The parameter that tells a chunk (false) from the final response (true).
@@ -28,17 +31,31 @@ const RESPONSES_BUFFERED: usize = 4;
 pub fn respond(
     platform: Arc<Platform>,
     tenant: String,
+    mut key: KeyCheck,
     mut requests: Streaming<ModelInferRequest>,
 ) -> ReceiverStream<Result<ModelStreamInferResponse, Status>> {
     let (tx, rx) = mpsc::channel(RESPONSES_BUFFERED);
     tokio::spawn(async move {
         while let Ok(Some(request)) = requests.message().await {
-            if !run_one(&platform, &tenant, request, &tx).await {
+            if !run_one(&platform, &tenant, &mut key, request, &tx).await {
                 return;
             }
         }
     });
     ReceiverStream::new(rx)
+}
+
+/// Ends the stream with UNAUTHENTICATED if its key was revoked; false then.
+async fn key_valid(
+    platform: &Platform,
+    key: &mut KeyCheck,
+    tx: &mpsc::Sender<Result<ModelStreamInferResponse, Status>>,
+) -> bool {
+    if platform.still_valid(key) {
+        return true;
+    }
+    let _ = tx.send(Err(unknown_key())).await;
+    false
 }
 
 fn error(message: String) -> ModelStreamInferResponse {
@@ -52,13 +69,17 @@ fn flagged(mut response: ModelInferResponse, last: bool) -> ModelStreamInferResp
     ModelStreamInferResponse { error_message: String::new(), infer_response: Some(response) }
 }
 
-/// Runs one request, sending its responses; false once the client is gone.
+/// Runs one request, sending its responses; false once the client is gone or the key revoked.
 async fn run_one(
     platform: &Arc<Platform>,
     tenant: &str,
+    key: &mut KeyCheck,
     request: ModelInferRequest,
     tx: &mpsc::Sender<Result<ModelStreamInferResponse, Status>>,
 ) -> bool {
+    if !key_valid(platform, key, tx).await {
+        return false;
+    }
     let (name, id) = (request.model_name.clone(), request.id.clone());
     let decoded = model_ref(&request.model_name, &request.model_version)
         .and_then(|v| Ok((v, tensors::decode_request(request).map_err(|e| bad_request(e.0))?)));
@@ -85,7 +106,8 @@ async fn run_one(
                 Err(e) => error(platform_status(e).message().to_owned()),
             },
         };
-        if tx.send(Ok(response)).await.is_err() {
+        // Returning drops `rest`, which cancels the invocation.
+        if !key_valid(platform, key, tx).await || tx.send(Ok(response)).await.is_err() {
             return false;
         }
         event = rest.recv().await;
