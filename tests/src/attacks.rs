@@ -11,8 +11,8 @@
 //!   threads, the blob store's lock);
 //! - [`Attack::SlotHoard`]: many functions invoked round-robin, each kept warm (the
 //!   instance pool's slots);
-//! - [`Attack::OldVersions`]: invocations of a non-serving version with weights (loads
-//!   and device memory outside the serving cache);
+//! - [`Attack::OldVersions`]: invocations of a non-serving version with 4 MiB of weights
+//!   (version 2 of three: loads and device memory outside the serving cache);
 //! - [`Attack::StatusFlood`]: `GET /v1/status` and live feeds opened and dropped (the
 //!   device actor's time);
 //! - [`Attack::DiskFill`]: ever more artifacts, each new content (disk).
@@ -116,7 +116,7 @@ impl Attack {
                 let path = format!("/v1/functions/hoard-{}/invoke", n as usize % HOARDED_FUNCTIONS);
                 invoke(conn, &path, &fp32_request(&[1.0, 2.0]))
             }
-            Attack::OldVersions => invoke(conn, "/v2/models/old/versions/1/infer", &v2_fp32(&[1.0, 2.0])),
+            Attack::OldVersions => invoke(conn, "/v2/models/old/versions/2/infer", &v2_fp32(&[1.0, 2.0])),
             Attack::StatusFlood if n % 2 == 0 => {
                 let r = conn.request("GET", "/v1/status", key, b"").ok()?;
                 Some((r.status, code_of(&r.body)))
