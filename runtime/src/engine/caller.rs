@@ -181,6 +181,7 @@ impl CallerState {
         let held = match held {
             Ok(held) => held,
             Err(stalled) => {
+                sink.room.count_stall();
                 self.link.cancel.raise();
                 return Err(ApiError::new(
                     ErrorCode::Cancelled,
@@ -246,6 +247,7 @@ mod tests {
         assert_eq!(e.code, ErrorCode::Cancelled);
         assert!(cancel.is_raised() && state.link.gone(), "the invocation is cancelled");
         assert_eq!(room.queued(), counters.peak.load(Ordering::Acquire), "no more than the two that fit");
+        assert_eq!(counters.stalls.load(Ordering::Acquire), 1);
         assert_eq!(state.chunks.count, 2, "the refused chunk is not counted");
     }
 
