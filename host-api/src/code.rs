@@ -78,11 +78,21 @@ pub enum Code {
     /// The caller went away (closed its connection) before the invocation finished; the
     /// invocation was stopped. 499, nginx's "client closed request": nobody reads it but logs.
     Cancelled,
+    /// The tenant called `GET /v1/status` faster than its rate limit allows; retry later.
+    StatusRateLimit,
+    /// The tenant has as many live feeds open as it may; close one or retry later.
+    LiveFeedLimit,
+    /// The tenant's host-memory budget for decoding requests and encoding responses is
+    /// in use by its other requests; retry later.
+    HostMemoryBudget,
+    /// Decoding the request (or encoding its response) needs more host memory than the
+    /// tenant's whole budget: it never fits (send binary tensor data, or less).
+    DecodedTooLarge,
 }
 
 impl Code {
     /// Every code, in declaration order.
-    pub const ALL: [Code; 27] = [
+    pub const ALL: [Code; 31] = [
         Code::InvalidRequest,
         Code::InvalidInput,
         Code::InvalidName,
@@ -110,6 +120,10 @@ impl Code {
         Code::Timeout,
         Code::QuotaExceeded,
         Code::Cancelled,
+        Code::StatusRateLimit,
+        Code::LiveFeedLimit,
+        Code::HostMemoryBudget,
+        Code::DecodedTooLarge,
     ];
 
     /// The code as it appears in error bodies and metric labels (snake_case).
@@ -142,6 +156,10 @@ impl Code {
             Code::Timeout => "timeout",
             Code::QuotaExceeded => "quota_exceeded",
             Code::Cancelled => "cancelled",
+            Code::StatusRateLimit => "status_rate_limit",
+            Code::LiveFeedLimit => "live_feed_limit",
+            Code::HostMemoryBudget => "host_memory_budget",
+            Code::DecodedTooLarge => "decoded_too_large",
         }
     }
 
@@ -154,9 +172,10 @@ impl Code {
             Code::NotFound => 404,
             Code::MethodNotAllowed => 405,
             Code::AlreadyExists => 409,
-            Code::PayloadTooLarge => 413,
+            Code::PayloadTooLarge | Code::DecodedTooLarge => 413,
             Code::UnsupportedMediaType => 415,
             Code::TenantConcurrencyLimit | Code::ConcurrencyLimit | Code::QuotaExceeded => 429,
+            Code::StatusRateLimit | Code::LiveFeedLimit | Code::HostMemoryBudget => 429,
             Code::FunctionFailed
             | Code::FunctionTrapped
             | Code::MemoryLimitExceeded

@@ -21,6 +21,8 @@ use sluice_runtime::scheduler::{
 
 #[path = "scheduler/kernel_log.rs"]
 mod kernel_log;
+#[path = "scheduler/snapshots.rs"]
+mod snapshots;
 #[path = "scheduler/streams.rs"]
 mod streams;
 

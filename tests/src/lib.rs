@@ -296,9 +296,18 @@ impl Server {
         self.put_bytes(&format!("/v1/functions/{name}{q}"), key, function_wasm(function)).expect(201)
     }
 
-    /// `GET /v1/status` with `key`.
+    /// `GET /v1/status` with `key`. A tenant's status calls are rate limited (429
+    /// `status_rate_limit`, `--status-rate-per-s`): a refused call is made again after
+    /// its `Retry-After`.
     pub fn status(&self, key: &str) -> Value {
-        self.get("/v1/status", key).expect(200)
+        loop {
+            let r = self.get("/v1/status", key);
+            if r.status != 429 {
+                return r.expect(200);
+            }
+            let wait = r.headers.get("retry-after").and_then(|s| s.parse().ok()).unwrap_or(1);
+            std::thread::sleep(Duration::from_secs(wait));
+        }
     }
 
     /// Polls `GET /v1/status` with `key` until `done` holds and returns that status. The

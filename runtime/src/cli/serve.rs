@@ -10,8 +10,12 @@ use sluice_registry::PriorityClass;
 
 use crate::device::{DeviceChoice, DeviceSettings, OpenedDevices, open_devices};
 use crate::engine::DEFAULT_LATENCY_LINGER;
-use crate::platform::{DEFAULT_OLD_VERSIONS_PER_TENANT, Platform, PlatformConfig};
-use crate::scheduler::{DEFAULT_KERNEL_LOG, Policy, SchedulerConfig};
+use crate::platform::{
+    DEFAULT_LIVE_FEEDS_PER_TENANT, DEFAULT_OLD_VERSIONS_PER_TENANT, DEFAULT_STATUS_BURST, DEFAULT_STATUS_PER_SECOND,
+    DEFAULT_STREAM_BUFFER_BYTES, DEFAULT_STREAM_STALL, DEFAULT_TENANT_HOST_MEMORY_BYTES, HostMemoryLimits, Platform,
+    PlatformConfig, WatchLimits,
+};
+use crate::scheduler::{DEFAULT_KERNEL_LOG, DEFAULT_STATUS_INTERVAL, Policy, SchedulerConfig};
 use crate::server::{self, BodyLimits};
 
 #[derive(clap::Args, Debug)]
@@ -108,11 +112,42 @@ pub struct ServeArgs {
     /// weights count against the tenant's memory quota. 0: each such request loads one.
     #[arg(long, default_value_t = DEFAULT_OLD_VERSIONS_PER_TENANT)]
     old_versions_per_tenant: usize,
+    /// Milliseconds a device's status snapshot is shared by every caller (`/v1/status`,
+    /// `/metrics`, live feeds) before the device's scheduler computes a new one.
+    #[arg(long, default_value_t = DEFAULT_STATUS_INTERVAL.as_millis() as u64)]
+    status_interval_ms: u64,
+    /// `GET /v1/status` calls a tenant may make per second, sustained (429
+    /// `status_rate_limit` beyond; the admin's key is not limited).
+    #[arg(long, default_value_t = DEFAULT_STATUS_PER_SECOND)]
+    status_rate_per_s: f64,
+    /// `GET /v1/status` calls a tenant may make at once before the rate applies.
+    #[arg(long, default_value_t = DEFAULT_STATUS_BURST)]
+    status_burst: u32,
+    /// Live feeds (`/v1/devices/{index}/live`) a tenant may have open at once (429
+    /// `live_feed_limit` beyond).
+    #[arg(long, default_value_t = DEFAULT_LIVE_FEEDS_PER_TENANT)]
+    max_live_feeds_per_tenant: u32,
+    /// Host memory (KiB) one tenant's requests may hold at once for their bodies,
+    /// decoded inputs and encoded responses (413 `decoded_too_large` for a request
+    /// that alone needs more, 429 `host_memory_budget` while its others hold the rest).
+    #[arg(long, default_value_t = DEFAULT_TENANT_HOST_MEMORY_BYTES >> 10)]
+    tenant_host_memory_kib: u64,
+    /// Bytes (KiB) one streamed invocation may have queued towards a slow client; the
+    /// function's `emit` waits beyond.
+    #[arg(long, default_value_t = DEFAULT_STREAM_BUFFER_BYTES >> 10)]
+    stream_buffer_kib: u64,
+    /// Milliseconds a streamed invocation waits for a client that reads nothing before
+    /// it is cancelled.
+    #[arg(long, default_value_t = DEFAULT_STREAM_STALL.as_millis() as u64)]
+    stream_stall_ms: u64,
 }
 
 pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if !(args.grace_period_s.is_finite() && args.grace_period_s >= 0.0) {
         bail!("--grace-period-s must be a non-negative number");
+    }
+    if !(args.status_rate_per_s.is_finite() && args.status_rate_per_s >= 0.0) || args.status_burst == 0 {
+        bail!("--status-rate-per-s must be a non-negative number and --status-burst at least 1");
     }
     crate::platform::heap::bound_arenas();
     let settings = DeviceSettings {
@@ -144,11 +179,22 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             fill_depth: Duration::from_micros(args.fill_depth_us),
             latency_hold: Duration::from_millis(args.latency_hold_ms),
             kernel_log: args.kernel_log,
+            status_interval: Duration::from_millis(args.status_interval_ms),
             ..SchedulerConfig::default()
         },
         warm_instances_per_function: args.warm_instances,
         latency_linger: Duration::from_micros(args.latency_linger_us),
         old_versions_per_tenant: args.old_versions_per_tenant,
+        watch: WatchLimits {
+            status_per_second: args.status_rate_per_s,
+            status_burst: args.status_burst,
+            live_feeds_per_tenant: args.max_live_feeds_per_tenant,
+        },
+        host_memory: HostMemoryLimits {
+            tenant_budget_bytes: args.tenant_host_memory_kib << 10,
+            stream_buffer_bytes: args.stream_buffer_kib << 10,
+            stream_stall: Duration::from_millis(args.stream_stall_ms),
+        },
         ..PlatformConfig::default()
     };
     let limits = BodyLimits {

@@ -1,15 +1,17 @@
 //! An invocation's link to its caller: the chunks a streaming function sends while it
 //! runs (the WIT `streaming` interface) and whether the caller is still there.
 //!
-//! A streaming caller reads chunks from a bounded channel ([`chunk_channel`]); the
-//! guest's `emit` waits while the channel is full, so a slow reader slows that one
-//! invocation (whose host thread waits), never the device's actor. A one-shot caller has
-//! no channel: its chunks are dropped, and the function's result from `run` is the
+//! A streaming caller reads chunks from a channel bounded in bytes ([`chunk_channel`],
+//! [`StreamRoom`]); the guest's `emit` waits while the room is full, so a slow reader
+//! slows that one invocation (whose host thread waits), never the device's actor, and
+//! a reader that takes nothing for the room's stall time cancels it. A one-shot caller
+//! has no channel: its chunks are dropped, and the function's result from `run` is the
 //! answer. The caller is gone when its channel's reader was dropped (the HTTP body of a
 //! closed connection) or its [`Cancel`] flag was raised (a one-shot request whose
-//! handler was dropped). From then on `caller-gone` is true, `emit` and every host call
-//! that can fail return `cancelled`, and the epoch callback stops a guest that computes
-//! without calling the host ([`CallerLink::gone`] is checked every epoch tick).
+//! handler was dropped, or a stalled reader). From then on `caller-gone` is true, `emit`
+//! and every host call that can fail return `cancelled`, and the epoch callback stops a
+//! guest that computes without calling the host ([`CallerLink::gone`] is checked every
+//! epoch tick).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,22 +21,52 @@ use sluice_host_api::{ApiError, ErrorCode};
 use tokio::sync::mpsc;
 
 use super::IoTensor;
-
-/// Chunks a streaming caller may leave unread before the function's `emit` waits.
-pub const CHUNKS_BUFFERED: usize = 16;
+use super::stream_room::{Held, StreamCounters, StreamRoom, tensors_bytes};
 
 /// One chunk of outputs, as the guest emitted it.
 pub type Chunk = Vec<IoTensor>;
 
+/// A chunk on its way to the client, holding its bytes in the stream's room until the
+/// transport has taken it (dropped it).
+#[derive(Debug)]
+pub struct QueuedChunk {
+    pub chunk: Chunk,
+    /// Its bytes in the room; given back when dropped.
+    pub held: Held,
+}
+
+impl std::ops::Deref for QueuedChunk {
+    type Target = Chunk;
+    fn deref(&self) -> &Chunk {
+        &self.chunk
+    }
+}
+
 /// The sending side of a streaming caller's channel.
 #[derive(Clone, Debug)]
-pub struct ChunkSink(mpsc::Sender<Chunk>);
+pub struct ChunkSink {
+    tx: mpsc::UnboundedSender<QueuedChunk>,
+    room: Arc<StreamRoom>,
+}
 
-/// A bounded channel for the chunks of one invocation: give the sink to the invocation,
-/// read the receiver; dropping the receiver tells the invocation its caller has gone.
-pub fn chunk_channel() -> (ChunkSink, mpsc::Receiver<Chunk>) {
-    let (tx, rx) = mpsc::channel(CHUNKS_BUFFERED);
-    (ChunkSink(tx), rx)
+impl ChunkSink {
+    /// The stream's room (shared with whatever else it queues for the client).
+    pub fn room(&self) -> &Arc<StreamRoom> {
+        &self.room
+    }
+}
+
+/// A channel for the chunks of one invocation, bounded in bytes by `room`: give the
+/// sink to the invocation, read the receiver; dropping the receiver tells the
+/// invocation its caller has gone.
+pub fn chunk_channel(room: Arc<StreamRoom>) -> (ChunkSink, mpsc::UnboundedReceiver<QueuedChunk>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (ChunkSink { tx, room }, rx)
+}
+
+/// A room for tests and tools: 4 MiB, cancelled after 30 s without a read.
+pub fn default_room() -> Arc<StreamRoom> {
+    StreamRoom::new(4 << 20, Duration::from_secs(30), StreamCounters::default())
 }
 
 /// A flag raised when the caller of an invocation has gone (shared by its clones).
@@ -81,7 +113,7 @@ impl CallerLink {
 
     /// Whether the caller has gone: its flag is raised or its reader dropped.
     pub fn gone(&self) -> bool {
-        self.cancel.is_raised() || self.sink.as_ref().is_some_and(|s| s.0.is_closed())
+        self.cancel.is_raised() || self.sink.as_ref().is_some_and(|s| s.tx.is_closed())
     }
 }
 
@@ -133,15 +165,32 @@ impl CallerState {
         Ok(())
     }
 
-    /// Sends `chunk` to a streaming caller (waiting while its channel is full), or drops
-    /// it for a one-shot caller.
+    /// Sends `chunk` to a streaming caller (waiting while its room is full), or drops
+    /// it for a one-shot caller. A caller that takes nothing for the room's stall time
+    /// meanwhile is taken as gone: the invocation is cancelled.
     pub(crate) async fn emit(&mut self, chunk: Chunk) -> Result<(), ApiError> {
         self.check()?;
+        let Some(sink) = &self.link.sink else {
+            self.chunks.record(Instant::now());
+            return Ok(());
+        };
+        let held = tokio::select! {
+            held = sink.room.hold(tensors_bytes(&chunk)) => held,
+            () = sink.tx.closed() => return Err(cancelled()),
+        };
+        let held = match held {
+            Ok(held) => held,
+            Err(stalled) => {
+                sink.room.count_stall();
+                self.link.cancel.raise();
+                return Err(ApiError::new(
+                    ErrorCode::Cancelled,
+                    format!("the caller read nothing for {} ms: the invocation is cancelled", stalled.0.as_millis()),
+                ));
+            }
+        };
         self.chunks.record(Instant::now());
-        match &self.link.sink {
-            None => Ok(()),
-            Some(sink) => sink.0.send(chunk).await.map_err(|_| cancelled()),
-        }
+        sink.tx.send(QueuedChunk { chunk, held }).map_err(|_| cancelled())
     }
 }
 
@@ -159,10 +208,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_dropped_reader_cancels_the_emitter() {
-        let (sink, mut rx) = chunk_channel();
+        let (sink, mut rx) = chunk_channel(default_room());
         let mut state = CallerState::new(CallerLink::streaming(sink, Cancel::default()));
         state.emit(chunk(1)).await.unwrap();
-        assert_eq!(rx.recv().await, Some(chunk(1)));
+        assert_eq!(rx.recv().await.map(|q| q.chunk), Some(chunk(1)));
         assert!(!state.link.gone());
         drop(rx);
         assert!(state.link.gone());
@@ -182,6 +231,24 @@ mod tests {
         drop(CancelOnDrop(cancel));
         assert!(state.link.gone());
         assert_eq!(state.emit(chunk(3)).await.unwrap_err().code, ErrorCode::Cancelled);
+    }
+
+    #[tokio::test]
+    async fn a_reader_that_takes_nothing_cancels_the_emitter_once_its_room_is_full() {
+        let counters = StreamCounters::default();
+        let each = crate::engine::stream_room::ITEM_OVERHEAD + tensors_bytes(&chunk(1));
+        let room = StreamRoom::new(2 * each, Duration::from_millis(50), counters.clone());
+        let (sink, _rx) = chunk_channel(room.clone());
+        let cancel = Cancel::default();
+        let mut state = CallerState::new(CallerLink::streaming(sink, cancel.clone()));
+        state.emit(chunk(1)).await.unwrap();
+        state.emit(chunk(2)).await.unwrap();
+        let e = state.emit(chunk(3)).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::Cancelled);
+        assert!(cancel.is_raised() && state.link.gone(), "the invocation is cancelled");
+        assert_eq!(room.queued(), counters.peak.load(Ordering::Acquire), "no more than the two that fit");
+        assert_eq!(counters.stalls.load(Ordering::Acquire), 1);
+        assert_eq!(state.chunks.count, 2, "the refused chunk is not counted");
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod host_error;
 mod invoke;
 mod signature;
 mod state;
+mod stream_room;
 mod warm;
 
 use std::sync::Arc;
@@ -31,11 +32,14 @@ use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 pub use artifacts::{ArtifactSet, ArtifactStats, gguf};
 pub use bindings::{IoData, IoTensor, RunError};
-pub use caller::{CHUNKS_BUFFERED, CallerLink, Cancel, CancelOnDrop, Chunk, ChunkSink, ChunkTimes, chunk_channel};
+pub use caller::{
+    CallerLink, Cancel, CancelOnDrop, Chunk, ChunkSink, ChunkTimes, QueuedChunk, chunk_channel, default_room,
+};
 pub use component::{ComponentError, FunctionImage, FunctionLimits};
 pub use invoke::{InvocationContext, InvocationOutput, InvokeError};
 pub use signature::{DATATYPES, SIGNATURE_SECTION, Signature, TensorSpec, read_signature};
 pub use state::SandboxLimits;
+pub use stream_room::{Held, ITEM_OVERHEAD, Stalled, StreamCounters, StreamRoom, tensors_bytes};
 
 use state::InvocationState;
 

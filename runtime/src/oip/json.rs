@@ -10,14 +10,19 @@
 //! clients' JSON transcoding also uses), and inputs accept the same strings. A number
 //! outside the datatype's finite range (FP32 `1e39`) is refused, not rounded to
 //! infinity. Shapes have at most [`sluice_host_api::MAX_RANK`] dimensions.
+//!
+//! Neither direction builds a `serde_json::Value` of the tensors: requests are read
+//! straight into typed buffers ([`super::json_request`], which also says before decoding
+//! how much memory decoding takes), responses serialised straight from them
+//! ([`DataJson`]), with a bound on their size known before encoding
+//! ([`encoded_bytes_bound`]).
 
 use half::{bf16, f16};
-use serde::Serialize;
+use serde::ser::SerializeSeq;
+use serde::{Serialize, Serializer};
 use serde_json::{Map, Value, json};
 
-use super::{
-    InferRequest, InferResponse, OipError, ParamValue, Parameters, RequestedOutput, binary, datatype_name, err,
-};
+use super::{InferRequest, InferResponse, OipError, ParamValue, Parameters, binary, datatype_name, err};
 
 /// A tensor's parameter: the byte count of its binary data.
 pub const BINARY_DATA_SIZE: &str = "binary_data_size";
@@ -25,7 +30,7 @@ pub const BINARY_DATA_SIZE: &str = "binary_data_size";
 pub const BINARY_DATA: &str = "binary_data";
 /// A request parameter: return every output as binary data unless it says otherwise.
 pub const BINARY_DATA_OUTPUT: &str = "binary_data_output";
-use crate::engine::{IoData, IoTensor};
+use crate::engine::IoData;
 
 /// Parses a JSON request body (no binary tensor data).
 pub fn parse_request(body: &[u8]) -> Result<InferRequest, OipError> {
@@ -36,46 +41,7 @@ pub fn parse_request(body: &[u8]) -> Result<InferRequest, OipError> {
 /// that carry a `binary_data_size` parameter, in order (`None`: the body is all JSON).
 /// Every byte of `binary` must belong to an input.
 pub fn parse_request_parts(json: &[u8], binary: Option<&[u8]>) -> Result<InferRequest, OipError> {
-    let v: Value = serde_json::from_slice(json).map_err(|e| {
-        let hint = if binary.is_none() && e.is_syntax() && e.to_string().contains("trailing characters") {
-            " (binary tensor data needs the Inference-Header-Content-Length header)"
-        } else {
-            ""
-        };
-        OipError(format!("request body is not valid JSON: {e}{hint}"))
-    })?;
-    let Some(obj) = v.as_object() else { return err("request body must be a JSON object") };
-    let id = match obj.get("id") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return err("\"id\" must be a string"),
-    };
-    let Some(inputs) = obj.get("inputs").and_then(Value::as_array) else {
-        return err("request must have an \"inputs\" array");
-    };
-    let mut tail = binary;
-    let inputs = inputs.iter().enumerate().map(|(i, t)| parse_tensor(i, t, &mut tail)).collect::<Result<_, _>>()?;
-    if let Some(rest) = tail.filter(|rest| !rest.is_empty()) {
-        return err(format!("{} bytes of binary data follow the inputs' binary_data_size bytes", rest.len()));
-    }
-    let parameters = parse_parameters(obj.get("parameters"), "request")?;
-    let outputs = match obj.get("outputs") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(outputs)) => {
-            outputs.iter().enumerate().map(|(i, o)| parse_output(i, o)).collect::<Result<_, _>>()?
-        }
-        Some(_) => return err("\"outputs\" must be an array"),
-    };
-    Ok(InferRequest { id, inputs, outputs, parameters })
-}
-
-fn parse_output(index: usize, v: &Value) -> Result<RequestedOutput, OipError> {
-    let Some(obj) = v.as_object() else { return err(format!("outputs[{index}] must be an object")) };
-    let Some(name) = obj.get("name").and_then(Value::as_str) else {
-        return err(format!("outputs[{index}] needs a string \"name\""));
-    };
-    let parameters = parse_parameters(obj.get("parameters"), &format!("output {name:?}"))?;
-    Ok(RequestedOutput { name: name.to_owned(), parameters })
+    super::json_request::scan(json, binary)?.decode()
 }
 
 /// Parses a `parameters` object: each value a bool, a number or a string.
@@ -121,110 +87,6 @@ pub fn parameters_json(parameters: &Parameters) -> Value {
     Value::Object(map)
 }
 
-fn parse_tensor(index: usize, v: &Value, binary: &mut Option<&[u8]>) -> Result<IoTensor, OipError> {
-    let Some(obj) = v.as_object() else { return err(format!("inputs[{index}] must be an object")) };
-    let name = match obj.get("name").and_then(Value::as_str) {
-        Some(n) => n.to_owned(),
-        None => return err(format!("inputs[{index}] needs a string \"name\"")),
-    };
-    let at = |msg: &str| OipError(format!("input {name:?}: {msg}"));
-    let shape: Vec<u64> = obj
-        .get("shape")
-        .and_then(Value::as_array)
-        .ok_or_else(|| at("needs a \"shape\" array"))?
-        .iter()
-        .map(|d| d.as_u64().ok_or_else(|| at("shape entries must be non-negative integers")))
-        .collect::<Result<_, _>>()?;
-    if shape.len() > sluice_host_api::MAX_RANK {
-        return Err(at(&format!("rank {} is above the maximum of {}", shape.len(), sluice_host_api::MAX_RANK)));
-    }
-    let datatype = obj.get("datatype").and_then(Value::as_str).ok_or_else(|| at("needs a string \"datatype\""))?;
-    let expected = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).ok_or_else(|| at("shape is too large"))?;
-    let parameters = parse_parameters(obj.get("parameters"), &format!("input {name:?}"))?;
-    if let Some(size) = parameters.get(BINARY_DATA_SIZE) {
-        let size = size.as_u64().ok_or_else(|| at("binary_data_size must be a non-negative integer"))?;
-        if obj.contains_key("data") {
-            return Err(at("has both \"data\" and binary_data_size"));
-        }
-        let Some(rest) = binary.as_mut() else {
-            return Err(at("binary_data_size needs the Inference-Header-Content-Length header"));
-        };
-        if size > rest.len() as u64 {
-            return Err(at(&format!(
-                "binary_data_size {size} is more than the {} bytes of binary data left",
-                rest.len()
-            )));
-        }
-        let (bytes, remaining) = rest.split_at(size as usize);
-        *rest = remaining;
-        let data = binary::decode(datatype, expected, bytes).map_err(|e| at(&e.0))?;
-        return Ok(IoTensor { name, shape, data });
-    }
-    let mut flat = Vec::new();
-    flatten(obj.get("data").ok_or_else(|| at("needs \"data\" or a binary_data_size parameter"))?, &mut flat);
-    if flat.len() as u64 != expected {
-        return Err(at(&format!("shape {shape:?} needs {expected} elements, data has {}", flat.len())));
-    }
-    let data = parse_data(datatype, &flat).map_err(|m| at(&m))?;
-    Ok(IoTensor { name, shape, data })
-}
-
-fn flatten<'a>(v: &'a Value, out: &mut Vec<&'a Value>) {
-    match v {
-        Value::Array(items) => items.iter().for_each(|i| flatten(i, out)),
-        other => out.push(other),
-    }
-}
-
-fn parse_data(datatype: &str, flat: &[&Value]) -> Result<IoData, String> {
-    fn nums<T>(flat: &[&Value], kind: &str, f: impl Fn(&Value) -> Option<T>) -> Result<Vec<T>, String> {
-        flat.iter()
-            .enumerate()
-            .map(|(i, v)| f(v).ok_or_else(|| format!("element {i} ({v}) is not a valid {kind}")))
-            .collect()
-    }
-    Ok(match datatype {
-        // A finite number that rounds to infinity is out of the datatype's range.
-        "FP32" => IoData::F32(nums(flat, "FP32", |v| {
-            let x = float(v)?;
-            let y = x as f32;
-            (y.is_finite() || !x.is_finite()).then_some(y)
-        })?),
-        "FP16" => IoData::F16(nums(flat, "FP16", |v| {
-            let x = float(v)?;
-            let y = f16::from_f64(x);
-            (y.is_finite() || !x.is_finite()).then_some(y.to_bits())
-        })?),
-        "BF16" => IoData::Bf16(nums(flat, "BF16", |v| {
-            let x = float(v)?;
-            let y = bf16::from_f64(x);
-            (y.is_finite() || !x.is_finite()).then_some(y.to_bits())
-        })?),
-        "INT32" => IoData::I32(nums(flat, "INT32", |v| v.as_i64().and_then(|x| i32::try_from(x).ok()))?),
-        "INT64" => IoData::I64(nums(flat, "INT64", Value::as_i64)?),
-        "UINT8" => IoData::U8(nums(flat, "UINT8", |v| v.as_u64().and_then(|x| u8::try_from(x).ok()))?),
-        "BYTES" => IoData::Bytes(nums(flat, "BYTES string", |v| v.as_str().map(|s| s.as_bytes().to_vec()))?),
-        other => {
-            return Err(format!(
-                "datatype {other:?} is not supported (use FP32, FP16, BF16, INT32, INT64, UINT8 or BYTES)"
-            ));
-        }
-    })
-}
-
-/// A floating element: a number, or one of the strings `"NaN"`, `"Infinity"`, `"-Infinity"`.
-fn float(v: &Value) -> Option<f64> {
-    match v {
-        Value::String(s) => match s.as_str() {
-            "NaN" => Some(f64::NAN),
-            "Infinity" => Some(f64::INFINITY),
-            "-Infinity" => Some(f64::NEG_INFINITY),
-            _ => None,
-        },
-        _ => v.as_f64(),
-    }
-}
-
 /// A floating element as JSON: a number, or a string for NaN and the infinities.
 fn float_json(x: f32) -> Value {
     if x.is_nan() {
@@ -249,6 +111,90 @@ pub fn data_json(data: &IoData) -> Value {
     }
 }
 
+/// One tensor's elements as JSON, serialised straight into the output (no `Value`
+/// tree): floats as numbers (as their `f64` values, as `data_json` writes them), NaN and
+/// the infinities as strings.
+pub struct DataJson<'a>(pub &'a IoData);
+
+impl Serialize for DataJson<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        fn floats<S: Serializer>(s: S, xs: impl ExactSizeIterator<Item = f32>) -> Result<S::Ok, S::Error> {
+            let mut seq = s.serialize_seq(Some(xs.len()))?;
+            for x in xs {
+                if x.is_nan() {
+                    seq.serialize_element("NaN")?;
+                } else if x.is_infinite() {
+                    seq.serialize_element(if x > 0.0 { "Infinity" } else { "-Infinity" })?;
+                } else {
+                    seq.serialize_element(&f64::from(x))?;
+                }
+            }
+            seq.end()
+        }
+        match self.0 {
+            IoData::F32(v) => floats(s, v.iter().copied()),
+            IoData::F16(v) => floats(s, v.iter().map(|&b| f16::from_bits(b).to_f32())),
+            IoData::Bf16(v) => floats(s, v.iter().map(|&b| bf16::from_bits(b).to_f32())),
+            IoData::I32(v) => s.collect_seq(v),
+            IoData::I64(v) => s.collect_seq(v),
+            IoData::U8(v) => s.collect_seq(v),
+            IoData::Bytes(v) => s.collect_seq(v.iter().map(|b| String::from_utf8_lossy(b))),
+        }
+    }
+}
+
+/// The most bytes [`DataJson`] of `data` can take: every element at its datatype's
+/// widest (a BYTES element's every byte escaped as `\u00XX`), with its separator.
+pub fn data_json_bound(data: &IoData) -> u64 {
+    let n = element_count(data) as u64;
+    2 + match data {
+        // `-1.1754942106924411e-38,`: an f32 printed as its f64 value.
+        IoData::F32(_) | IoData::F16(_) | IoData::Bf16(_) => n * 25,
+        IoData::I32(_) => n * 12,
+        IoData::I64(_) => n * 21,
+        IoData::U8(_) => n * 4,
+        IoData::Bytes(v) => v.iter().map(|b| 3 + 6 * b.len() as u64).sum(),
+    }
+}
+
+/// Elements of `data`.
+fn element_count(data: &IoData) -> usize {
+    match data {
+        IoData::F32(v) => v.len(),
+        IoData::F16(v) | IoData::Bf16(v) => v.len(),
+        IoData::I32(v) => v.len(),
+        IoData::I64(v) => v.len(),
+        IoData::U8(v) => v.len(),
+        IoData::Bytes(v) => v.len(),
+    }
+}
+
+/// Bytes of `data`'s binary form ([`binary::encode`]).
+fn binary_len(data: &IoData) -> u64 {
+    match data {
+        IoData::Bytes(v) => v.iter().map(|b| 4 + b.len() as u64).sum(),
+        other => {
+            (element_count(other)
+                * match other {
+                    IoData::F32(_) | IoData::I32(_) => 4,
+                    IoData::F16(_) | IoData::Bf16(_) => 2,
+                    IoData::I64(_) => 8,
+                    _ => 1,
+                }) as u64
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct ResponseJson<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a str>,
+    model_name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model_version: Option<&'a str>,
+    outputs: Vec<OutputJson<'a>>,
+}
+
 #[derive(Serialize)]
 struct OutputJson<'a> {
     name: &'a str,
@@ -257,12 +203,13 @@ struct OutputJson<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     parameters: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    data: Option<Value>,
+    data: Option<DataJson<'a>>,
 }
 
 /// Serialises a response with every output's data in the JSON.
 pub fn response_json(response: &InferResponse) -> Value {
-    encode_response(response, &Parameters::new()).0
+    let encoded = encode_http_response(response, &Parameters::new());
+    serde_json::from_slice(&encoded.body).expect("the encoder writes JSON")
 }
 
 /// A response encoded for HTTP: the JSON object, then the binary data of the outputs
@@ -275,48 +222,66 @@ pub struct EncodedResponse {
     pub json_len: Option<usize>,
 }
 
-/// Encodes `response` as the request's parameters ask (see [`EncodedResponse`]).
-pub fn encode_http_response(response: &InferResponse, request: &Parameters) -> EncodedResponse {
-    let (json, binary) = encode_response(response, request);
-    let mut body = serde_json::to_vec(&json).expect("a JSON value serialises");
-    if binary.is_empty() {
-        return EncodedResponse { body, json_len: None };
-    }
-    let json_len = body.len();
-    body.extend_from_slice(&binary);
-    EncodedResponse { body, json_len: Some(json_len) }
+/// Whether output `parameters` of a request with `request`'s parameters go as binary data.
+fn as_binary(parameters: &Parameters, request: &Parameters) -> bool {
+    let all_binary = request.get(BINARY_DATA_OUTPUT).and_then(ParamValue::as_bool).unwrap_or(false);
+    parameters.get(BINARY_DATA).and_then(ParamValue::as_bool).unwrap_or(all_binary)
 }
 
-fn encode_response(response: &InferResponse, request: &Parameters) -> (Value, Vec<u8>) {
-    let all_binary = request.get(BINARY_DATA_OUTPUT).and_then(ParamValue::as_bool).unwrap_or(false);
-    let mut binary_data = Vec::new();
-    let outputs: Vec<_> = response
+/// The most bytes [`encode_http_response`] can take for `response`, known before it
+/// encodes anything (the budget of response encoding is charged with it).
+pub fn encoded_bytes_bound(response: &InferResponse, request: &Parameters) -> u64 {
+    let text = |s: &str| 2 + 6 * s.len() as u64;
+    let head = 128
+        + text(&response.model_name)
+        + response.model_version.as_deref().map_or(0, text)
+        + response.id.as_deref().map_or(0, text);
+    let outputs: u64 = response
         .outputs
         .iter()
         .map(|(t, parameters)| {
-            let as_binary = parameters.get(BINARY_DATA).and_then(ParamValue::as_bool).unwrap_or(all_binary);
-            let (parameters, data) = if as_binary {
+            let data = if as_binary(parameters, request) { 64 + binary_len(&t.data) } else { data_json_bound(&t.data) };
+            128 + text(&t.name) + 21 * t.shape.len() as u64 + data
+        })
+        .sum();
+    head + outputs
+}
+
+/// Encodes `response` as the request's parameters ask (see [`EncodedResponse`]).
+pub fn encode_http_response(response: &InferResponse, request: &Parameters) -> EncodedResponse {
+    let mut binary_data = Vec::new();
+    let outputs = response
+        .outputs
+        .iter()
+        .map(|(t, parameters)| {
+            let (parameters, data) = if as_binary(parameters, request) {
                 let size = binary::encode(&t.data, &mut binary_data);
                 (Some(json!({ BINARY_DATA_SIZE: size })), None)
             } else {
-                (None, Some(data_json(&t.data)))
+                (None, Some(DataJson(&t.data)))
             };
             OutputJson { name: &t.name, shape: &t.shape, datatype: datatype_name(&t.data), parameters, data }
         })
         .collect();
-    let mut v = json!({ "model_name": response.model_name, "outputs": outputs });
-    if let Some(version) = &response.model_version {
-        v["model_version"] = json!(version);
+    let json = ResponseJson {
+        id: response.id.as_deref(),
+        model_name: &response.model_name,
+        model_version: response.model_version.as_deref(),
+        outputs,
+    };
+    let mut body = serde_json::to_vec(&json).expect("a response serialises");
+    if binary_data.is_empty() {
+        return EncodedResponse { body, json_len: None };
     }
-    if let Some(id) = &response.id {
-        v["id"] = json!(id);
-    }
-    (v, binary_data)
+    let json_len = body.len();
+    body.extend_from_slice(&binary_data);
+    EncodedResponse { body, json_len: Some(json_len) }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::IoTensor;
 
     #[test]
     fn parses_flat_and_nested_data() {

@@ -5,7 +5,8 @@
 //! point into the platform) and encode the [`InferResponse`] it returns:
 //!
 //! - [`json`]: the JSON tensor format (requests, responses, parameters), with the
-//!   binary tensor data extension's framing;
+//!   binary tensor data extension's framing; [`json_request`], its requests read into
+//!   typed buffers in two passes (the first says what the second will allocate);
 //! - [`binary`]: the extension's binary form of a tensor's elements;
 //! - [`mod@infer`]: version resolution, request parameters (priority), the function's
 //!   signature check and output selection, around [`crate::platform::Platform::invoke_with`];
@@ -20,6 +21,7 @@ pub mod binary;
 pub mod generate;
 pub mod infer;
 pub mod json;
+pub mod json_request;
 pub mod signature;
 
 use std::collections::BTreeMap;

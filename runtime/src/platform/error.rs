@@ -56,6 +56,24 @@ pub enum PlatformError {
     /// A bug or an environment failure; the message is for the operator's log.
     #[error("internal error: {0}")]
     Internal(String),
+    /// The tenant calls `GET /v1/status` faster than the admin's limit.
+    #[error("status rate limit of {per_second} calls a second (bursts of {burst}) reached; retry later")]
+    StatusRateLimit {
+        /// Calls a second, sustained.
+        per_second: f64,
+        /// Calls at once.
+        burst: u32,
+    },
+    /// The tenant has its limit of live feeds open.
+    #[error("live feed limit of {limit} open at once reached; close one or retry later")]
+    LiveFeedLimit {
+        /// Feeds a tenant may have open.
+        limit: u32,
+    },
+    /// The tenant's host-memory budget for request decoding and response encoding
+    /// cannot hold what a request needs (see [`super::host_memory`]).
+    #[error(transparent)]
+    HostMemory(#[from] super::host_memory::HostMemoryRefusal),
 }
 
 impl PlatformError {
@@ -73,6 +91,9 @@ impl PlatformError {
             PlatformError::WeightsOverQuota(o) if o.never_fits() => Code::PayloadTooLarge,
             PlatformError::WeightsOverQuota(_) => Code::QuotaExceeded,
             PlatformError::Internal(_) => Code::Internal,
+            PlatformError::StatusRateLimit { .. } => Code::StatusRateLimit,
+            PlatformError::LiveFeedLimit { .. } => Code::LiveFeedLimit,
+            PlatformError::HostMemory(e) => e.code(),
         }
     }
 
@@ -88,7 +109,10 @@ impl PlatformError {
             | PlatformError::Overloaded { .. }
             | PlatformError::ShuttingDown
             | PlatformError::NoDeviceCapacity(_)
-            | PlatformError::WeightsOverQuota(_) => false,
+            | PlatformError::WeightsOverQuota(_)
+            | PlatformError::StatusRateLimit { .. }
+            | PlatformError::LiveFeedLimit { .. }
+            | PlatformError::HostMemory(_) => false,
         }
     }
 

@@ -114,7 +114,8 @@ impl Platform {
     /// unknown device.
     pub async fn live_status(&self, viewer: &Principal, index: usize) -> Option<LiveStatus> {
         let queue = self.device_queue(index)?;
-        let d = queue.status().await;
+        // Shared by every feed and status call: the actor computes it once per interval.
+        let d = queue.shared_status().await;
         let own = |tenant: &str| match viewer {
             Principal::Admin => true,
             Principal::Tenant(me) => me == tenant,
@@ -128,7 +129,8 @@ impl Platform {
         }
         let tenants = d
             .tenants
-            .into_iter()
+            .iter()
+            .cloned()
             .map(|mut t| {
                 if !own(&t.tenant) {
                     t.tenant = OTHER_TENANT.into();
@@ -153,16 +155,16 @@ impl Platform {
         let functions = self.metrics.stats.recent_latency(scope);
         Some(LiveStatus {
             index,
-            device: d.device,
+            device: d.device.clone(),
             policy: d.policy,
-            partition: d.partition,
-            health: d.health,
+            partition: d.partition.clone(),
+            health: d.health.clone(),
             now_us: queue.config().clock.now().as_micros() as u64,
             busy_us: d.busy_us,
             kernels: d.kernels,
             sliced_kernels: d.sliced_kernels,
             preemptions: d.preemptions,
-            preemption_latency: d.preemption_latency,
+            preemption_latency: d.preemption_latency.clone(),
             queued,
             tenants,
             memory,

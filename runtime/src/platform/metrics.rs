@@ -30,6 +30,13 @@
 //! | `sluice_tenant_memory_used_bytes`, `sluice_tenant_memory_quota_bytes` | gauge | `tenant` |
 //! | `sluice_tenant_weights_placed_bytes` (artifact bytes its loaded versions placed, within its quota) | gauge | `tenant` |
 //! | `sluice_tenant_old_versions_loaded` (non-serving versions kept loaded) | gauge | `tenant` |
+//! | `sluice_device_status_computations_total` (status snapshots the scheduler computed, shared by every caller) | counter | `device` |
+//! | `sluice_tenant_live_feeds_open` | gauge | `tenant` |
+//! | `sluice_status_requests_refused_total`, `sluice_live_feeds_refused_total` (429s of the watching limits) | counter | — |
+//! | `sluice_tenant_host_memory_used_bytes`, `sluice_tenant_stream_queued_bytes` | gauge | `tenant` |
+//! | `sluice_tenant_host_memory_refused_total` (413 `decoded_too_large`, 429 `host_memory_budget`) | counter | `tenant` |
+//! | `sluice_stream_queue_peak_bytes` (the most one streamed invocation had queued) | gauge | — |
+//! | `sluice_stream_stalls_total` (streamed invocations cancelled for a client that read nothing) | counter | — |
 //!
 //! Label values are bounded: tenants and functions exist in the registry (an invocation
 //! of a name that is not deployed counts under `function="(unknown)"`), outcomes are the
@@ -291,6 +298,41 @@ impl Metrics {
         gauge(&mut r, "tenant_weights_placed", help, Some(Unit::Bytes), placed);
         let old = tenants().map(|(l, t)| (l, t.old_versions_loaded as u64));
         gauge(&mut r, "tenant_old_versions_loaded", "Non-serving versions a tenant keeps loaded", None, old);
+
+        // Watching: what status calls and live feeds cost, and what was refused.
+        let help = "Status snapshots a device's scheduler computed (shared by every caller)";
+        counter(&mut r, "device_status_computations", help, per_device(|d| d.status_computations));
+        let w = &status.watching;
+        let feeds = w.live_feeds_open.iter().map(|f| (TenantLabels { tenant: f.tenant.clone() }, u64::from(f.open)));
+        gauge(&mut r, "tenant_live_feeds_open", "Live feeds a tenant has open", None, feeds);
+        let refusals = [
+            ("status_requests_refused", "Status calls refused by a tenant's rate limit (429)", w.status_refused),
+            ("live_feeds_refused", "Live feeds refused by a tenant's limit (429)", w.live_feeds_refused),
+        ];
+        for (name, help, total) in refusals {
+            let c = Counter::<u64>::default();
+            c.inc_by(total.unwrap_or(0));
+            r.register(name, help, c);
+        }
+
+        // Host memory of requests and streams, per tenant; the streams' server-wide figures.
+        let h = &status.host_memory;
+        let per_tenant = |f: fn(&super::TenantHostMemory) -> u64| {
+            h.tenants.iter().map(move |t| (TenantLabels { tenant: t.tenant.clone() }, f(t)))
+        };
+        let help = "Host memory a tenant's requests hold (bodies, decoded inputs, encoded responses)";
+        gauge(&mut r, "tenant_host_memory_used", help, Some(Unit::Bytes), per_tenant(|t| t.used_bytes));
+        let help = "Bytes a tenant's streamed invocations have queued towards their clients";
+        gauge(&mut r, "tenant_stream_queued", help, Some(Unit::Bytes), per_tenant(|t| t.stream_queued_bytes));
+        let help = "Requests refused for host memory (413 decoded_too_large, 429 host_memory_budget)";
+        counter(&mut r, "tenant_host_memory_refused", help, per_tenant(|t| t.refused));
+        let peak = Gauge::<u64, AtomicU64>::default();
+        peak.set(h.stream_queue_peak_bytes.unwrap_or(0));
+        let help = "The most bytes one streamed invocation had queued at once";
+        r.register_with_unit("stream_queue_peak", help, Unit::Bytes, peak);
+        let stalls = Counter::<u64>::default();
+        stalls.inc_by(h.stream_stalls.unwrap_or(0));
+        r.register("stream_stalls", "Streamed invocations cancelled: their client read nothing", stalls);
 
         let mut out = String::new();
         text::encode(&mut out, &r).expect("writing to a String cannot fail");

@@ -19,7 +19,10 @@
 //! - `heap`: the allocator's free memory back to the OS when idle after bursts;
 //! - `metrics`: Prometheus metrics of invocations, plus the status at scrape time;
 //! - `stats`: the same invocations per function, as Triton's statistics extension reports them;
-//! - `live`: one device as the live console shows it to a caller (kernel records, status).
+//! - `live`: one device as the live console shows it to a caller (kernel records, status);
+//! - `watching`: the per-tenant limits on status calls and live feeds;
+//! - `host_memory`: the per-tenant host-memory budget of request decoding and response
+//!   encoding, and the rooms of streamed invocations.
 //!
 //! Methods that touch the disk or compile are synchronous: the HTTP layer calls them on
 //! the blocking pool. Errors are [`PlatformError`]s with stable codes.
@@ -30,6 +33,7 @@ mod error;
 mod functions;
 mod guest_threads;
 pub(crate) mod heap;
+mod host_memory;
 mod invoke;
 mod live;
 mod metrics;
@@ -38,6 +42,7 @@ mod revocation;
 mod stats;
 mod tenants;
 mod weights;
+mod watching;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -59,6 +64,10 @@ use cache::FunctionCache;
 pub use error::{LimitScope, PlatformError, Result};
 pub use functions::{FunctionInfo, LoadedFunction, WarmReport};
 use guest_threads::GuestThreads;
+pub use host_memory::{
+    DEFAULT_STREAM_BUFFER_BYTES, DEFAULT_STREAM_STALL, DEFAULT_TENANT_HOST_MEMORY_BYTES, HostMemoryLimits,
+    HostMemoryRefusal, HostMemoryStatus, HostReservation, TenantHostMemory,
+};
 pub use invoke::{Invocation, InvokeOptions, UNKNOWN_FUNCTION};
 pub use live::{FunctionLatency, LiveKernels, LiveStatus, OTHER_TENANT, QueueDepth, TenantMemory};
 pub use metrics::{DURATION_BUCKETS, Metrics};
@@ -68,6 +77,10 @@ pub use stats::{FunctionStats, Timed};
 pub use tenants::IssuedKey;
 pub use weights::OverQuota;
 use weights::WeightLedger;
+pub use watching::{
+    DEFAULT_LIVE_FEEDS_PER_TENANT, DEFAULT_STATUS_BURST, DEFAULT_STATUS_PER_SECOND, FeedPermit, TenantFeeds,
+    WatchLimits, WatchStatus,
+};
 
 /// Settings of a platform instance.
 #[derive(Clone, Debug)]
@@ -96,6 +109,11 @@ pub struct PlatformConfig {
     /// Non-serving versions (`/versions/{v}` of an old version or a staged draft) each
     /// tenant keeps loaded, most recently used first; 0 loads one for every request.
     pub old_versions_per_tenant: usize,
+    /// What a tenant may make the server do to watch it: status calls a second, live
+    /// feeds open at once (`watching`).
+    pub watch: WatchLimits,
+    /// Host memory a tenant's requests and streams may hold (`host_memory`).
+    pub host_memory: HostMemoryLimits,
 }
 
 /// Default of [`PlatformConfig::old_versions_per_tenant`].
@@ -117,6 +135,8 @@ impl Default for PlatformConfig {
             latency_linger: EngineConfig::default().latency_linger,
             default_memory_quota_bytes: Some(DEFAULT_TENANT_MEMORY_QUOTA_BYTES),
             old_versions_per_tenant: DEFAULT_OLD_VERSIONS_PER_TENANT,
+            watch: WatchLimits::default(),
+            host_memory: HostMemoryLimits::default(),
         }
     }
 }
@@ -177,6 +197,10 @@ pub struct Status {
     /// Every function's recent latency (and, for a streaming one, its time to first
     /// token and time per output token).
     pub functions: Vec<FunctionLatency>,
+    /// Status calls and live feeds: the limits, the refusals, the feeds open per tenant.
+    pub watching: WatchStatus,
+    /// Host memory of requests and streams: the limits, every tenant's use and refusals.
+    pub host_memory: HostMemoryStatus,
 }
 
 /// What a tenant's key sees of the status: the server's identity and health, and its own
@@ -195,6 +219,10 @@ pub struct OwnStatus {
     pub tenants: Vec<TenantUsage>,
     /// The caller's functions' recent latency (see [`Status::functions`]).
     pub functions: Vec<FunctionLatency>,
+    /// The limits on status calls and live feeds, and the caller's feeds open.
+    pub watching: WatchStatus,
+    /// The host-memory limits, and the caller's use and refusals.
+    pub host_memory: HostMemoryStatus,
 }
 
 /// One device as a tenant sees it.
@@ -242,6 +270,8 @@ pub struct Platform {
     guest_threads: GuestThreads,
     /// Keys revoked and tenants deleted since the start (see `revocation`).
     revocations: AtomicU64,
+    watching: watching::Watching,
+    host_memory: host_memory::HostBudgets,
 }
 
 impl Platform {
@@ -274,6 +304,8 @@ impl Platform {
             fingerprint,
             devices,
             global: ConcurrencyLimit::new(LimitScope::Global, config.max_concurrency),
+            watching: watching::Watching::new(config.watch),
+            host_memory: host_memory::HostBudgets::new(config.host_memory),
             config,
             functions: FunctionCache::default(),
             tenants: Mutex::new(HashMap::new()),
@@ -339,12 +371,12 @@ impl Platform {
     pub async fn own_status(&self, tenant: &str) -> OwnStatus {
         let mut devices = Vec::new();
         for q in self.devices.queues() {
-            let d = q.status().await;
+            let d = q.shared_status().await;
             devices.push(OwnDeviceStatus {
-                device: d.device,
+                device: d.device.clone(),
                 policy: d.policy,
-                partition: d.partition,
-                tenants: d.tenants.into_iter().filter(|t| t.tenant == tenant).collect(),
+                partition: d.partition.clone(),
+                tenants: d.tenants.iter().filter(|t| t.tenant == tenant).cloned().collect(),
             });
         }
         let tenants: Vec<TenantUsage> = self.tenant_usage().into_iter().filter(|u| u.tenant == tenant).collect();
@@ -357,6 +389,8 @@ impl Platform {
             devices,
             tenants,
             functions: self.metrics.stats.recent_latency(Some(tenant)),
+            watching: self.watching.status(Some(tenant)),
+            host_memory: self.host_memory.status(Some(tenant)),
         }
     }
 
@@ -385,7 +419,7 @@ impl Platform {
     pub async fn status(&self) -> Status {
         let mut devices = Vec::new();
         for q in self.devices.queues() {
-            devices.push(q.status().await);
+            devices.push(DeviceStatus::clone(&*q.shared_status().await));
         }
         let tenants = self.tenant_usage();
         let c = &self.counters;
@@ -411,6 +445,8 @@ impl Platform {
             devices,
             tenants,
             functions: self.metrics.stats.recent_latency(None),
+            watching: self.watching.status(None),
+            host_memory: self.host_memory.status(None),
         }
     }
 

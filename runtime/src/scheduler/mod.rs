@@ -26,6 +26,7 @@ mod memory;
 mod pool;
 mod queues;
 mod room;
+mod snapshot;
 mod status;
 mod tensors;
 mod work;
@@ -133,6 +134,10 @@ pub struct SchedulerConfig {
     /// Kernel records the device keeps for live watchers ([`DeviceQueue::kernels`]),
     /// written only while one watches; 0 turns the log off.
     pub kernel_log: usize,
+    /// How old a shared status snapshot ([`DeviceQueue::shared_status`]) may be before
+    /// a caller asks the device's actor for a new one: the actor computes the status
+    /// at most once per interval for all callers together.
+    pub status_interval: Duration,
     /// Where the scheduler reads time: the monotonic clock, or a simulated one that
     /// only moves when told (tests and benchmarks on [`crate::device::sim`]).
     pub clock: Clock,
@@ -149,6 +154,11 @@ pub const DEFAULT_MAX_QUEUED_PER_INVOCATION: usize = 256;
 /// of five runs each), at 19 % less of the flood's own throughput.
 pub const DEFAULT_MAX_QUEUED_PER_BATCH_INVOCATION: usize = 32;
 
+/// Default of [`SchedulerConfig::status_interval`]: status endpoints, metrics scrapes
+/// and live feeds cost the device's actor at most ten status computations a second,
+/// however many callers there are.
+pub const DEFAULT_STATUS_INTERVAL: Duration = Duration::from_millis(100);
+
 impl Default for SchedulerConfig {
     fn default() -> Self {
         SchedulerConfig {
@@ -160,6 +170,7 @@ impl Default for SchedulerConfig {
             max_queued_per_batch_invocation: DEFAULT_MAX_QUEUED_PER_BATCH_INVOCATION,
             memory_headroom_bytes: 512 << 20,
             kernel_log: DEFAULT_KERNEL_LOG,
+            status_interval: DEFAULT_STATUS_INTERVAL,
             clock: Clock::monotonic(),
         }
     }
@@ -239,6 +250,8 @@ struct Shared {
     memory: Arc<MemoryAccount>,
     /// The device's scratch estimate, if it gives one.
     scratch: Option<ScratchFn>,
+    /// The status snapshot every caller shares ([`DeviceQueue::shared_status`]).
+    snapshots: snapshot::Snapshots,
 }
 
 /// Handle to one device's scheduler. Cheap to clone.
@@ -282,6 +295,7 @@ impl DeviceQueue {
                 config,
                 next_tensor: AtomicU64::new(1),
                 next_invocation: AtomicU64::new(1),
+                snapshots: Default::default(),
             }),
         }
     }

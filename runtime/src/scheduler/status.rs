@@ -44,6 +44,9 @@ pub struct DeviceStatus {
     pub resets: u64,
     /// Why the device was lost the last time, if it ever was.
     pub last_reset: Option<String>,
+    /// Status snapshots the device's actor computed since start, this one included
+    /// (callers share them: [`super::DeviceQueue::shared_status`]).
+    pub status_computations: u64,
 }
 
 /// Whether a device's scheduler serves.
@@ -80,6 +83,7 @@ impl DeviceStatus {
             contained_faults: 0,
             resets: 0,
             last_reset: None,
+            status_computations: 0,
         }
     }
 }
@@ -137,6 +141,8 @@ pub(super) struct Stats {
     pub preemptions: u64,
     /// Device time spent in work.
     pub busy: Duration,
+    /// Status snapshots computed.
+    pub status_computations: u64,
     /// Recent preemption latencies, in nanoseconds.
     latency_ns: VecDeque<u64>,
 }

@@ -267,6 +267,11 @@ fn json_length(headers: &HeaderMap, body_len: usize) -> Result<Option<usize>, Ht
 /// data), runs it on `version` (the serving one if `None`), and renders the response
 /// (binary outputs where asked) with timing headers. Shared by
 /// `/v1/functions/{name}/invoke` and `/v2/models/{name}[/versions/{v}]/infer`.
+///
+/// The body and its decoded inputs are charged to the tenant's host-memory budget
+/// before they are decoded (the scan says what decoding takes), and the encoded
+/// response from before it is encoded until the connection has taken it; what does not
+/// fit is refused (`decoded_too_large`, `host_memory_budget`) before it is spent.
 pub async fn run(
     platform: &Arc<Platform>,
     tenant: &str,
@@ -275,15 +280,22 @@ pub async fn run(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Response, HttpError> {
-    let request = match json_length(headers, body.len())? {
-        Some(n) => oip::json::parse_request_parts(&body[..n], Some(&body[n..])),
-        None => oip::json::parse_request(body),
+    let scanned = match json_length(headers, body.len())? {
+        Some(n) => oip::json_request::scan(&body[..n], Some(&body[n..])),
+        None => oip::json_request::scan(body, None),
     }
     .map_err(|e| HttpError::bad_request(e.0))?;
+    let decoding = body.len() as u64 + scanned.decoded_bytes();
+    let held = platform.reserve_host_memory(tenant, decoding, "decoding the request")?;
+    let request = scanned.decode().map_err(|e| HttpError::bad_request(e.0))?;
     let parameters = request.parameters.clone();
     let result = oip::infer(platform, tenant, name, version, request).await?;
+    drop(held);
+    let bound = oip::json::encoded_bytes_bound(&result, &parameters);
+    let mut held = platform.reserve_host_memory(tenant, bound, "encoding the response")?;
     let encoded = oip::json::encode_http_response(&result, &parameters);
-    let mut response = Response::new(Body::from(encoded.body));
+    held.shrink_to(encoded.body.len() as u64);
+    let mut response = Response::new(super::held_body::held(encoded.body, held));
     let h = response.headers_mut();
     match encoded.json_len {
         Some(n) => {

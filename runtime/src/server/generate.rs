@@ -28,7 +28,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 use tokio_stream::StreamExt;
-use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::auth::TenantCaller;
 use super::error::HttpError;
@@ -51,6 +51,9 @@ async fn decode(
     version: Option<u32>,
     body: &[u8],
 ) -> Result<Decoded, HttpError> {
+    // Parsed into a `Value` (its inputs are few and small): its bound is charged first.
+    let bound = body.len() as u64 + oip::json_request::value_tree_bound(body);
+    let _held = platform.reserve_host_memory(tenant, bound, "decoding the request")?;
     let value: Value =
         serde_json::from_slice(body).map_err(|e| HttpError::bad_request(format!("the body is not JSON: {e}")))?;
     let Value::Object(body) = value else {
@@ -118,14 +121,15 @@ async fn generate_stream_of(
     let decoded = decode(&platform, &tenant, &name, version, &body?).await?;
     let (first, rest) = streamed::start(&platform, &tenant, &name, version, decoded.request).await;
     let first = match first {
-        StreamEvent::Done(result) => StreamEvent::Done(Box::new(Ok((*result)?))),
+        StreamEvent::Done(result, held) => StreamEvent::Done(Box::new(Ok((*result)?)), held),
         chunk => chunk,
     };
     let model_version = decoded.version;
-    let events = tokio_stream::once(first).chain(ReceiverStream::new(rest)).map(move |event| {
+    let events = tokio_stream::once(first).chain(UnboundedReceiverStream::new(rest)).map(move |event| {
         let data = match event {
-            StreamEvent::Chunk(chunk) => outputs_object(&name, Some(&model_version), &chunk),
-            StreamEvent::Done(result) => match *result {
+            // The event's bytes are given back as it goes to the connection.
+            StreamEvent::Chunk(chunk) => outputs_object(&name, Some(&model_version), chunk.iter()),
+            StreamEvent::Done(result, _held) => match *result {
                 Ok(response) => {
                     let outputs = response.outputs.iter().map(|(t, _)| t).filter(|t| t.name != TEXT_OUTPUT);
                     outputs_object(&name, response.model_version.as_deref(), outputs)

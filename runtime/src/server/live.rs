@@ -8,7 +8,9 @@
 //! its kernels; the feed pulls them, so the scheduler never waits for a watcher. Each
 //! feed buffers at most [`BUFFERED_EVENTS`] events for its client: a client that falls
 //! that far behind is disconnected, and may reconnect. A feed whose key is revoked ends
-//! with an `error` event (`{"code": "unauthorized", ...}`).
+//! with an `error` event (`{"code": "unauthorized", ...}`). A tenant may have
+//! [`crate::platform::WatchLimits::live_feeds_per_tenant`] feeds open at once (429
+//! `live_feed_limit` beyond); its feed counts until its pump ends.
 //!
 //! [`LiveStatus`]: crate::platform::LiveStatus
 //! [`LiveKernels`]: crate::platform::LiveKernels
@@ -48,10 +50,11 @@ pub async fn feed(
         let count = platform.devices_count();
         return Err(HttpError::new(Code::NotFound, format!("no device {index}: this server has {count} (from 0)")));
     };
+    let permit = platform.open_live_feed(key.principal())?;
     let watch = queue.watch_kernels();
     let (tx, rx) = mpsc::channel(BUFFERED_EVENTS);
     tokio::spawn(async move {
-        let _watch = watch;
+        let (_watch, _permit) = (watch, permit);
         pump(&platform, key, index, &tx).await;
     });
     Ok(Sse::new(ReceiverStream::new(rx).map(Ok)).keep_alive(KeepAlive::default()))
@@ -65,7 +68,11 @@ async fn pump(platform: &Platform, mut key: KeyCheck, index: usize, tx: &mpsc::S
     let status_every = (STATUS_EVERY.as_millis() / KERNELS_EVERY.as_millis()).max(1) as u64;
     let (mut since, mut ticks) = (0, 0u64);
     loop {
-        tick.tick().await;
+        // A client gone ends the feed (and its count) at once, not at the next event.
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = tx.closed() => return,
+        }
         if !platform.still_valid(&mut key) {
             let revoked =
                 serde_json::json!({ "code": Code::Unauthorized.as_str(), "error": "the API key was revoked" });

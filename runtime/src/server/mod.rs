@@ -28,6 +28,7 @@ pub mod error;
 mod functions;
 mod generate;
 pub mod grpc;
+mod held_body;
 mod live;
 mod openai;
 mod streamed;
@@ -152,12 +153,18 @@ async fn refuse_declared_oversize(State(limit): State<usize>, request: Request, 
     next.run(request).await
 }
 
-async fn status(State(platform): State<Arc<Platform>>, Caller(principal): Caller) -> Json<Value> {
+/// `GET /v1/status`: a tenant's calls under its rate limit (`watching`), answered from
+/// the devices' shared snapshots.
+async fn status(
+    State(platform): State<Arc<Platform>>,
+    Caller(principal): Caller,
+) -> Result<Json<Value>, error::HttpError> {
+    platform.admit_status_call(&principal)?;
     let view = match principal {
         Principal::Admin => serde_json::to_value(platform.status().await),
         Principal::Tenant(me) => serde_json::to_value(platform.own_status(&me).await),
     };
-    Json(view.unwrap_or_default())
+    Ok(Json(view.unwrap_or_default()))
 }
 
 /// The OpenMetrics text format, which Prometheus scrapes natively.

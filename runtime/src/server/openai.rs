@@ -31,7 +31,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 use tokio_stream::StreamExt;
-use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::auth::TenantCaller;
 use super::error::HttpError;
@@ -304,7 +304,12 @@ async fn complete(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, OpenAiError> {
     let TenantCaller(tenant) = caller?;
-    let Decoded { model, stream, inputs } = decode(kind, &body?)?;
+    let body = body?;
+    // Parsed into a `Value`: its bound is charged to the tenant's host memory first.
+    let bound = body.len() as u64 + oip::json_request::value_tree_bound(&body);
+    let held = platform.reserve_host_memory(&tenant, bound, "decoding the request")?;
+    let Decoded { model, stream, inputs } = decode(kind, &body)?;
+    drop(held);
     let request = InferRequest { id: None, inputs, outputs: Vec::new(), parameters: Default::default() };
     let head = Head::new(kind, &model);
     if !stream {
@@ -316,10 +321,10 @@ async fn complete(
     }
     let (first, rest) = streamed::start(&platform, &tenant, &model, None, request).await;
     let first = match first {
-        StreamEvent::Done(result) => {
+        StreamEvent::Done(result, held) => {
             let response = (*result)?;
             generation(&model, &response)?;
-            StreamEvent::Done(Box::new(Ok(response)))
+            StreamEvent::Done(Box::new(Ok(response)), held)
         }
         chunk => chunk,
     };
@@ -328,7 +333,11 @@ async fn complete(
         Value::Object(head.object(true, vec![role]))
     });
     let events = tokio_stream::iter(opening.map(|o| Event::default().data(o.to_string())))
-        .chain(tokio_stream::once(first).chain(ReceiverStream::new(rest)).filter_map(move |event| render(&head, event)))
+        .chain(
+            tokio_stream::once(first)
+                .chain(UnboundedReceiverStream::new(rest))
+                .filter_map(move |event| render(&head, event)),
+        )
         .chain(tokio_stream::once(Event::default().data("[DONE]")))
         .map(Ok::<_, Infallible>);
     Ok(Sse::new(events).keep_alive(KeepAlive::default()).into_response())
@@ -341,7 +350,7 @@ fn render(head: &Head, event: StreamEvent) -> Option<Event> {
             let text = chunk_text(&chunk)?;
             Value::Object(head.object(true, vec![head.kind.choice(Some(&text), true, None)]))
         }
-        StreamEvent::Done(result) => match finish(head, *result) {
+        StreamEvent::Done(result, _held) => match finish(head, *result) {
             Ok(last) => last,
             Err(e) => error_json(&e),
         },

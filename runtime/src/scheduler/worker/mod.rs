@@ -226,6 +226,7 @@ impl Actor {
             Command::Status { reply } => {
                 // The status counts what was freed before it was asked.
                 self.release_all_freed();
+                self.stats.status_computations += 1;
                 let _ = reply.send(self.status());
             }
             Command::Kernels { since, limit, reply } => {
@@ -429,6 +430,7 @@ impl Actor {
             contained_faults: self.faults.get(),
             resets: self.recovery.resets().0,
             last_reset: self.recovery.resets().1,
+            status_computations: self.stats.status_computations,
         }
     }
 }

@@ -37,6 +37,10 @@ pub fn grpc_code(code: Code) -> tonic::Code {
         | Code::MemoryLimitExceeded
         | Code::InsufficientDeviceMemory
         | Code::QuotaExceeded => tonic::Code::ResourceExhausted,
+        // Over a watching limit, over the tenant's host memory for requests.
+        Code::StatusRateLimit | Code::LiveFeedLimit | Code::HostMemoryBudget | Code::DecodedTooLarge => {
+            tonic::Code::ResourceExhausted
+        }
         Code::ShuttingDown => tonic::Code::Unavailable,
         Code::Timeout => tonic::Code::DeadlineExceeded,
         Code::Cancelled => tonic::Code::Cancelled,

@@ -17,6 +17,7 @@ use super::auth::unknown_key;
 use super::proto::{ModelInferRequest, ModelInferResponse, ModelStreamInferResponse, infer_parameter};
 use super::status::{bad_request, platform_status};
 use super::tensors::{self, model_ref};
+use crate::engine::QueuedChunk;
 use crate::oip::{InferResponse, InferTiming, Parameters};
 use crate::platform::{KeyCheck, Platform};
 use crate::server::streamed::{self, StreamEvent};
@@ -24,8 +25,9 @@ use crate::server::streamed::{self, StreamEvent};
 /// The parameter that tells a chunk (false) from the final response (true).
 pub const FINAL_RESPONSE: &str = "triton_final_response";
 
-/// Responses a client may leave unread before the invocation waits.
-const RESPONSES_BUFFERED: usize = 4;
+/// Responses a client may leave unread in tonic's channel (the stream's room bounds the
+/// bytes queued before it: an event gives its bytes back once it is in this channel).
+const RESPONSES_BUFFERED: usize = 1;
 
 /// The stream of responses to `requests` from `tenant`.
 pub fn respond(
@@ -90,8 +92,9 @@ async fn run_one(
     let (first, mut rest) = streamed::start(platform, tenant, &name, version, request).await;
     let mut event = Some(first);
     while let Some(e) = event.take() {
-        let response = match e {
-            StreamEvent::Chunk(chunk) => {
+        // Each event holds its bytes in the stream's room until tonic has taken it.
+        let (response, _held) = match e {
+            StreamEvent::Chunk(QueuedChunk { chunk, held }) => {
                 let response = InferResponse {
                     model_name: name.clone(),
                     model_version: None,
@@ -99,11 +102,11 @@ async fn run_one(
                     outputs: chunk.into_iter().map(|t| (t, Parameters::new())).collect(),
                     timing: InferTiming::default(),
                 };
-                flagged(tensors::encode_response(response), false)
+                (flagged(tensors::encode_response(response), false), Some(held))
             }
-            StreamEvent::Done(result) => match *result {
-                Ok(response) => flagged(tensors::encode_response(response), true),
-                Err(e) => error(platform_status(e).message().to_owned()),
+            StreamEvent::Done(result, held) => match *result {
+                Ok(response) => (flagged(tensors::encode_response(response), true), held),
+                Err(e) => (error(platform_status(e).message().to_owned()), held),
             },
         };
         // Returning drops `rest`, which cancels the invocation.
