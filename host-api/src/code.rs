@@ -78,11 +78,19 @@ pub enum Code {
     /// The caller went away (closed its connection) before the invocation finished; the
     /// invocation was stopped. 499, nginx's "client closed request": nobody reads it but logs.
     Cancelled,
+    /// The component needs more core instances, linear memories or tables than one
+    /// component may have (`--max-core-instances-per-component`,
+    /// `--max-memories-per-component`, `--max-tables-per-component`); the message
+    /// names the limit. Refused at deploy, before it is compiled.
+    ComponentLimitExceeded,
+    /// No slot of the instance pool was free for a fresh instance (every slot is held
+    /// by invocations in flight); retry later.
+    InstancePoolExhausted,
 }
 
 impl Code {
     /// Every code, in declaration order.
-    pub const ALL: [Code; 27] = [
+    pub const ALL: [Code; 29] = [
         Code::InvalidRequest,
         Code::InvalidInput,
         Code::InvalidName,
@@ -110,6 +118,8 @@ impl Code {
         Code::Timeout,
         Code::QuotaExceeded,
         Code::Cancelled,
+        Code::ComponentLimitExceeded,
+        Code::InstancePoolExhausted,
     ];
 
     /// The code as it appears in error bodies and metric labels (snake_case).
@@ -142,6 +152,8 @@ impl Code {
             Code::Timeout => "timeout",
             Code::QuotaExceeded => "quota_exceeded",
             Code::Cancelled => "cancelled",
+            Code::ComponentLimitExceeded => "component_limit_exceeded",
+            Code::InstancePoolExhausted => "instance_pool_exhausted",
         }
     }
 
@@ -149,6 +161,7 @@ impl Code {
     pub const fn status(self) -> u16 {
         match self {
             Code::InvalidRequest | Code::InvalidInput | Code::InvalidName | Code::InvalidComponent => 400,
+            Code::ComponentLimitExceeded => 400,
             Code::Unauthorized => 401,
             Code::Forbidden => 403,
             Code::NotFound => 404,
@@ -166,6 +179,7 @@ impl Code {
             | Code::DataDirInUse => 500,
             Code::OutputTooLarge | Code::TransferTooLarge => 502,
             Code::ShuttingDown | Code::InsufficientDeviceMemory => 503,
+            Code::InstancePoolExhausted => 503,
             Code::Timeout => 504,
             Code::Cancelled => 499,
         }

@@ -85,6 +85,19 @@ pub struct PlatformConfig {
     /// How long batch-class guests stay paused after the last latency-class invocation
     /// ends (`EngineConfig::latency_linger`).
     pub latency_linger: Duration,
+    /// Host memory one GGUF artifact's parsed metadata and tensor index may take
+    /// (`--max-artifact-metadata-bytes`); over it the guest's call fails with `too-large`.
+    pub max_artifact_metadata_bytes: usize,
+    /// Per-component limits checked at deploy (`component_limit_exceeded`), which size
+    /// the instance pool (`EngineConfig::max_core_instances_per_component` and the next two).
+    pub max_core_instances_per_component: u32,
+    pub max_memories_per_component: u32,
+    pub max_tables_per_component: u32,
+    /// Warm instances one tenant may keep over all its functions
+    /// (`EngineConfig::tenant_max_warm_instances`).
+    pub tenant_max_warm_instances: usize,
+    /// How long an unused warm instance is kept (`EngineConfig::warm_idle_timeout`).
+    pub warm_idle_timeout: Duration,
 }
 
 /// Default of [`PlatformConfig::default_memory_quota_bytes`]: quotas are on by default.
@@ -102,6 +115,12 @@ impl Default for PlatformConfig {
             warm_instances_per_function: EngineConfig::default().warm_instances_per_function,
             latency_linger: EngineConfig::default().latency_linger,
             default_memory_quota_bytes: Some(DEFAULT_TENANT_MEMORY_QUOTA_BYTES),
+            max_artifact_metadata_bytes: crate::engine::gguf::DEFAULT_MAX_PARSED_BYTES,
+            max_core_instances_per_component: EngineConfig::default().max_core_instances_per_component,
+            max_memories_per_component: EngineConfig::default().max_memories_per_component,
+            max_tables_per_component: EngineConfig::default().max_tables_per_component,
+            tenant_max_warm_instances: EngineConfig::default().tenant_max_warm_instances,
+            warm_idle_timeout: EngineConfig::default().warm_idle_timeout,
         }
     }
 }
@@ -160,6 +179,12 @@ pub struct Status {
     /// Every function's recent latency (and, for a streaming one, its time to first
     /// token and time per output token).
     pub functions: Vec<FunctionLatency>,
+    /// The instance pool's slots in use and capacity, the warm instances kept and their caps.
+    pub instance_pool: crate::engine::PoolStatus,
+    /// Host memory the parsed GGUF metadata of every loaded artifact takes, and the cap
+    /// of one artifact's.
+    pub artifact_metadata_bytes: u64,
+    pub max_artifact_metadata_bytes: u64,
 }
 
 /// What a tenant's key sees of the status: the server's identity and health, and its own
@@ -201,6 +226,8 @@ pub struct TenantUsage {
     pub in_flight: u64,
     pub weight: u32,
     pub max_priority: PriorityClass,
+    /// Warm instances its functions keep (at most `instance_pool.tenant_max_warm_instances`).
+    pub warm_instances: usize,
 }
 
 /// The service. Share it as `Arc<Platform>`.
@@ -239,6 +266,11 @@ impl Platform {
             max_memory_bytes: config.max_memory_bytes,
             warm_instances_per_function: config.warm_instances_per_function,
             latency_linger: config.latency_linger,
+            max_core_instances_per_component: config.max_core_instances_per_component,
+            max_memories_per_component: config.max_memories_per_component,
+            max_tables_per_component: config.max_tables_per_component,
+            tenant_max_warm_instances: config.tenant_max_warm_instances,
+            warm_idle_timeout: config.warm_idle_timeout,
             ..EngineConfig::default()
         })
         .map_err(|e| PlatformError::internal("creating the engine", format!("{e:#}")))?;
@@ -349,6 +381,7 @@ impl Platform {
                 in_flight: t.concurrency.in_use() as u64,
                 weight: t.policy.weight,
                 max_priority: t.policy.max_priority,
+                warm_instances: self.engine.warm_instances_of(id),
             })
             .collect();
         usage.sort_by(|a, b| a.tenant.cmp(&b.tenant));
@@ -385,6 +418,9 @@ impl Platform {
             devices,
             tenants,
             functions: self.metrics.stats.recent_latency(None),
+            instance_pool: self.engine.pool_status(),
+            artifact_metadata_bytes: crate::engine::parsed_metadata_bytes() as u64,
+            max_artifact_metadata_bytes: self.config.max_artifact_metadata_bytes as u64,
         }
     }
 
