@@ -88,11 +88,19 @@ pub enum Code {
     /// Decoding the request (or encoding its response) needs more host memory than the
     /// tenant's whole budget: it never fits (send binary tensor data, or less).
     DecodedTooLarge,
+    /// The component needs more core instances, linear memories or tables than one
+    /// component may have (`--max-core-instances-per-component`,
+    /// `--max-memories-per-component`, `--max-tables-per-component`); the message
+    /// names the limit. Refused at deploy, before it is compiled.
+    ComponentLimitExceeded,
+    /// No slot of the instance pool was free for a fresh instance (every slot is held
+    /// by invocations in flight); retry later.
+    InstancePoolExhausted,
 }
 
 impl Code {
     /// Every code, in declaration order.
-    pub const ALL: [Code; 31] = [
+    pub const ALL: [Code; 33] = [
         Code::InvalidRequest,
         Code::InvalidInput,
         Code::InvalidName,
@@ -124,6 +132,8 @@ impl Code {
         Code::LiveFeedLimit,
         Code::HostMemoryBudget,
         Code::DecodedTooLarge,
+        Code::ComponentLimitExceeded,
+        Code::InstancePoolExhausted,
     ];
 
     /// The code as it appears in error bodies and metric labels (snake_case).
@@ -160,6 +170,8 @@ impl Code {
             Code::LiveFeedLimit => "live_feed_limit",
             Code::HostMemoryBudget => "host_memory_budget",
             Code::DecodedTooLarge => "decoded_too_large",
+            Code::ComponentLimitExceeded => "component_limit_exceeded",
+            Code::InstancePoolExhausted => "instance_pool_exhausted",
         }
     }
 
@@ -167,6 +179,7 @@ impl Code {
     pub const fn status(self) -> u16 {
         match self {
             Code::InvalidRequest | Code::InvalidInput | Code::InvalidName | Code::InvalidComponent => 400,
+            Code::ComponentLimitExceeded => 400,
             Code::Unauthorized => 401,
             Code::Forbidden => 403,
             Code::NotFound => 404,
@@ -185,6 +198,7 @@ impl Code {
             | Code::DataDirInUse => 500,
             Code::OutputTooLarge | Code::TransferTooLarge => 502,
             Code::ShuttingDown | Code::InsufficientDeviceMemory => 503,
+            Code::InstancePoolExhausted => 503,
             Code::Timeout => 504,
             Code::Cancelled => 499,
         }

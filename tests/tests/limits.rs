@@ -1,5 +1,8 @@
 //! Concurrency limits over real HTTP: a tenant over its limit and a server over its
 //! global limit answer 429 with `Retry-After` at once; other tenants are unaffected.
+//! A component over the per-component limits is refused at deploy (400
+//! `component_limit_exceeded`), and the instance pool is reported in `/v1/status` and
+//! `/metrics`.
 
 use std::time::{Duration, Instant};
 
@@ -87,4 +90,45 @@ fn an_old_version_loads_once_and_a_refused_request_loads_nothing() {
     });
     server.call("POST", "/v2/models/slow/versions/2/infer", Some(&key), body("ok")).expect(200);
     assert_eq!(loads() - before, 2, "admitted, version 2 is loaded");
+}
+
+/// A component instantiating one core module that defines a memory three times: three
+/// linear memories, one more than a component may have by default. (It implements no
+/// world; the limit is checked first.)
+fn three_memories() -> Vec<u8> {
+    let module = b"\0asm\x01\0\0\0\x05\x03\x01\x00\x01";
+    let mut wasm = b"\0asm\x0d\0\x01\0".to_vec();
+    wasm.push(1);
+    wasm.push(module.len() as u8);
+    wasm.extend(module);
+    wasm.extend([2, 10, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    wasm
+}
+
+#[test]
+fn a_component_over_the_per_component_limits_is_refused_and_the_pool_is_reported() {
+    let server = Server::start();
+    let key = server.create_tenant("t");
+    let r = server.put_bytes("/v1/functions/hoarder", &key, three_memories());
+    let message = r.expect_error(400, "component_limit_exceeded");
+    assert!(message.contains("3 linear memories, more than the 2"), "{message}");
+    assert!(message.contains("--max-memories-per-component"), "{message}");
+    server.get("/v1/functions/hoarder", &key).expect_error(404, "not_found");
+
+    server.deploy(&key, "echo", "echo", "");
+    let body = Some(("application/json", serde_json::to_vec(&sluice_tests::fp32_request(&[1.0])).unwrap()));
+    server.call("POST", "/v1/functions/echo/invoke", Some(&key), body).expect(200);
+    let status = server.status(ADMIN_KEY);
+    let pool = &status["instance_pool"];
+    assert_eq!((pool["warm_instances"].as_u64(), pool["tenant_max_warm_instances"].as_u64()), (Some(1), Some(16)));
+    assert_eq!(pool["memories_capacity"], pool["component_instances_capacity"].as_u64().unwrap() * 2);
+    assert_eq!(pool["max_memories_per_component"], 2);
+    assert!(pool["memories"].as_u64() >= Some(1), "{pool}");
+    assert_eq!(status["tenants"][0]["warm_instances"], 1);
+    assert_eq!(status["max_artifact_metadata_bytes"], 64 << 20);
+    let metrics = server.get("/metrics", ADMIN_KEY);
+    let text = String::from_utf8_lossy(&metrics.body).into_owned();
+    assert!(text.contains("sluice_instance_pool_slots_used{kind=\"memories\"}"), "{text}");
+    assert!(text.contains("sluice_tenant_warm_instances{tenant=\"t\"} 1"), "{text}");
+    assert!(text.contains("sluice_artifact_metadata_bytes"), "{text}");
 }

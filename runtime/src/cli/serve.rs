@@ -140,6 +140,26 @@ pub struct ServeArgs {
     /// it is cancelled.
     #[arg(long, default_value_t = DEFAULT_STREAM_STALL.as_millis() as u64)]
     stream_stall_ms: u64,
+    /// Host memory one GGUF artifact's parsed metadata and tensor index may take, in
+    /// bytes; over it the guest's `metadata`/`load-tensor` call fails with `too-large`.
+    #[arg(long, default_value_t = crate::engine::gguf::DEFAULT_MAX_PARSED_BYTES)]
+    max_artifact_metadata_bytes: usize,
+    /// Most core-module instances one component may create (deploys over it get 400
+    /// `component_limit_exceeded`); sizes the instance pool.
+    #[arg(long, default_value_t = crate::engine::DEFAULT_MAX_CORE_INSTANCES_PER_COMPONENT)]
+    max_core_instances_per_component: u32,
+    /// Most linear memories one component may define (400 `component_limit_exceeded`).
+    #[arg(long, default_value_t = crate::engine::DEFAULT_MAX_MEMORIES_PER_COMPONENT)]
+    max_memories_per_component: u32,
+    /// Most tables one component may define (400 `component_limit_exceeded`).
+    #[arg(long, default_value_t = crate::engine::DEFAULT_MAX_TABLES_PER_COMPONENT)]
+    max_tables_per_component: u32,
+    /// Warm instances one tenant may keep over all its functions.
+    #[arg(long, default_value_t = crate::engine::DEFAULT_TENANT_MAX_WARM_INSTANCES)]
+    tenant_max_warm_instances: usize,
+    /// Seconds an unused warm instance is kept before its slots are released.
+    #[arg(long, default_value_t = crate::engine::DEFAULT_WARM_IDLE_TIMEOUT.as_secs_f64())]
+    warm_idle_s: f64,
 }
 
 pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -148,6 +168,9 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     if !(args.status_rate_per_s.is_finite() && args.status_rate_per_s >= 0.0) || args.status_burst == 0 {
         bail!("--status-rate-per-s must be a non-negative number and --status-burst at least 1");
+    }
+    if !(args.warm_idle_s.is_finite() && args.warm_idle_s > 0.0 && args.warm_idle_s <= 1e9) {
+        bail!("--warm-idle-s must be a positive number of seconds");
     }
     crate::platform::heap::bound_arenas();
     let settings = DeviceSettings {
@@ -195,6 +218,12 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             stream_buffer_bytes: args.stream_buffer_kib << 10,
             stream_stall: Duration::from_millis(args.stream_stall_ms),
         },
+        max_artifact_metadata_bytes: args.max_artifact_metadata_bytes,
+        max_core_instances_per_component: args.max_core_instances_per_component,
+        max_memories_per_component: args.max_memories_per_component,
+        max_tables_per_component: args.max_tables_per_component,
+        tenant_max_warm_instances: args.tenant_max_warm_instances,
+        warm_idle_timeout: Duration::from_secs_f64(args.warm_idle_s),
         ..PlatformConfig::default()
     };
     let limits = BodyLimits {

@@ -1,5 +1,6 @@
-//! Loading components: validation against the `inference` world, precompilation
-//! and pre-instantiation into a [`FunctionImage`].
+//! Loading components: the per-component limits ([`super::footprint`]), validation
+//! against the `inference` world, precompilation and pre-instantiation into a
+//! [`FunctionImage`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,6 +11,7 @@ use wasmtime::component::Component;
 use super::Engine;
 use super::artifacts::ArtifactSet;
 use super::bindings::InferencePre;
+use super::footprint::Footprint;
 use super::state::SandboxLimits;
 use super::warm::WarmPool;
 
@@ -26,16 +28,20 @@ pub enum ComponentError {
     Invalid(String),
     #[error("the component does not implement the sluice:gpu/inference world: {0}")]
     WrongWorld(String),
+    #[error("the component has {count} {what}, more than the {limit} one component may have on this server ({flag})")]
+    OverLimit { what: &'static str, count: u64, limit: u32, flag: &'static str },
 }
 
 impl ComponentError {
-    /// Stable machine-readable code: every variant is [`Code::InvalidComponent`].
+    /// Stable machine-readable code: [`Code::ComponentLimitExceeded`] for a component
+    /// over a per-component limit, [`Code::InvalidComponent`] for every other.
     pub fn code(&self) -> Code {
         match self {
             ComponentError::CoreModule
             | ComponentError::NotWasm
             | ComponentError::Invalid(_)
             | ComponentError::WrongWorld(_) => Code::InvalidComponent,
+            ComponentError::OverLimit { .. } => Code::ComponentLimitExceeded,
         }
     }
 }
@@ -49,6 +55,8 @@ pub(super) fn compile(engine: &Engine, wasm: &[u8]) -> Result<Component, Compone
         Some(h) if h == MODULE_HEADER => return Err(ComponentError::CoreModule),
         _ => return Err(ComponentError::NotWasm),
     }
+    // Before compiling: a component over the limits costs no compilation.
+    Footprint::of(wasm)?.check(engine.config())?;
     Component::new(engine.wasmtime(), wasm).map_err(|e| ComponentError::Invalid(format!("{e:#}")))
 }
 
@@ -84,7 +92,7 @@ pub struct FunctionImage {
     pub(super) pre: InferencePre<super::state::InvocationState>,
     pub(super) artifacts: Arc<ArtifactSet>,
     pub(super) limits: FunctionLimits,
-    pub(super) warm: WarmPool,
+    pub(super) warm: Arc<WarmPool>,
 }
 
 impl FunctionImage {
@@ -135,21 +143,42 @@ impl Engine {
         InferencePre::new(pre).map_err(|e| ComponentError::WrongWorld(format!("{e:#}")))
     }
 
-    /// Checks `component` against the world and pre-instantiates it.
+    /// [`Engine::prepare`] for a function of `tenant`, whose warm instances count
+    /// against the tenant's cap ([`super::EngineConfig::tenant_max_warm_instances`]).
+    pub fn prepare_for_tenant(
+        &self,
+        tenant: &str,
+        name: impl Into<String>,
+        component: &Component,
+        artifacts: Arc<ArtifactSet>,
+        limits: FunctionLimits,
+    ) -> Result<FunctionImage, ComponentError> {
+        self.prepare_image(Some(tenant), name.into(), component, artifacts, limits)
+    }
+
+    /// Checks `component` against the world and pre-instantiates it (its warm
+    /// instances count against the engine's cap and its own only).
     pub fn prepare(
         &self,
         name: impl Into<String>,
+        component: &Component,
+        artifacts: Arc<ArtifactSet>,
+        limits: FunctionLimits,
+    ) -> Result<FunctionImage, ComponentError> {
+        self.prepare_image(None, name.into(), component, artifacts, limits)
+    }
+
+    fn prepare_image(
+        &self,
+        tenant: Option<&str>,
+        name: String,
         component: &Component,
         artifacts: Arc<ArtifactSet>,
         mut limits: FunctionLimits,
     ) -> Result<FunctionImage, ComponentError> {
         let pre = self.check_world(component)?;
         limits.sandbox.memory_bytes = limits.sandbox.memory_bytes.min(self.config().max_memory_bytes);
-        let warm = WarmPool::new(
-            self.config().warm_instances_per_function,
-            self.warm_total.clone(),
-            self.config().max_instances as usize / 2,
-        );
-        Ok(FunctionImage { name: name.into(), pre, artifacts, limits, warm })
+        let warm = WarmPool::new(self.config().warm_instances_per_function, &self.warm, tenant);
+        Ok(FunctionImage { name, pre, artifacts, limits, warm })
     }
 }

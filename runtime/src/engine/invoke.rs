@@ -81,6 +81,8 @@ pub enum InvokeError {
     QuotaExceeded { function: String, message: String },
     #[error("function {function:?} was stopped: its caller has gone")]
     Cancelled { function: String },
+    #[error("function {function:?} could not be instantiated: {message}; retry later")]
+    NoInstanceSlot { function: String, message: String },
 }
 
 fn stderr_suffix(stderr: &str) -> String {
@@ -100,6 +102,7 @@ impl InvokeError {
             InvokeError::TransferTooLarge { .. } => Code::TransferTooLarge,
             InvokeError::QuotaExceeded { .. } => Code::QuotaExceeded,
             InvokeError::Cancelled { .. } => Code::Cancelled,
+            InvokeError::NoInstanceSlot { .. } => Code::InstancePoolExhausted,
         }
     }
 }
@@ -227,7 +230,7 @@ impl Engine {
         let state = store.data();
         let store_quota_refusal = state.quota_refusal.clone();
         if state.live_tensors == 0 && state.stderr.contents().len() + STDERR_ROOM_TO_KEEP <= STDERR_CAPTURE_BYTES {
-            image.warm.give_back(WarmInstance { store, instance });
+            image.warm.give_back(WarmInstance { store, instance }, finished);
         }
         // A guest that fails after a quota refusal failed because of it: the quota's
         // own code, not `function_failed`. (One that coped with it succeeded.)
@@ -271,7 +274,7 @@ impl Engine {
         let state = InvocationState {
             table: ResourceTable::new(),
             wasi,
-            limiter: Limiter { memory_bytes: limits.sandbox.memory_bytes, denied: None },
+            limiter: Limiter::new(limits.sandbox.memory_bytes),
             queue: ctx.queue,
             invocation: stream.id(),
             room: stream.room().clone(),
@@ -307,6 +310,10 @@ fn classify_trap(
     }
     if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
         return InvokeError::Timeout { function, limit: timeout };
+    }
+    // A fresh instance that found no free slot of the pool: capacity, not a trap.
+    if let Some(full) = e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>() {
+        return InvokeError::NoInstanceSlot { function, message: full.to_string() };
     }
     // wasmtime reports exhausted hostcall fuel as a plain error; its text is the
     // only signal it gives.

@@ -6,6 +6,11 @@
 //! component is checked against the `inference` world once ([`Engine::prepare`])
 //! and pre-instantiated; [`Engine::invoke`] then runs it in a fresh store, or in a
 //! warm instance an earlier invocation of the same version left clean (`warm`).
+//!
+//! The pool's slots are shared by every tenant: each component is held to
+//! per-component limits at deploy (`footprint`), the pool is sized for the largest
+//! allowed component (`pool`), and warm instances are capped per tenant and released
+//! when idle (`warm`), so a fresh instance of an admitted invocation finds its slots.
 
 mod artifacts;
 mod bindings;
@@ -13,12 +18,14 @@ mod caller;
 mod component;
 mod convert;
 mod epoch;
+mod footprint;
 mod give_way;
 mod guest_cpu;
 mod handle;
 mod host;
 mod host_error;
 mod invoke;
+mod pool;
 mod signature;
 mod state;
 mod stream_room;
@@ -28,15 +35,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use wasmtime::component::{Component, Linker};
-use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{Config, InstanceAllocationStrategy};
 
-pub use artifacts::{ArtifactSet, ArtifactStats, gguf};
+pub use artifacts::{ArtifactSet, ArtifactStats, gguf, parsed_metadata_bytes};
 pub use bindings::{IoData, IoTensor, RunError};
 pub use caller::{
     CallerLink, Cancel, CancelOnDrop, Chunk, ChunkSink, ChunkTimes, QueuedChunk, chunk_channel, default_room,
 };
 pub use component::{ComponentError, FunctionImage, FunctionLimits};
 pub use invoke::{InvocationContext, InvocationOutput, InvokeError};
+pub use pool::PoolStatus;
 pub use signature::{DATATYPES, SIGNATURE_SECTION, Signature, TensorSpec, read_signature};
 pub use state::SandboxLimits;
 pub use stream_room::{Held, ITEM_OVERHEAD, Stalled, StreamCounters, StreamRoom, tensors_bytes};
@@ -66,6 +74,16 @@ pub struct EngineConfig {
     /// Tensor handles one invocation may hold at once. Every tensor costs a handle,
     /// even one of zero bytes, which costs no memory quota.
     pub max_live_tensors: usize,
+    /// Most core-module instances one component may create (a deploy over it is refused).
+    pub max_core_instances_per_component: u32,
+    /// Most linear memories one component may define.
+    pub max_memories_per_component: u32,
+    /// Most tables one component may define.
+    pub max_tables_per_component: u32,
+    /// Warm instances one tenant may keep, over all its functions.
+    pub tenant_max_warm_instances: usize,
+    /// A warm instance unused for this long is released with its slots.
+    pub warm_idle_timeout: Duration,
 }
 
 /// Default of [`EngineConfig::give_way_tick`]: measured on two cores beside eight
@@ -84,6 +102,20 @@ pub const DEFAULT_LATENCY_LINGER: Duration = Duration::from_millis(1);
 /// holds a few hundred), far below what would cost the host real memory.
 pub const DEFAULT_MAX_LIVE_TENSORS: usize = 16_384;
 
+/// Default of [`EngineConfig::max_core_instances_per_component`]: a Rust function has
+/// 3, a Python one (componentize-py) 14.
+pub const DEFAULT_MAX_CORE_INSTANCES_PER_COMPONENT: u32 = 32;
+/// Default of [`EngineConfig::max_memories_per_component`]: Rust and Python functions
+/// have one; two leaves room for a composition of two.
+pub const DEFAULT_MAX_MEMORIES_PER_COMPONENT: u32 = 2;
+/// Default of [`EngineConfig::max_tables_per_component`]: Rust and Python functions have 2.
+pub const DEFAULT_MAX_TABLES_PER_COMPONENT: u32 = 8;
+/// Default of [`EngineConfig::tenant_max_warm_instances`]: a quarter of the warm
+/// instances the default engine keeps (64).
+pub const DEFAULT_TENANT_MAX_WARM_INSTANCES: usize = 16;
+/// Default of [`EngineConfig::warm_idle_timeout`].
+pub const DEFAULT_WARM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
@@ -94,6 +126,11 @@ impl Default for EngineConfig {
             latency_linger: DEFAULT_LATENCY_LINGER,
             warm_instances_per_function: 4,
             max_live_tensors: DEFAULT_MAX_LIVE_TENSORS,
+            max_core_instances_per_component: DEFAULT_MAX_CORE_INSTANCES_PER_COMPONENT,
+            max_memories_per_component: DEFAULT_MAX_MEMORIES_PER_COMPONENT,
+            max_tables_per_component: DEFAULT_MAX_TABLES_PER_COMPONENT,
+            tenant_max_warm_instances: DEFAULT_TENANT_MAX_WARM_INSTANCES,
+            warm_idle_timeout: DEFAULT_WARM_IDLE_TIMEOUT,
         }
     }
 }
@@ -104,20 +141,19 @@ pub struct Engine {
     linker: Linker<InvocationState>,
     config: EngineConfig,
     clock: Arc<epoch::EpochClock>,
-    /// Warm instances kept by all function images.
-    warm_total: Arc<std::sync::atomic::AtomicUsize>,
+    /// Warm instances kept by all function images, engine-wide and per tenant.
+    warm: Arc<warm::WarmLedger>,
+    /// Dropped with the engine, which stops the sweeper of idle warm instances.
+    _stop_sweeper: std::sync::mpsc::Sender<()>,
+    /// The instance pool's slots.
+    capacity: pool::Capacity,
 }
 
 impl Engine {
     /// Configures wasmtime and starts the epoch clock.
     pub fn new(config: EngineConfig) -> anyhow::Result<Engine> {
-        let mut pool = PoolingAllocationConfig::default();
-        pool.total_component_instances(config.max_instances)
-            .total_core_instances(config.max_instances * 8)
-            .total_memories(config.max_instances * 2)
-            .total_tables(config.max_instances * 4)
-            .total_stacks(config.max_instances)
-            .max_memory_size(config.max_memory_bytes);
+        let capacity = pool::Capacity::of(&config);
+        let pool = capacity.pooling(&config);
         let mut wt = Config::new();
         wt.wasm_component_model(true)
             .epoch_interruption(true)
@@ -130,7 +166,15 @@ impl Engine {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let give_way = give_way::GiveWay::new(wasmtime.clone(), cores, config.latency_linger);
         let clock = epoch::EpochClock::start(wasmtime.clone(), give_way, config.epoch_tick, config.give_way_tick)?;
-        Ok(Engine { wasmtime, linker, config, clock, warm_total: Default::default() })
+        // Half the pool may be warm; the other half is for invocations in flight.
+        let warm = warm::WarmLedger::new(
+            config.max_instances as usize / 2,
+            config.tenant_max_warm_instances,
+            config.warm_idle_timeout,
+        );
+        let (stop_sweeper, stop) = std::sync::mpsc::channel();
+        warm.sweep(stop)?;
+        Ok(Engine { wasmtime, linker, config, clock, warm, _stop_sweeper: stop_sweeper, capacity })
     }
 
     /// The settings this engine runs with.
@@ -155,6 +199,40 @@ impl Engine {
     /// Times batch-class guests paused while latency work needed their core, since start.
     pub fn batch_guest_pauses(&self) -> u64 {
         self.clock.give_way().pauses()
+    }
+
+    /// The instance pool's slots in use and the warm instances kept.
+    pub fn pool_status(&self) -> PoolStatus {
+        let used = self.wasmtime.pooling_allocator_metrics();
+        let c = &self.config;
+        PoolStatus {
+            component_instances: used.as_ref().map_or(0, |m| m.component_instances()),
+            component_instances_capacity: self.capacity.component_instances,
+            core_instances: used.as_ref().map_or(0, |m| m.core_instances()),
+            core_instances_capacity: self.capacity.core_instances,
+            memories: used.as_ref().map_or(0, |m| m.memories() as u64),
+            memories_capacity: self.capacity.memories,
+            tables: used.as_ref().map_or(0, |m| m.tables() as u64),
+            tables_capacity: self.capacity.tables,
+            warm_instances: self.warm.total(),
+            warm_capacity: c.max_instances as usize / 2,
+            tenant_max_warm_instances: c.tenant_max_warm_instances,
+            warm_idle_timeout_ms: c.warm_idle_timeout.as_millis() as u64,
+            max_core_instances_per_component: c.max_core_instances_per_component,
+            max_memories_per_component: c.max_memories_per_component,
+            max_tables_per_component: c.max_tables_per_component,
+        }
+    }
+
+    /// Warm instances `tenant` keeps now.
+    pub fn warm_instances_of(&self, tenant: &str) -> usize {
+        self.warm.of_tenant(tenant)
+    }
+
+    /// Releases the warm instances unused for the idle time at `now`; how many. (A
+    /// sweeper thread does this on its own; tests call it with their own clock.)
+    pub fn expire_idle_warm(&self, now: std::time::Instant) -> usize {
+        self.warm.expire_idle(now)
     }
 
     pub(crate) fn wasmtime(&self) -> &wasmtime::Engine {

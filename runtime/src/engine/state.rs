@@ -27,19 +27,33 @@ pub struct SandboxLimits {
     pub max_artifact_read_bytes: usize,
 }
 
-/// Refuses linear-memory growth past the cap, and remembers that it did, so a
-/// resulting trap can be reported as "memory limit exceeded".
+/// Refuses linear-memory growth that would take the instance's memories, all of
+/// them together, past the cap, and remembers that it did, so a resulting trap can be
+/// reported as "memory limit exceeded". wasmtime asks it for each memory created
+/// (from 0 bytes) and each growth.
 pub(crate) struct Limiter {
     pub(crate) memory_bytes: usize,
+    /// Bytes of all the instance's memories now.
+    used: usize,
+    /// The total a refused request asked for.
     pub(crate) denied: Option<usize>,
 }
 
+impl Limiter {
+    /// A limiter allowing `memory_bytes` of linear memory in all.
+    pub(crate) fn new(memory_bytes: usize) -> Limiter {
+        Limiter { memory_bytes, used: 0, denied: None }
+    }
+}
+
 impl wasmtime::ResourceLimiter for Limiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
-        if desired > self.memory_bytes {
-            self.denied = Some(desired);
+    fn memory_growing(&mut self, current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        let total = (self.used - current.min(self.used)).saturating_add(desired);
+        if total > self.memory_bytes {
+            self.denied = Some(total);
             return Ok(false);
         }
+        self.used = total;
         Ok(true)
     }
 
@@ -94,5 +108,23 @@ impl Drop for InvocationState {
 impl WasiView for InvocationState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasmtime::ResourceLimiter;
+
+    #[test]
+    fn the_memory_limit_applies_to_all_linear_memories_together() {
+        let mut limiter = Limiter::new(4 << 20);
+        // Two memories of 3 MiB each: the second would take the total past 4 MiB.
+        assert!(limiter.memory_growing(0, 3 << 20, None).unwrap());
+        assert!(!limiter.memory_growing(0, 3 << 20, None).unwrap(), "6 MiB in all, over the 4 MiB limit");
+        assert_eq!(limiter.denied, Some(6 << 20), "the total asked for");
+        // Growing the first by 1 MiB still fits.
+        assert!(limiter.memory_growing(3 << 20, 4 << 20, None).unwrap());
+        assert!(!limiter.memory_growing(0, 1, None).unwrap());
     }
 }

@@ -362,11 +362,11 @@ impl Platform {
             Err(refused) => return Err(PlatformError::WeightsOverQuota(refused)),
         };
         let placement = self.devices.place(weight_bytes).map_err(|e| PlatformError::NoDeviceCapacity(e.to_string()))?;
-        let artifacts = ArtifactSet::new(files, tenant.account.clone());
+        let artifacts = ArtifactSet::bounded(files, tenant.account.clone(), self.config.max_artifact_metadata_bytes);
         let mut limits =
             FunctionLimits { timeout: Duration::from_millis(v.options.timeout_ms), ..FunctionLimits::default() };
         limits.sandbox.memory_bytes = usize::try_from(v.options.memory_limit_bytes).unwrap_or(usize::MAX);
-        let image = self.engine.prepare(v.function.clone(), &component, artifacts, limits)?;
+        let image = self.engine.prepare_for_tenant(&v.tenant, v.function.clone(), &component, artifacts, limits)?;
         Ok(Arc::new(LoadedFunction { version: v.clone(), signature, component, image, placement, weights }))
     }
 

@@ -37,6 +37,10 @@
 //! | `sluice_tenant_host_memory_refused_total` (413 `decoded_too_large`, 429 `host_memory_budget`) | counter | `tenant` |
 //! | `sluice_stream_queue_peak_bytes` (the most one streamed invocation had queued) | gauge | — |
 //! | `sluice_stream_stalls_total` (streamed invocations cancelled for a client that read nothing) | counter | — |
+//! | `sluice_instance_pool_slots_used`, `sluice_instance_pool_slots_capacity` | gauge | `kind` (`component_instances`, `core_instances`, `memories`, `tables`) |
+//! | `sluice_warm_instances` | gauge | — |
+//! | `sluice_tenant_warm_instances` | gauge | `tenant` |
+//! | `sluice_artifact_metadata_bytes` (parsed GGUF metadata of loaded artifacts) | gauge | — |
 //!
 //! Label values are bounded: tenants and functions exist in the registry (an invocation
 //! of a name that is not deployed counts under `function="(unknown)"`), outcomes are the
@@ -76,6 +80,11 @@ struct OutcomeLabels {
     tenant: String,
     function: String,
     outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SlotLabels {
+    kind: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -258,6 +267,26 @@ impl Metrics {
         in_flight.set(status.in_flight);
         r.register("in_flight", "Invocations running now", in_flight);
 
+        // The instance pool (`engine::pool`): slots by kind, warm instances kept.
+        let pool = &status.instance_pool;
+        let slots = [
+            ("component_instances", pool.component_instances, pool.component_instances_capacity),
+            ("core_instances", pool.core_instances, pool.core_instances_capacity),
+            ("memories", pool.memories, pool.memories_capacity),
+            ("tables", pool.tables, pool.tables_capacity),
+        ];
+        let used = slots.iter().map(|&(kind, used, _)| (SlotLabels { kind }, used));
+        gauge(&mut r, "instance_pool_slots_used", "Slots of the instance pool held (in flight and warm)", None, used);
+        let capacity = slots.iter().map(|&(kind, _, cap)| (SlotLabels { kind }, u64::from(cap)));
+        gauge(&mut r, "instance_pool_slots_capacity", "Slots of the instance pool", None, capacity);
+        let warm = Gauge::<u64, AtomicU64>::default();
+        warm.set(pool.warm_instances as u64);
+        r.register("warm_instances", "Warm instances kept for the next invocations", warm);
+        let metadata = Gauge::<u64, AtomicU64>::default();
+        metadata.set(status.artifact_metadata_bytes);
+        let help = "Host memory of the parsed metadata of loaded GGUF artifacts";
+        r.register_with_unit("artifact_metadata", help, Unit::Bytes, metadata);
+
         let devices = || status.devices.iter().enumerate().map(|(i, d)| (DeviceLabels { device: i.to_string() }, d));
         let per_device = |f: fn(&crate::scheduler::DeviceStatus) -> u64| devices().map(move |(l, d)| (l, f(d)));
         gauge(&mut r, "device_queued", "Kernels and uploads waiting", None, per_device(|d| d.queued as u64));
@@ -333,6 +362,8 @@ impl Metrics {
         let stalls = Counter::<u64>::default();
         stalls.inc_by(h.stream_stalls.unwrap_or(0));
         r.register("stream_stalls", "Streamed invocations cancelled: their client read nothing", stalls);
+        let warm = tenants().map(|(l, t)| (l, t.warm_instances as u64));
+        gauge(&mut r, "tenant_warm_instances", "Warm instances a tenant's functions keep", None, warm);
 
         let mut out = String::new();
         text::encode(&mut out, &r).expect("writing to a String cannot fail");

@@ -114,6 +114,19 @@ pub struct PlatformConfig {
     pub watch: WatchLimits,
     /// Host memory a tenant's requests and streams may hold (`host_memory`).
     pub host_memory: HostMemoryLimits,
+    /// Host memory one GGUF artifact's parsed metadata and tensor index may take
+    /// (`--max-artifact-metadata-bytes`); over it the guest's call fails with `too-large`.
+    pub max_artifact_metadata_bytes: usize,
+    /// Per-component limits checked at deploy (`component_limit_exceeded`), which size
+    /// the instance pool (`EngineConfig::max_core_instances_per_component` and the next two).
+    pub max_core_instances_per_component: u32,
+    pub max_memories_per_component: u32,
+    pub max_tables_per_component: u32,
+    /// Warm instances one tenant may keep over all its functions
+    /// (`EngineConfig::tenant_max_warm_instances`).
+    pub tenant_max_warm_instances: usize,
+    /// How long an unused warm instance is kept (`EngineConfig::warm_idle_timeout`).
+    pub warm_idle_timeout: Duration,
 }
 
 /// Default of [`PlatformConfig::old_versions_per_tenant`].
@@ -137,6 +150,12 @@ impl Default for PlatformConfig {
             old_versions_per_tenant: DEFAULT_OLD_VERSIONS_PER_TENANT,
             watch: WatchLimits::default(),
             host_memory: HostMemoryLimits::default(),
+            max_artifact_metadata_bytes: crate::engine::gguf::DEFAULT_MAX_PARSED_BYTES,
+            max_core_instances_per_component: EngineConfig::default().max_core_instances_per_component,
+            max_memories_per_component: EngineConfig::default().max_memories_per_component,
+            max_tables_per_component: EngineConfig::default().max_tables_per_component,
+            tenant_max_warm_instances: EngineConfig::default().tenant_max_warm_instances,
+            warm_idle_timeout: EngineConfig::default().warm_idle_timeout,
         }
     }
 }
@@ -201,6 +220,12 @@ pub struct Status {
     pub watching: WatchStatus,
     /// Host memory of requests and streams: the limits, every tenant's use and refusals.
     pub host_memory: HostMemoryStatus,
+    /// The instance pool's slots in use and capacity, the warm instances kept and their caps.
+    pub instance_pool: crate::engine::PoolStatus,
+    /// Host memory the parsed GGUF metadata of every loaded artifact takes, and the cap
+    /// of one artifact's.
+    pub artifact_metadata_bytes: u64,
+    pub max_artifact_metadata_bytes: u64,
 }
 
 /// What a tenant's key sees of the status: the server's identity and health, and its own
@@ -250,6 +275,8 @@ pub struct TenantUsage {
     pub weights_placed_bytes: u64,
     /// Its non-serving versions kept loaded (at most `old_versions_per_tenant`).
     pub old_versions_loaded: usize,
+    /// Warm instances its functions keep (at most `instance_pool.tenant_max_warm_instances`).
+    pub warm_instances: usize,
 }
 
 /// The service. Share it as `Arc<Platform>`.
@@ -292,6 +319,11 @@ impl Platform {
             max_memory_bytes: config.max_memory_bytes,
             warm_instances_per_function: config.warm_instances_per_function,
             latency_linger: config.latency_linger,
+            max_core_instances_per_component: config.max_core_instances_per_component,
+            max_memories_per_component: config.max_memories_per_component,
+            max_tables_per_component: config.max_tables_per_component,
+            tenant_max_warm_instances: config.tenant_max_warm_instances,
+            warm_idle_timeout: config.warm_idle_timeout,
             ..EngineConfig::default()
         })
         .map_err(|e| PlatformError::internal("creating the engine", format!("{e:#}")))?;
@@ -409,6 +441,7 @@ impl Platform {
                 max_priority: t.policy.max_priority,
                 weights_placed_bytes: t.weights.placed(),
                 old_versions_loaded: self.functions.other_versions(id),
+                warm_instances: self.engine.warm_instances_of(id),
             })
             .collect();
         usage.sort_by(|a, b| a.tenant.cmp(&b.tenant));
@@ -447,6 +480,9 @@ impl Platform {
             functions: self.metrics.stats.recent_latency(None),
             watching: self.watching.status(None),
             host_memory: self.host_memory.status(None),
+            instance_pool: self.engine.pool_status(),
+            artifact_metadata_bytes: crate::engine::parsed_metadata_bytes() as u64,
+            max_artifact_metadata_bytes: self.config.max_artifact_metadata_bytes as u64,
         }
     }
 

@@ -9,7 +9,7 @@
 //!
 //! | status | codes |
 //! |---|---|
-//! | 400 | `invalid_request`, `invalid_input`, `invalid_name`, `invalid_component` |
+//! | 400 | `invalid_request`, `invalid_input`, `invalid_name`, `invalid_component`, `component_limit_exceeded` |
 //! | 401 | `unauthorized` |
 //! | 403 | `forbidden` |
 //! | 404 | `not_found` |
@@ -20,7 +20,7 @@
 //! | 429 | `tenant_concurrency_limit`, `concurrency_limit`, `quota_exceeded` (with `Retry-After`) |
 //! | 500 | `function_failed`, `function_trapped`, `memory_limit_exceeded`, `internal`, `storage`, `corrupt`, `data_dir_in_use` |
 //! | 502 | `output_too_large`, `transfer_too_large` |
-//! | 503 | `shutting_down`, `insufficient_device_memory` (no device can hold the weights) |
+//! | 503 | `shutting_down`, `insufficient_device_memory` (no device can hold the weights), `instance_pool_exhausted` |
 //! | 504 | `timeout` |
 
 use axum::Json;

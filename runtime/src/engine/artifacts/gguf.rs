@@ -8,13 +8,23 @@
 //! element count, block divisibility, offset alignment and its extent inside the data
 //! section. A malformed file is a [`GgufError`], never a panic.
 //!
+//! The parse is bounded in host memory: arrays are packed ([`value`]: a 1-byte element
+//! takes a byte), and every part is charged against a cap before it is allocated
+//! ([`Gguf::parse_bounded`]; over it, [`GgufError::TooLarge`]). The metadata's JSON for
+//! the guest is written into a buffer that stops at the guest's read limit
+//! ([`Gguf::metadata_json`]), never rendered whole first.
+//!
 //! Layout (little-endian): magic `GGUF`, u32 version, u64 tensor count, u64 metadata
 //! count, the metadata (key string, u32 value type, value), the tensor infos (name,
 //! u32 rank, u64 dims fastest-first, u32 ggml type, u64 offset into the data section),
 //! padding to the alignment, the data section. Dims are fastest-first: a GGUF tensor
 //! `[ne0, ne1]` is the row-major `[ne1, ne0]` the rest of sluice speaks.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+mod value;
+
+pub use value::{Array, Strings, Value};
 
 /// The ggml element types sluice knows the block layout of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -121,92 +131,6 @@ impl GgmlType {
     }
 }
 
-/// A metadata value.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Value {
-    U8(u8),
-    I8(i8),
-    U16(u16),
-    I16(i16),
-    U32(u32),
-    I32(i32),
-    U64(u64),
-    I64(i64),
-    F32(f32),
-    F64(f64),
-    Bool(bool),
-    String(String),
-    /// Elements of one type (nested arrays are arrays of arrays).
-    Array(Vec<Value>),
-}
-
-impl Value {
-    /// The value as an unsigned integer, if it is a non-negative integer of any width.
-    pub fn as_u64(&self) -> Option<u64> {
-        match *self {
-            Value::U8(v) => Some(v.into()),
-            Value::U16(v) => Some(v.into()),
-            Value::U32(v) => Some(v.into()),
-            Value::U64(v) => Some(v),
-            Value::I8(v) => u64::try_from(v).ok(),
-            Value::I16(v) => u64::try_from(v).ok(),
-            Value::I32(v) => u64::try_from(v).ok(),
-            Value::I64(v) => u64::try_from(v).ok(),
-            _ => None,
-        }
-    }
-
-    /// The value as a float, if it is a float or an integer.
-    pub fn as_f64(&self) -> Option<f64> {
-        match *self {
-            Value::F32(v) => Some(v.into()),
-            Value::F64(v) => Some(v),
-            Value::I8(v) => Some(v.into()),
-            Value::I16(v) => Some(v.into()),
-            Value::I32(v) => Some(v.into()),
-            Value::I64(v) => Some(v as f64),
-            _ => self.as_u64().map(|v| v as f64),
-        }
-    }
-
-    /// The value as a string slice, if it is a string.
-    pub fn as_str(&self) -> Option<&str> {
-        match self {
-            Value::String(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    /// The elements, if it is an array.
-    pub fn as_array(&self) -> Option<&[Value]> {
-        match self {
-            Value::Array(a) => Some(a),
-            _ => None,
-        }
-    }
-
-    /// The value as JSON: numbers, booleans, strings and arrays as themselves; a
-    /// non-finite float (which JSON cannot hold) as `null`.
-    pub fn to_json(&self) -> serde_json::Value {
-        use serde_json::Value as J;
-        match self {
-            Value::U8(v) => (*v).into(),
-            Value::I8(v) => (*v).into(),
-            Value::U16(v) => (*v).into(),
-            Value::I16(v) => (*v).into(),
-            Value::U32(v) => (*v).into(),
-            Value::I32(v) => (*v).into(),
-            Value::U64(v) => (*v).into(),
-            Value::I64(v) => (*v).into(),
-            Value::F32(v) => serde_json::Number::from_f64(f64::from(*v)).map_or(J::Null, J::Number),
-            Value::F64(v) => serde_json::Number::from_f64(*v).map_or(J::Null, J::Number),
-            Value::Bool(v) => (*v).into(),
-            Value::String(s) => J::String(s.clone()),
-            Value::Array(a) => J::Array(a.iter().map(Value::to_json).collect()),
-        }
-    }
-}
-
 /// One entry of the tensor index.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TensorInfo {
@@ -233,7 +157,7 @@ impl TensorInfo {
 }
 
 /// Why a GGUF file could not be read.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum GgufError {
     #[error("not a GGUF file (magic {0:02x?}, expected \"GGUF\")")]
     BadMagic([u8; 4]),
@@ -255,8 +179,16 @@ pub enum GgufError {
     Duplicate { what: &'static str, name: String },
     #[error("general.alignment {0} is not a power of two")]
     BadAlignment(u64),
+    #[error("the parsed metadata and tensor index would take more than {limit} bytes of host memory (at {what})")]
+    TooLarge { what: String, limit: usize },
     #[error("tensor {name:?}: {problem}")]
     BadTensor { name: String, problem: String },
+}
+
+/// The metadata's JSON would be longer than the limit.
+#[derive(Debug, PartialEq, Eq)]
+pub struct JsonTooLarge {
+    pub limit: usize,
 }
 
 /// Deepest nesting of metadata arrays accepted.
@@ -266,6 +198,18 @@ pub const MAX_DIMS: u32 = 4;
 /// The alignment of tensor data when the file does not set `general.alignment`.
 pub const DEFAULT_ALIGNMENT: u64 = 32;
 
+/// Default of the cap on the host memory one parse may take
+/// ([`Gguf::parse_bounded`]): real models' metadata (a 128k-token vocabulary with its
+/// merges) takes 10–20 MiB parsed.
+pub const DEFAULT_MAX_PARSED_BYTES: usize = 64 << 20;
+
+/// Heap charged per metadata entry besides its key and value: the map's entry, with
+/// room for the B-tree's half-empty nodes.
+const ENTRY_BYTES: usize = 2 * size_of::<(String, Value)>();
+/// Heap charged per tensor besides its name and dims: its info and its place in the
+/// name index.
+const TENSOR_BYTES: usize = size_of::<TensorInfo>() + size_of::<usize>();
+
 /// A parsed GGUF file: metadata and tensor index (the data stays in the caller's bytes).
 #[derive(Clone, Debug)]
 pub struct Gguf {
@@ -274,7 +218,8 @@ pub struct Gguf {
     pub metadata: BTreeMap<String, Value>,
     /// Tensors in file order.
     pub tensors: Vec<TensorInfo>,
-    by_name: HashMap<String, usize>,
+    /// Indices into `tensors`, sorted by name.
+    by_name: Vec<usize>,
     /// Alignment of the data section and of every tensor in it.
     pub alignment: u64,
     /// Offset of the data section from the start of the file.
@@ -282,9 +227,17 @@ pub struct Gguf {
 }
 
 impl Gguf {
-    /// Parses the header, metadata and tensor index of `bytes` (the whole file).
+    /// Parses the header, metadata and tensor index of `bytes` (the whole file), with
+    /// at most [`DEFAULT_MAX_PARSED_BYTES`] of host memory.
     pub fn parse(bytes: &[u8]) -> Result<Gguf, GgufError> {
-        let mut r = Reader { bytes, at: 0 };
+        Self::parse_bounded(bytes, DEFAULT_MAX_PARSED_BYTES)
+    }
+
+    /// Parses like [`Gguf::parse`], refusing ([`GgufError::TooLarge`]) a file whose
+    /// parsed metadata and tensor index would take more than `max_bytes` of host memory;
+    /// each part is charged before it is allocated.
+    pub fn parse_bounded(bytes: &[u8], max_bytes: usize) -> Result<Gguf, GgufError> {
+        let mut r = Reader { bytes, at: 0, charged: 0, limit: max_bytes };
         let magic: [u8; 4] = r.take(4, "the magic")?.try_into().expect("4 bytes");
         if &magic != b"GGUF" {
             return Err(GgufError::BadMagic(magic));
@@ -303,8 +256,9 @@ impl Gguf {
         let mut metadata = BTreeMap::new();
         for _ in 0..n_kv {
             let key = r.string("a metadata key")?;
+            r.charge(ENTRY_BYTES + key.len(), &key)?;
             let code = r.u32("a metadata value type")?;
-            let value = r.value(&key, code, 0)?;
+            let value = r.value(&key, code)?;
             if metadata.insert(key.clone(), value).is_some() {
                 return Err(GgufError::Duplicate { what: "metadata key", name: key });
             }
@@ -317,22 +271,26 @@ impl Gguf {
             },
         };
 
-        let mut infos = Vec::with_capacity(n_tensors as usize);
+        r.charge(n_tensors as usize * TENSOR_BYTES, "the tensor index")?;
+        let mut tensors = Vec::with_capacity(n_tensors as usize);
         for _ in 0..n_tensors {
             let name = r.string("a tensor name")?;
             let rank = r.u32("a tensor rank")?;
-            let bad = |problem: String| GgufError::BadTensor { name: name.clone(), problem };
             if rank > MAX_DIMS {
-                return Err(bad(format!("rank {rank} exceeds {MAX_DIMS}")));
+                return Err(GgufError::BadTensor { name, problem: format!("rank {rank} exceeds {MAX_DIMS}") });
             }
+            r.charge(rank as usize * size_of::<u64>(), &name)?;
             let mut dims = Vec::with_capacity(rank as usize);
             for _ in 0..rank {
                 dims.push(r.u64("a tensor dimension")?);
             }
             let code = r.u32("a tensor type")?;
             let offset = r.u64("a tensor offset")?;
-            let ggml_type = GgmlType::from_code(code).ok_or_else(|| bad(format!("unknown ggml type {code}")))?;
-            infos.push((name, dims, ggml_type, offset));
+            let Some(ggml_type) = GgmlType::from_code(code) else {
+                return Err(GgufError::BadTensor { name, problem: format!("unknown ggml type {code}") });
+            };
+            // The offset is relative to the data section until it is checked below.
+            tensors.push(TensorInfo { name, dims, ggml_type, offset, byte_len: 0 });
         }
         let data_offset = r.at.div_ceil(alignment).saturating_mul(alignment);
         let len = bytes.len() as u64;
@@ -341,22 +299,22 @@ impl Gguf {
         }
         let data_len = len.saturating_sub(data_offset);
 
-        let mut tensors = Vec::with_capacity(infos.len());
-        let mut by_name = HashMap::with_capacity(infos.len());
-        for (name, dims, ggml_type, offset) in infos {
-            let bad = |problem: String| GgufError::BadTensor { name: name.clone(), problem };
+        for info in &mut tensors {
+            let bad = |problem: String| GgufError::BadTensor { name: info.name.clone(), problem };
+            let dims = &info.dims;
             let numel = dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d));
             let numel = numel.ok_or_else(|| bad(format!("dims {dims:?} overflow")))?;
-            let (block, block_bytes) = ggml_type.block();
+            let (block, block_bytes) = info.ggml_type.block();
             let row = dims.first().copied().unwrap_or(1);
             if !row.is_multiple_of(block) {
                 return Err(bad(format!(
                     "the first dimension {row} is not a multiple of the {} block size {block}",
-                    ggml_type.name()
+                    info.ggml_type.name()
                 )));
             }
             let byte_len =
                 (numel / block).checked_mul(block_bytes).ok_or_else(|| bad(format!("dims {dims:?} overflow")))?;
+            let offset = info.offset;
             if !offset.is_multiple_of(alignment) {
                 return Err(bad(format!("offset {offset} is not a multiple of the alignment {alignment}")));
             }
@@ -368,17 +326,22 @@ impl Gguf {
                     )));
                 }
             }
-            if by_name.insert(name.clone(), tensors.len()).is_some() {
-                return Err(GgufError::Duplicate { what: "tensor name", name });
-            }
-            tensors.push(TensorInfo { name, dims, ggml_type, offset: data_offset + offset, byte_len });
+            info.offset = data_offset + offset;
+            info.byte_len = byte_len;
+        }
+        let mut by_name: Vec<usize> = (0..tensors.len()).collect();
+        // Stable: of two tensors with one name, the later in the file is the duplicate.
+        by_name.sort_by(|&a, &b| tensors[a].name.cmp(&tensors[b].name));
+        if let Some(pair) = by_name.windows(2).find(|p| tensors[p[0]].name == tensors[p[1]].name) {
+            return Err(GgufError::Duplicate { what: "tensor name", name: tensors[pair[1]].name.clone() });
         }
         Ok(Gguf { version, metadata, tensors, by_name, alignment, data_offset })
     }
 
     /// The tensor named `name`.
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
-        self.by_name.get(name).map(|&i| &self.tensors[i])
+        let i = self.by_name.binary_search_by(|&i| self.tensors[i].name.as_str().cmp(name)).ok()?;
+        Some(&self.tensors[self.by_name[i]])
     }
 
     /// The metadata value of `key`.
@@ -391,23 +354,66 @@ impl Gguf {
         &bytes[info.offset as usize..(info.offset + info.byte_len) as usize]
     }
 
-    /// Every metadata entry as one JSON object, key → value.
-    pub fn metadata_json(&self) -> String {
-        let map: serde_json::Map<String, serde_json::Value> =
-            self.metadata.iter().map(|(k, v)| (k.clone(), v.to_json())).collect();
-        serde_json::Value::Object(map).to_string()
+    /// Host memory the parsed metadata and tensor index take: what the parser charged
+    /// against its cap, measured from the parts (their capacities).
+    pub fn heap_bytes(&self) -> usize {
+        let metadata: usize = self.metadata.iter().map(|(k, v)| ENTRY_BYTES + k.capacity() + v.heap_bytes()).sum();
+        let tensors: usize =
+            self.tensors.iter().map(|t| TENSOR_BYTES + t.name.capacity() + t.dims.capacity() * size_of::<u64>()).sum();
+        metadata + tensors
+    }
+
+    /// Every metadata entry as one JSON object, key → value, written straight into a
+    /// buffer that refuses to grow past `limit` bytes (so a guest's call costs at most
+    /// that, however much the metadata would expand).
+    pub fn metadata_json(&self, limit: usize) -> Result<String, JsonTooLarge> {
+        let mut out = Bounded { bytes: Vec::new(), limit };
+        serde_json::to_writer(&mut out, &self.metadata).map_err(|_| JsonTooLarge { limit })?;
+        Ok(String::from_utf8(out.bytes).expect("serde_json writes UTF-8"))
     }
 }
 
-/// A bounds-checked little-endian cursor over the file.
+/// A byte buffer that fails a write taking it past `limit`.
+struct Bounded {
+    bytes: Vec<u8>,
+    limit: usize,
+}
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > self.limit {
+            return Err(std::io::Error::other("over the limit"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A bounds-checked little-endian cursor over the file, charging what it allocates.
 struct Reader<'a> {
     bytes: &'a [u8],
     at: u64,
+    /// Heap bytes charged so far, against `limit`.
+    charged: usize,
+    limit: usize,
 }
 
 impl<'a> Reader<'a> {
     fn len(&self) -> u64 {
         self.bytes.len() as u64
+    }
+
+    /// Counts `bytes` of heap about to be allocated for `what`; fails past the limit.
+    fn charge(&mut self, bytes: usize, what: &str) -> Result<(), GgufError> {
+        self.charged = self.charged.saturating_add(bytes);
+        if self.charged > self.limit {
+            return Err(GgufError::TooLarge { what: what.to_owned(), limit: self.limit });
+        }
+        Ok(())
     }
 
     fn take(&mut self, n: u64, what: &str) -> Result<&'a [u8], GgufError> {
@@ -441,14 +447,19 @@ impl<'a> Reader<'a> {
         Ok(u64::from_le_bytes(self.array(what)?))
     }
 
-    fn string(&mut self, what: &str) -> Result<String, GgufError> {
+    /// A length-prefixed UTF-8 string, borrowed from the file.
+    fn str(&mut self, what: &str) -> Result<&'a str, GgufError> {
         let n = self.u64(what)?;
         let bytes = self.take(n, what)?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| GgufError::NotUtf8(format!("{what} at byte {}", self.at - n)))
+        std::str::from_utf8(bytes).map_err(|_| GgufError::NotUtf8(format!("{what} at byte {}", self.at - n)))
     }
 
-    /// A value of type `code` for metadata key `key`, nested `depth` arrays deep.
-    fn value(&mut self, key: &str, code: u32, depth: usize) -> Result<Value, GgufError> {
+    fn string(&mut self, what: &str) -> Result<String, GgufError> {
+        Ok(self.str(what)?.to_owned())
+    }
+
+    /// A value of type `code` for metadata key `key`.
+    fn value(&mut self, key: &str, code: u32) -> Result<Value, GgufError> {
         let what = key;
         Ok(match code {
             0 => Value::U8(u8::from_le_bytes(self.array(what)?)),
@@ -458,38 +469,104 @@ impl<'a> Reader<'a> {
             4 => Value::U32(u32::from_le_bytes(self.array(what)?)),
             5 => Value::I32(i32::from_le_bytes(self.array(what)?)),
             6 => Value::F32(f32::from_le_bytes(self.array(what)?)),
-            7 => match self.array::<1>(what)?[0] {
-                0 => Value::Bool(false),
-                1 => Value::Bool(true),
-                byte => return Err(GgufError::BadBool { key: key.to_owned(), byte }),
-            },
-            8 => Value::String(self.string(&format!("the value of {key:?}"))?),
-            9 => {
-                if depth >= MAX_DEPTH {
-                    return Err(GgufError::TooDeep(key.to_owned()));
-                }
-                let elem = self.u32(what)?;
-                let n = self.u64(what)?;
-                let min = match elem {
-                    0 | 1 | 7 => 1,
-                    2 | 3 => 2,
-                    4..=6 => 4,
-                    8 | 10..=12 => 8,
-                    9 => 12,
-                    _ => return Err(GgufError::BadValueType { key: key.to_owned(), code: elem }),
-                };
-                self.check_count(&format!("array {key:?} element"), n, min)?;
-                let mut items = Vec::with_capacity(n as usize);
-                for _ in 0..n {
-                    items.push(self.value(key, elem, depth + 1)?);
-                }
-                Value::Array(items)
+            7 => Value::Bool(self.bools(key, 1)?[0]),
+            8 => {
+                let s = self.str(&format!("the value of {key:?}"))?;
+                self.charge(s.len(), key)?;
+                Value::String(s.to_owned())
             }
+            9 => Value::Array(self.packed(key, 0)?),
             10 => Value::U64(u64::from_le_bytes(self.array(what)?)),
             11 => Value::I64(i64::from_le_bytes(self.array(what)?)),
             12 => Value::F64(f64::from_le_bytes(self.array(what)?)),
             _ => return Err(GgufError::BadValueType { key: key.to_owned(), code }),
         })
+    }
+
+    /// `n` booleans, each a byte of 0 or 1.
+    fn bools(&mut self, key: &str, n: u64) -> Result<Vec<bool>, GgufError> {
+        let raw = self.take(n, key)?;
+        raw.iter()
+            .map(|&byte| match byte {
+                0 => Ok(false),
+                1 => Ok(true),
+                byte => Err(GgufError::BadBool { key: key.to_owned(), byte }),
+            })
+            .collect()
+    }
+
+    /// An array (element type, count, elements) for key `key`, nested `depth` arrays
+    /// deep, packed into one vector of its element type.
+    fn packed(&mut self, key: &str, depth: usize) -> Result<Array, GgufError> {
+        if depth >= MAX_DEPTH {
+            return Err(GgufError::TooDeep(key.to_owned()));
+        }
+        let elem = self.u32(key)?;
+        let n = self.u64(key)?;
+        let min = match elem {
+            0 | 1 | 7 => 1,
+            2 | 3 => 2,
+            4..=6 => 4,
+            8 | 10..=12 => 8,
+            9 => 12,
+            _ => return Err(GgufError::BadValueType { key: key.to_owned(), code: elem }),
+        };
+        self.check_count(&format!("array {key:?} element"), n, min)?;
+        // The count fits in the file, so it fits in memory's index type.
+        let count = n as usize;
+        macro_rules! numbers {
+            ($t:ty, $variant:ident) => {{
+                self.charge(count * size_of::<$t>(), key)?;
+                let raw = self.take(n * size_of::<$t>() as u64, key)?;
+                let elements = raw.chunks_exact(size_of::<$t>());
+                Array::$variant(elements.map(|c| <$t>::from_le_bytes(c.try_into().expect("one element"))).collect())
+            }};
+        }
+        Ok(match elem {
+            0 => numbers!(u8, U8),
+            1 => numbers!(i8, I8),
+            2 => numbers!(u16, U16),
+            3 => numbers!(i16, I16),
+            4 => numbers!(u32, U32),
+            5 => numbers!(i32, I32),
+            6 => numbers!(f32, F32),
+            10 => numbers!(u64, U64),
+            11 => numbers!(i64, I64),
+            12 => numbers!(f64, F64),
+            7 => {
+                self.charge(count, key)?;
+                Array::Bool(self.bools(key, n)?)
+            }
+            8 => Array::String(self.strings(key, count)?),
+            _ => {
+                self.charge(count * size_of::<Array>(), key)?;
+                let mut items = Vec::with_capacity(count);
+                for _ in 0..count {
+                    items.push(self.packed(key, depth + 1)?);
+                }
+                Array::Array(items)
+            }
+        })
+    }
+
+    /// `count` strings packed in one buffer: a first pass over their lengths sizes
+    /// it (and charges it) exactly, a second copies them in.
+    fn strings(&mut self, key: &str, count: usize) -> Result<Strings, GgufError> {
+        let what = format!("the value of {key:?}");
+        let start = self.at;
+        let mut bytes = 0usize;
+        for _ in 0..count {
+            let n = self.u64(&what)?;
+            self.take(n, &what)?;
+            bytes += n as usize;
+        }
+        self.charge(bytes.saturating_add(count * size_of::<usize>()), key)?;
+        self.at = start;
+        let mut strings = Strings::with_capacity(count, bytes);
+        for _ in 0..count {
+            strings.push(self.str(&what)?);
+        }
+        Ok(strings)
     }
 }
 

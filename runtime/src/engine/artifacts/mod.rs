@@ -11,9 +11,17 @@
 //! (the tenant's). A device that was lost and reset since they were loaded
 //! ([`DeviceQueue::resets`]) no longer holds them: they are loaded again. The metadata
 //! of a GGUF artifact (its tokenizer, chat template, hyper-parameters) reaches the
-//! guest as JSON ([`ArtifactSet::metadata`]).
+//! guest as JSON ([`ArtifactSet::metadata`]), at most the guest's read limit of it.
+//!
+//! A GGUF artifact's metadata and tensor index are parsed once per blob and shared
+//! ([`shared`]) by every set, version and invocation that names it; the parse may take
+//! at most the set's cap of host memory ([`ArtifactSet::bounded`]), over which the
+//! guest gets a `too-large` error.
 
 pub mod gguf;
+mod shared;
+
+pub use shared::parsed_bytes as parsed_metadata_bytes;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -36,6 +44,11 @@ pub struct ArtifactStats {
     pub weight_bytes: u64,
     /// `load-tensor` calls answered from the shared copy.
     pub weight_cache_hits: u64,
+    /// GGUF artifacts this set parsed itself (not found already parsed).
+    pub metadata_parses: u64,
+    /// Host memory the parsed GGUF metadata and tensor indexes of its artifacts take
+    /// (shared with other sets naming the same blobs).
+    pub metadata_bytes: u64,
 }
 
 /// The named artifacts of one function version, bound to one device.
@@ -43,28 +56,44 @@ pub struct ArtifactSet {
     files: HashMap<String, PathBuf>,
     account: Arc<MemoryAccount>,
     maps: Mutex<HashMap<String, Arc<memmap2::Mmap>>>,
-    ggufs: Mutex<HashMap<String, Arc<gguf::Gguf>>>,
+    /// The shared parse of each GGUF artifact asked for, and the cap of one parse.
+    ggufs: Mutex<HashMap<String, Arc<shared::Slot>>>,
+    max_metadata_bytes: usize,
     weights: Mutex<HashMap<WeightKey, (Arc<TensorLease>, TensorMeta)>>,
     /// The device's resets when the weights were loaded.
     weights_resets: AtomicU64,
     loaded: AtomicU64,
     loaded_bytes: AtomicU64,
     hits: AtomicU64,
+    parses: AtomicU64,
 }
 
 impl ArtifactSet {
-    /// Artifacts by name → file path; weights are charged to `account`.
+    /// Artifacts by name → file path; weights are charged to `account`; a GGUF parse
+    /// may take [`gguf::DEFAULT_MAX_PARSED_BYTES`].
     pub fn new(files: HashMap<String, PathBuf>, account: Arc<MemoryAccount>) -> Arc<Self> {
+        Self::bounded(files, account, gguf::DEFAULT_MAX_PARSED_BYTES)
+    }
+
+    /// Like [`ArtifactSet::new`], with at most `max_metadata_bytes` of host memory for
+    /// each GGUF artifact's parsed metadata and tensor index.
+    pub fn bounded(
+        files: HashMap<String, PathBuf>,
+        account: Arc<MemoryAccount>,
+        max_metadata_bytes: usize,
+    ) -> Arc<Self> {
         Arc::new(ArtifactSet {
             files,
             account,
             maps: Mutex::new(HashMap::new()),
             ggufs: Mutex::new(HashMap::new()),
+            max_metadata_bytes,
             weights: Mutex::new(HashMap::new()),
             weights_resets: AtomicU64::new(0),
             loaded: AtomicU64::new(0),
             loaded_bytes: AtomicU64::new(0),
             hits: AtomicU64::new(0),
+            parses: AtomicU64::new(0),
         })
     }
 
@@ -79,6 +108,8 @@ impl ArtifactSet {
             weight_tensors_loaded: self.loaded.load(Ordering::Relaxed),
             weight_bytes: self.loaded_bytes.load(Ordering::Relaxed),
             weight_cache_hits: self.hits.load(Ordering::Relaxed),
+            metadata_parses: self.parses.load(Ordering::Relaxed),
+            metadata_bytes: self.ggufs.lock().values().map(|s| s.heap_bytes() as u64).sum(),
         }
     }
 
@@ -197,29 +228,42 @@ impl ArtifactSet {
         if !is_gguf(&bytes) {
             return Err(ApiError::arg(format!("artifact {artifact:?} is not a GGUF file, so it has no metadata")));
         }
-        let json = self.gguf(artifact, &bytes)?.metadata_json();
-        if json.len() > limit {
-            return Err(ApiError::new(
+        self.gguf(artifact, &bytes)?.metadata_json(limit).map_err(|_| {
+            ApiError::new(
                 ErrorCode::TooLarge,
-                format!(
-                    "the metadata of {artifact:?} is {} bytes of JSON, more than the {limit} a guest may read",
-                    json.len()
-                ),
-            ));
-        }
-        Ok(json)
+                format!("the metadata of {artifact:?} is more than the {limit} bytes of JSON a guest may read"),
+            )
+        })
     }
 
-    /// The parsed index of GGUF artifact `artifact` (whose bytes are `bytes`), parsed once.
+    /// The parsed index of GGUF artifact `artifact` (whose bytes are `bytes`): parsed
+    /// once per blob, by the first caller, shared with every later and concurrent one.
     fn gguf(&self, artifact: &str, bytes: &[u8]) -> Result<Arc<gguf::Gguf>, ApiError> {
-        if let Some(g) = self.ggufs.lock().get(artifact) {
-            return Ok(g.clone());
+        let slot = {
+            let mut ggufs = self.ggufs.lock();
+            match ggufs.get(artifact) {
+                Some(slot) => slot.clone(),
+                None => {
+                    let path = self
+                        .files
+                        .get(artifact)
+                        .ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("no artifact named {artifact:?}")))?;
+                    let slot = shared::slot(path, self.max_metadata_bytes);
+                    ggufs.insert(artifact.to_owned(), slot.clone());
+                    slot
+                }
+            }
+        };
+        let (parsed, parsed_here) = slot.get_or_parse(bytes, self.max_metadata_bytes);
+        if parsed_here {
+            self.parses.fetch_add(1, Ordering::Relaxed);
         }
-        let parsed = gguf::Gguf::parse(bytes)
-            .map_err(|e| ApiError::arg(format!("artifact {artifact:?} is not a valid GGUF file: {e}")))?;
-        let parsed = Arc::new(parsed);
-        self.ggufs.lock().insert(artifact.to_owned(), parsed.clone());
-        Ok(parsed)
+        parsed.clone().map_err(|e| match e {
+            gguf::GgufError::TooLarge { .. } => {
+                ApiError::new(ErrorCode::TooLarge, format!("artifact {artifact:?} cannot be read: {e}"))
+            }
+            e => ApiError::arg(format!("artifact {artifact:?} is not a valid GGUF file: {e}")),
+        })
     }
 }
 
@@ -310,6 +354,68 @@ mod tests {
         assert_eq!(got, want);
         let status = queue.status_blocking();
         assert_eq!((status.kernels, status.resident_tensors), (1, 1), "one cast; the upload is freed");
+    }
+
+    /// A GGUF file whose metadata holds `n` u8 elements, at `dir/name.gguf`.
+    fn gguf_with_array(dir: &std::path::Path, name: &str, n: usize) -> PathBuf {
+        let key = b"blob";
+        let mut b = b"GGUF".to_vec();
+        b.extend(3u32.to_le_bytes());
+        b.extend(0u64.to_le_bytes());
+        b.extend(1u64.to_le_bytes());
+        b.extend((key.len() as u64).to_le_bytes());
+        b.extend(key);
+        b.extend(9u32.to_le_bytes());
+        b.extend(0u32.to_le_bytes());
+        b.extend((n as u64).to_le_bytes());
+        b.resize(b.len() + n, 1);
+        let path = dir.join(format!("{name}.gguf"));
+        std::fs::write(&path, b).unwrap();
+        path
+    }
+
+    #[test]
+    fn concurrent_and_repeated_metadata_calls_share_one_parse() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = gguf_with_array(dir.path(), "model", 4 << 20);
+        let files = HashMap::from([("model".to_owned(), path)]);
+        let set = ArtifactSet::new(files.clone(), MemoryAccount::new("weights", None, None));
+        let start = std::sync::Barrier::new(8);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    start.wait();
+                    assert!(set.metadata("model", 1000).is_err(), "more than 1000 bytes of JSON");
+                });
+            }
+        });
+        let first = set.gguf("model", &set.bytes("model").unwrap()).unwrap();
+        let again = set.gguf("model", &set.bytes("model").unwrap()).unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        assert_eq!(set.stats().metadata_parses, 1, "8 concurrent calls and 2 more parsed the file once");
+        // Another version's set with the same blob shares the parse too.
+        let other = ArtifactSet::new(files, MemoryAccount::new("weights", None, None));
+        let theirs = other.gguf("model", &other.bytes("model").unwrap()).unwrap();
+        assert!(Arc::ptr_eq(&first, &theirs), "one parse per blob, shared between sets");
+        assert_eq!(other.stats().metadata_parses, 0);
+    }
+
+    #[test]
+    fn metadata_over_the_cap_is_a_typed_guest_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = gguf_with_array(dir.path(), "model", 2 << 20);
+        let files = HashMap::from([("model".to_owned(), path)]);
+        let set = ArtifactSet::bounded(files, MemoryAccount::new("weights", None, None), 1 << 20);
+        let e = match set.metadata("model", 64 << 20) {
+            Ok(json) => panic!("2 MiB of metadata under a 1 MiB cap: {} bytes of JSON", json.len()),
+            Err(e) => e,
+        };
+        assert_eq!(e.code, ErrorCode::TooLarge, "{e:?}");
+        assert!(e.message.contains("1048576 bytes of host memory"), "{e:?}");
+        let queue = DeviceQueue::start(Box::new(CpuDevice::with_threads(1)));
+        let Err(e) = set.load_tensor(&queue, "model", "w", None) else { panic!("loaded past the cap") };
+        assert_eq!(e.code, ErrorCode::TooLarge, "{e:?}");
+        assert_eq!(set.stats().metadata_parses, 1, "the refusal is kept, not parsed again");
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub fn grpc_code(code: Code) -> tonic::Code {
         | Code::InvalidName
         | Code::InvalidComponent
         | Code::UnsupportedMediaType => tonic::Code::InvalidArgument,
+        Code::ComponentLimitExceeded => tonic::Code::InvalidArgument,
         Code::Unauthorized => tonic::Code::Unauthenticated,
         Code::Forbidden => tonic::Code::PermissionDenied,
         Code::NotFound => tonic::Code::NotFound,
@@ -42,6 +43,7 @@ pub fn grpc_code(code: Code) -> tonic::Code {
             tonic::Code::ResourceExhausted
         }
         Code::ShuttingDown => tonic::Code::Unavailable,
+        Code::InstancePoolExhausted => tonic::Code::Unavailable,
         Code::Timeout => tonic::Code::DeadlineExceeded,
         Code::Cancelled => tonic::Code::Cancelled,
         Code::FunctionFailed

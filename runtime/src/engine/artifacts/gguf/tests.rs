@@ -113,8 +113,9 @@ fn a_valid_file_is_read_back() {
     assert_eq!(g.get("llama.block_count").and_then(Value::as_u64), Some(2));
     assert_eq!(g.get("llama.rope.freq_base").and_then(Value::as_f64), Some(100000.0));
     assert_eq!(g.get("flag"), Some(&Value::Bool(true)));
-    let tokens = g.get("tokenizer.ggml.tokens").and_then(Value::as_array).unwrap();
-    assert_eq!(tokens.iter().filter_map(Value::as_str).collect::<Vec<_>>(), ["a", "b", "ab"]);
+    let tokens = g.get("tokenizer.ggml.tokens").and_then(Value::as_array).and_then(Array::strings).unwrap();
+    assert_eq!(tokens.iter().collect::<Vec<_>>(), ["a", "b", "ab"]);
+    assert_eq!((tokens.get(2), tokens.get(3)), (Some("ab"), None));
     let w = g.tensor("w").unwrap();
     assert_eq!((w.shape(), w.ggml_type, w.byte_len), (vec![2, 3], GgmlType::F32, 24));
     assert_eq!(g.data(&bytes, w), f32_bytes(&[1., 2., 3., 4., 5., 6.]));
@@ -122,7 +123,7 @@ fn a_valid_file_is_read_back() {
     assert_eq!((q.shape(), q.ggml_type, q.byte_len, q.numel()), (vec![2, 32], GgmlType::Q4_1, 40, 64));
     assert_eq!(q.offset % 32, 0);
     assert_eq!(g.data(&bytes, q), [7u8; 40]);
-    let json: serde_json::Value = serde_json::from_str(&g.metadata_json()).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&g.metadata_json(1 << 20).unwrap()).unwrap();
     assert_eq!(json["tokenizer.ggml.tokens"], serde_json::json!(["a", "b", "ab"]));
     assert_eq!(json["llama.rope.freq_base"], serde_json::json!(100000.0));
     assert_eq!(json["flag"], serde_json::json!(true));
@@ -216,4 +217,49 @@ fn bad_tensor_infos_are_refused() {
     assert!(bad(base().tensor_at("t", &[1], 0, u64::MAX - 31)).contains("past the end"));
     let dup = base().tensor_at("ok", &[8], 0, 0);
     assert_eq!(Gguf::parse(&dup.build()).unwrap_err(), GgufError::Duplicate { what: "tensor name", name: "ok".into() });
+}
+
+/// A metadata entry holding `n` u8 elements (all 7).
+fn u8_array(n: usize) -> Vec<u8> {
+    let mut arr = 0u32.to_le_bytes().to_vec();
+    arr.extend((n as u64).to_le_bytes());
+    arr.resize(arr.len() + n, 7);
+    arr
+}
+
+#[test]
+fn a_large_u8_array_takes_about_its_own_bytes_once_parsed() {
+    let n = 8 << 20;
+    let bytes = Builder::new().kv_raw("blob", 9, &u8_array(n)).kv_strs("tokens", &["a", "bc"]).build();
+    let g = Gguf::parse(&bytes).unwrap();
+    let heap = g.heap_bytes();
+    assert!(heap <= n * 3 / 2, "an array of {n} bytes parsed into {heap} bytes ({}x)", heap / n);
+    let json: serde_json::Value = serde_json::from_str(&g.metadata_json(64 << 20).unwrap()).unwrap();
+    assert_eq!((json["blob"].as_array().map(Vec::len), json["blob"][n - 1].as_u64()), (Some(n), Some(7)));
+    assert_eq!(json["tokens"], serde_json::json!(["a", "bc"]));
+}
+
+#[test]
+fn metadata_over_the_cap_is_refused_before_it_is_allocated() {
+    let bytes = Builder::new().kv_raw("blob", 9, &u8_array(1 << 20)).build();
+    match Gguf::parse_bounded(&bytes, 512 << 10) {
+        Err(GgufError::TooLarge { limit, .. }) => assert_eq!(limit, 512 << 10),
+        other => panic!("a 1 MiB array under a 512 KiB cap: {:?}", other.map(|g| g.heap_bytes())),
+    }
+    assert!(Gguf::parse_bounded(&bytes, 2 << 20).is_ok());
+    // Many small strings are counted too (each has its offset).
+    let many: Vec<String> = (0..20_000).map(|i| i.to_string()).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let bytes = Builder::new().kv_strs("tokens", &many).build();
+    assert!(matches!(Gguf::parse_bounded(&bytes, 64 << 10), Err(GgufError::TooLarge { .. })));
+    assert!(Gguf::parse_bounded(&bytes, 1 << 20).is_ok());
+}
+
+#[test]
+fn the_json_for_the_guest_stops_at_its_limit() {
+    let bytes = Builder::new().kv_raw("blob", 9, &u8_array(1 << 20)).build();
+    let g = Gguf::parse(&bytes).unwrap();
+    // 1 Mi elements are ~2 MiB of JSON: refused at the limit, not rendered first.
+    assert_eq!(g.metadata_json(1000), Err(JsonTooLarge { limit: 1000 }));
+    assert!(g.metadata_json(4 << 20).is_ok());
 }
