@@ -178,6 +178,11 @@ impl Server {
         let grpc_addr = format!("127.0.0.1:{}", free_port());
         cmd.arg("serve").args(["--addr", &format!("127.0.0.1:{port}"), "--grpc-listen", &grpc_addr, "--data-dir"]);
         cmd.arg(&data_dir).args(&opts.args);
+        // A test reads its own writes: a status computed after its request arrived, not
+        // the device's snapshot of up to 100 ms ago (tests of the sharing set their own).
+        if !opts.args.iter().any(|a| a == "--status-interval-ms") {
+            cmd.args(["--status-interval-ms", "0"]);
+        }
         if opts.generate_admin_key {
             cmd.env_remove("SLUICE_ADMIN_KEY");
         } else {
