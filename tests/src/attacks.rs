@@ -63,7 +63,7 @@ impl Attack {
                 server.deploy(key, "bad", "misbehave", "priority=latency&timeout_ms=500");
             }
             Attack::GgufBomb => {
-                server.deploy(key, "bomb", "gguf-probe", "timeout_ms=2000");
+                server.deploy(key, "bomb", "gguf_probe", "timeout_ms=2000");
                 let r = server.call(
                     "PUT",
                     "/v1/functions/bomb/artifacts/model",
