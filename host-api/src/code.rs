@@ -78,11 +78,22 @@ pub enum Code {
     /// The caller went away (closed its connection) before the invocation finished; the
     /// invocation was stopped. 499, nginx's "client closed request": nobody reads it but logs.
     Cancelled,
+    /// The tenant has as many artifact uploads in flight as its policy allows
+    /// (`max_uploads`, `--tenant-max-uploads`); retry once one finishes.
+    TooManyUploads,
+    /// The request body stopped arriving, or came slower than the server's minimum rate
+    /// (`--upload-read-timeout-ms`, `--upload-min-bytes-per-s`): the upload was cut off
+    /// and nothing of it kept. 408 Request Timeout.
+    UploadStalled,
+    /// The tenant's stored blobs would exceed its disk quota (`disk_quota_bytes`,
+    /// `--default-disk-quota-mib`); nothing was stored. 429, like the device-memory
+    /// quota: deleting functions or versions (or pruning) makes room.
+    DiskQuotaExceeded,
 }
 
 impl Code {
     /// Every code, in declaration order.
-    pub const ALL: [Code; 27] = [
+    pub const ALL: [Code; 30] = [
         Code::InvalidRequest,
         Code::InvalidInput,
         Code::InvalidName,
@@ -110,6 +121,9 @@ impl Code {
         Code::Timeout,
         Code::QuotaExceeded,
         Code::Cancelled,
+        Code::TooManyUploads,
+        Code::UploadStalled,
+        Code::DiskQuotaExceeded,
     ];
 
     /// The code as it appears in error bodies and metric labels (snake_case).
@@ -142,6 +156,9 @@ impl Code {
             Code::Timeout => "timeout",
             Code::QuotaExceeded => "quota_exceeded",
             Code::Cancelled => "cancelled",
+            Code::TooManyUploads => "too_many_uploads",
+            Code::UploadStalled => "upload_stalled",
+            Code::DiskQuotaExceeded => "disk_quota_exceeded",
         }
     }
 
@@ -168,6 +185,8 @@ impl Code {
             Code::ShuttingDown | Code::InsufficientDeviceMemory => 503,
             Code::Timeout => 504,
             Code::Cancelled => 499,
+            Code::TooManyUploads | Code::DiskQuotaExceeded => 429,
+            Code::UploadStalled => 408,
         }
     }
 
