@@ -41,6 +41,12 @@ pub enum PlatformError {
         /// Its size.
         limit: u32,
     },
+    /// The tenant has as many artifact uploads in flight as its policy allows.
+    #[error("the tenant's limit of {limit} artifact uploads in flight is reached; retry once one finishes")]
+    TooManyUploads {
+        /// Its size.
+        limit: u32,
+    },
     /// The server is shutting down and takes no new work.
     #[error("the server is shutting down")]
     ShuttingDown,
@@ -62,6 +68,7 @@ impl PlatformError {
             PlatformError::InvalidRequest(_) => Code::InvalidRequest,
             PlatformError::Overloaded { scope: LimitScope::Tenant, .. } => Code::TenantConcurrencyLimit,
             PlatformError::Overloaded { scope: LimitScope::Global, .. } => Code::ConcurrencyLimit,
+            PlatformError::TooManyUploads { .. } => Code::TooManyUploads,
             PlatformError::ShuttingDown => Code::ShuttingDown,
             PlatformError::NoDeviceCapacity(_) => Code::InsufficientDeviceMemory,
             PlatformError::Internal(_) => Code::Internal,
@@ -78,6 +85,7 @@ impl PlatformError {
             | PlatformError::Invoke(_)
             | PlatformError::InvalidRequest(_)
             | PlatformError::Overloaded { .. }
+            | PlatformError::TooManyUploads { .. }
             | PlatformError::ShuttingDown
             | PlatformError::NoDeviceCapacity(_) => false,
         }

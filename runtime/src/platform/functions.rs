@@ -10,13 +10,14 @@
 //! are counted separately in [`super::Status`].
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde::Serialize;
-use sluice_registry::{FunctionOptions, FunctionRecord, FunctionSummary, FunctionVersion, validate_function_name};
+use sluice_registry::{
+    FunctionOptions, FunctionRecord, FunctionSummary, FunctionVersion, RegistryError, Written, validate_function_name,
+};
 use wasmtime::component::Component;
 
 use super::{Platform, PlatformError, Result};
@@ -157,20 +158,19 @@ impl Platform {
         // not a component at all.
         read_signature(wasm)?;
         self.count(|c| &c.compilations);
-        let v = self.registry.deploy_as(tenant, name, wasm, options, staged)?;
+        let policy = self.tenant_runtime(tenant)?.policy.storage();
+        let written = self.registry.deploy_with(tenant, name, wasm, options, staged, policy);
+        let v = self.after_write(tenant, written)?.version;
         self.registry.store_compiled(tenant, name, v.version, &self.fingerprint, &compiled)?;
         Ok((v, compiled))
     }
 
-    /// Streams an artifact into the registry and returns the version that sees it: a
-    /// staged newest version takes it in place (and still does not serve); otherwise a
-    /// new version that serves at once.
-    #[tracing::instrument(name = "sluice_platform.put_artifact", skip(self, reader), err(level = "debug", Display))]
-    pub fn put_artifact(&self, tenant: &str, name: &str, artifact: &str, reader: impl Read) -> Result<FunctionVersion> {
-        let v = self.registry.put_artifact_reader(tenant, name, artifact, reader)?;
+    /// Makes `v`, a version that just received an artifact, serve (unless it is staged).
+    pub(super) fn serve_artifact_version(&self, v: FunctionVersion) -> Result<FunctionVersion> {
         if v.staged {
             return Ok(v);
         }
+        let (tenant, name) = (v.tenant.as_str(), v.function.as_str());
         let cached = self.cached(tenant, name).filter(|l| l.version.component.digest == v.component.digest);
         let component = match cached {
             Some(l) => {
@@ -185,6 +185,40 @@ impl Platform {
         let loaded = self.load(&v, component)?;
         self.install(loaded);
         Ok(v)
+    }
+
+    /// Follows up a write of a version: records the tenant's disk usage and reclaims
+    /// the blobs of what retention pruned; after a refusal by the disk quota, reclaims
+    /// the blob that was stored for it (its metadata was never committed).
+    pub(super) fn after_write(&self, tenant: &str, written: sluice_registry::Result<Written>) -> Result<Written> {
+        match written {
+            Ok(w) => {
+                if let Ok(t) = self.tenant_runtime(tenant) {
+                    t.disk_used.store(w.disk_used_bytes, Ordering::Relaxed);
+                }
+                if !w.pruned.is_empty() {
+                    self.collect_garbage();
+                }
+                Ok(w)
+            }
+            Err(e @ RegistryError::DiskQuotaExceeded { .. }) => {
+                self.collect_garbage();
+                Err(e.into())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Pins (or unpins) a version of `tenant/name`: a pinned version is never pruned.
+    pub fn set_pinned(&self, tenant: &str, name: &str, version: u32, pinned: bool) -> Result<FunctionVersion> {
+        Ok(self.registry.set_pinned(tenant, name, version, pinned)?)
+    }
+
+    /// Records `tenant`'s disk usage as the registry counts it now (after a delete).
+    fn refresh_disk_usage(&self, tenant: &str) {
+        if let (Ok(t), Ok(used)) = (self.tenant_runtime(tenant), self.registry.tenant_disk_usage(tenant)) {
+            t.disk_used.store(used, Ordering::Relaxed);
+        }
     }
 
     /// A tenant's functions, each with its newest version.
@@ -206,6 +240,7 @@ impl Platform {
         self.functions.remove(tenant, name);
         self.metrics.forget(tenant, Some(name));
         self.collect_garbage();
+        self.refresh_disk_usage(tenant);
         Ok(())
     }
 

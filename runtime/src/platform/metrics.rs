@@ -28,6 +28,8 @@
 //! | `sluice_device_resets_total` (losses of the device, each failing the work in flight, then a reset) | counter | `device` |
 //! | `sluice_tenant_device_seconds_total` | counter | `device`, `tenant`, `class` |
 //! | `sluice_tenant_memory_used_bytes`, `sluice_tenant_memory_quota_bytes` | gauge | `tenant` |
+//! | `sluice_tenant_disk_used_bytes`, `sluice_tenant_disk_quota_bytes` (bytes of the blobs its versions reference) | gauge | `tenant` |
+//! | `sluice_tenant_uploads_in_flight`, `sluice_tenant_upload_limit` | gauge | `tenant` |
 //!
 //! Label values are bounded: tenants and functions exist in the registry (an invocation
 //! of a name that is not deployed counts under `function="(unknown)"`), outcomes are the
@@ -284,6 +286,14 @@ impl Metrics {
         gauge(&mut r, "tenant_memory_used", "Device memory a tenant holds", Some(Unit::Bytes), used);
         let quota = tenants().filter_map(|(l, t)| Some((l, t.memory_quota_bytes?)));
         gauge(&mut r, "tenant_memory_quota", "A tenant's device-memory quota", Some(Unit::Bytes), quota);
+        let disk = tenants().map(|(l, t)| (l, t.disk_used_bytes));
+        gauge(&mut r, "tenant_disk_used", "Bytes of the blobs a tenant's versions reference", Some(Unit::Bytes), disk);
+        let disk_quota = tenants().filter_map(|(l, t)| Some((l, t.disk_quota_bytes?)));
+        gauge(&mut r, "tenant_disk_quota", "A tenant's disk quota", Some(Unit::Bytes), disk_quota);
+        let uploads = tenants().map(|(l, t)| (l, u64::from(t.uploads_in_flight)));
+        gauge(&mut r, "tenant_uploads_in_flight", "A tenant's artifact uploads in flight", None, uploads);
+        let upload_limit = tenants().map(|(l, t)| (l, u64::from(t.upload_limit)));
+        gauge(&mut r, "tenant_upload_limit", "A tenant's most artifact uploads in flight", None, upload_limit);
 
         let mut out = String::new();
         text::encode(&mut out, &r).expect("writing to a String cannot fail");

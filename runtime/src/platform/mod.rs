@@ -16,7 +16,9 @@
 //! - `heap`: the allocator's free memory back to the OS when idle after bursts;
 //! - `metrics`: Prometheus metrics of invocations, plus the status at scrape time;
 //! - `stats`: the same invocations per function, as Triton's statistics extension reports them;
-//! - `live`: one device as the live console shows it to a caller (kernel records, status).
+//! - `live`: one device as the live console shows it to a caller (kernel records, status);
+//! - `uploads`: artifact uploads, each tenant's cap on them in flight and its disk quota
+//!   while the bytes arrive, without any lock held for a slow client.
 //!
 //! Methods that touch the disk or compile are synchronous: the HTTP layer calls them on
 //! the blocking pool. Errors are [`PlatformError`]s with stable codes.
@@ -33,6 +35,7 @@ mod metrics;
 mod policy;
 mod stats;
 mod tenants;
+mod uploads;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -60,6 +63,8 @@ pub use metrics::{DURATION_BUCKETS, Metrics};
 pub use policy::{TenantPolicy, TenantView, clamp_class, clamp_weight, merge_settings};
 pub use stats::{FunctionStats, Timed};
 pub use tenants::IssuedKey;
+pub use uploads::ArtifactUpload;
+use uploads::UploadSlots;
 
 /// Settings of a platform instance.
 #[derive(Clone, Debug)]
@@ -85,10 +90,28 @@ pub struct PlatformConfig {
     /// How long batch-class guests stay paused after the last latency-class invocation
     /// ends (`EngineConfig::latency_linger`).
     pub latency_linger: Duration,
+    /// Artifact uploads in flight at once per tenant, unless its settings say otherwise
+    /// (`--tenant-max-uploads`); more are refused with 429 `too_many_uploads`.
+    pub tenant_max_uploads: u32,
+    /// The disk quota of a tenant whose settings name none (`None`: unlimited;
+    /// `--default-disk-quota-mib`); writes above it are refused with 429 `disk_quota_exceeded`.
+    pub default_disk_quota_bytes: Option<u64>,
+    /// Versions kept per function of a tenant whose settings name no count
+    /// (`--keep-versions`); older ones (not serving, staged or pinned) are pruned.
+    pub default_keep_versions: u32,
 }
 
 /// Default of [`PlatformConfig::default_memory_quota_bytes`]: quotas are on by default.
 pub const DEFAULT_TENANT_MEMORY_QUOTA_BYTES: u64 = 4 << 30;
+
+/// Default of [`PlatformConfig::tenant_max_uploads`].
+pub const DEFAULT_TENANT_MAX_UPLOADS: u32 = 4;
+
+/// Default of [`PlatformConfig::default_disk_quota_bytes`]: 10 GiB per tenant.
+pub const DEFAULT_TENANT_DISK_QUOTA_BYTES: u64 = 10 << 30;
+
+/// Default of [`PlatformConfig::default_keep_versions`].
+pub const DEFAULT_KEEP_VERSIONS: u32 = 10;
 
 impl Default for PlatformConfig {
     fn default() -> Self {
@@ -102,6 +125,9 @@ impl Default for PlatformConfig {
             warm_instances_per_function: EngineConfig::default().warm_instances_per_function,
             latency_linger: EngineConfig::default().latency_linger,
             default_memory_quota_bytes: Some(DEFAULT_TENANT_MEMORY_QUOTA_BYTES),
+            tenant_max_uploads: DEFAULT_TENANT_MAX_UPLOADS,
+            default_disk_quota_bytes: Some(DEFAULT_TENANT_DISK_QUOTA_BYTES),
+            default_keep_versions: DEFAULT_KEEP_VERSIONS,
         }
     }
 }
@@ -113,6 +139,10 @@ pub(crate) struct TenantRuntime {
     pub(crate) concurrency: ConcurrencyLimit,
     /// The policy in force (settings with the server's defaults).
     pub(crate) policy: TenantPolicy,
+    /// Its artifact uploads in flight.
+    pub(crate) uploads: UploadSlots,
+    /// Bytes of the blobs its versions reference, as of its last write or delete.
+    pub(crate) disk_used: AtomicU64,
 }
 
 /// Counters for `/v1/status` and for tests ("restarted without recompiling").
@@ -201,6 +231,15 @@ pub struct TenantUsage {
     pub in_flight: u64,
     pub weight: u32,
     pub max_priority: PriorityClass,
+    /// Bytes of the distinct blobs its versions reference (a blob shared with another
+    /// tenant counts for each).
+    pub disk_used_bytes: u64,
+    pub disk_quota_bytes: Option<u64>,
+    /// Its artifact uploads in flight, and the most it may have.
+    pub uploads_in_flight: u32,
+    pub upload_limit: u32,
+    /// Versions kept per function.
+    pub keep_versions: u32,
 }
 
 /// The service. Share it as `Arc<Platform>`.
@@ -230,6 +269,9 @@ impl Platform {
         }
         if config.max_concurrency == 0 || config.tenant_max_concurrency == 0 {
             return Err(PlatformError::InvalidRequest("concurrency limits must be at least 1".into()));
+        }
+        if config.tenant_max_uploads == 0 || config.default_keep_versions == 0 {
+            return Err(PlatformError::InvalidRequest("upload and version limits must be at least 1".into()));
         }
         let registry = Registry::open(&config.data_dir)?;
         // Room for every invocation in flight plus as many warm instances (the engine
@@ -349,6 +391,11 @@ impl Platform {
                 in_flight: t.concurrency.in_use() as u64,
                 weight: t.policy.weight,
                 max_priority: t.policy.max_priority,
+                disk_used_bytes: t.disk_used.load(Ordering::Relaxed),
+                disk_quota_bytes: t.policy.disk_quota_bytes,
+                uploads_in_flight: t.uploads.in_use(),
+                upload_limit: t.uploads.limit(),
+                keep_versions: t.policy.keep_versions,
             })
             .collect();
         usage.sort_by(|a, b| a.tenant.cmp(&b.tenant));
@@ -394,9 +441,12 @@ impl Platform {
             return Ok(t.clone());
         }
         let policy = TenantPolicy::resolve(&self.registry.get_tenant(tenant)?.settings, &self.config);
+        let disk_used = self.registry.tenant_disk_usage(tenant)?;
         let runtime = Arc::new(TenantRuntime {
             account: MemoryAccount::new(format!("tenant {tenant:?}"), policy.memory_quota_bytes, None),
             concurrency: ConcurrencyLimit::new(LimitScope::Tenant, policy.max_concurrency),
+            uploads: UploadSlots::new(policy.max_uploads),
+            disk_used: AtomicU64::new(disk_used),
             policy,
         });
         Ok(self.tenants.lock().entry(tenant.to_owned()).or_insert(runtime).clone())
