@@ -277,9 +277,15 @@ impl Registry {
         })
     }
 
-    /// Refuses a deploy of `component` to `tenant/name` that would take the tenant above
-    /// its disk quota after the retention policy pruned what it would prune.
-    fn check_deploy_quota(&self, tenant: &str, name: &str, component: &[u8], policy: StoragePolicy) -> Result<()> {
+    /// Refuses ([`RegistryError::DiskQuotaExceeded`]) a deploy of `component` to
+    /// `tenant/name` that would take the tenant above its disk quota after the retention
+    /// policy pruned what it would prune, so a caller can refuse before costly work
+    /// (compiling); [`Registry::deploy_with`] checks again.
+    pub fn check_deploy_quota(&self, tenant: &str, name: &str, component: &[u8], policy: StoragePolicy) -> Result<()> {
+        validate_ids(tenant, name)?;
+        if policy.disk_quota_bytes.is_none() {
+            return Ok(());
+        }
         let tenant_versions: Vec<FunctionVersion> =
             scan_json(&self.versions, format!("{tenant}/").as_bytes())?.into_iter().map(|(_, v)| v).collect();
         let prev = tenant_versions.iter().filter(|v| v.function == name).max_by_key(|v| v.version);

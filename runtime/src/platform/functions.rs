@@ -153,12 +153,14 @@ impl Platform {
             )));
         }
         self.registry.get_tenant(tenant)?;
+        let policy = self.tenant_runtime(tenant)?.policy.storage();
+        // Over its disk quota, a tenant is refused before it costs a compilation.
+        self.registry.check_deploy_quota(tenant, name, wasm, policy)?;
         let compiled = self.engine.precompile(wasm)?;
         // After the engine's checks, which say best what is wrong with a file that is
         // not a component at all.
         read_signature(wasm)?;
         self.count(|c| &c.compilations);
-        let policy = self.tenant_runtime(tenant)?.policy.storage();
         let written = self.registry.deploy_with(tenant, name, wasm, options, staged, policy);
         let v = self.after_write(tenant, written)?.version;
         self.registry.store_compiled(tenant, name, v.version, &self.fingerprint, &compiled)?;

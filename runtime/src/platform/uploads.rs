@@ -60,18 +60,30 @@ pub struct ArtifactUpload {
     policy: StoragePolicy,
     /// The tenant's disk usage when the upload began.
     used_at_start: u64,
-    /// Bytes this upload added to the tenant's reserved total.
+    /// Bytes this upload added to the tenant's reserved total (the declared size, then
+    /// whatever arrived beyond it).
     reserved: u64,
+    /// Bytes of the body received so far.
+    received: u64,
     _slot: OwnedSemaphorePermit,
 }
 
 impl ArtifactUpload {
     /// Counts `n` more bytes of the body against the tenant's disk quota (with the
     /// bytes of its other uploads in flight); [`RegistryError::DiskQuotaExceeded`] when
-    /// they would not fit. Cheap: call it on the async side as each piece arrives.
+    /// they would not fit. Bytes within the declared size were counted when the upload
+    /// began. Cheap: call it on the async side as each piece arrives.
     pub fn accept(&mut self, n: u64) -> Result<()> {
-        let reserved = &self.tenant.uploads.reserved;
-        let total = reserved.fetch_add(n, Ordering::Relaxed).saturating_add(n);
+        self.received = self.received.saturating_add(n);
+        match self.received.checked_sub(self.reserved) {
+            Some(more) if more > 0 => self.reserve(more),
+            _ => Ok(()),
+        }
+    }
+
+    /// Adds `n` bytes to the tenant's reserved total, refusing if that passes its quota.
+    fn reserve(&mut self, n: u64) -> Result<()> {
+        let total = self.tenant.uploads.reserved.fetch_add(n, Ordering::Relaxed).saturating_add(n);
         self.reserved += n;
         let Some(quota) = self.policy.disk_quota_bytes else { return Ok(()) };
         let needed = self.used_at_start.saturating_add(total);
@@ -130,10 +142,11 @@ impl Platform {
             policy,
             used_at_start,
             reserved: 0,
+            received: 0,
             _slot: slot,
         };
         if let Some(n) = declared {
-            upload.accept(n)?;
+            upload.reserve(n)?;
         }
         Ok(upload)
     }
