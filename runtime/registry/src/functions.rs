@@ -273,7 +273,7 @@ impl Registry {
             if let Some(e) = policy.refusal(tenant, used_before, after.used_bytes) {
                 return abort(e);
             }
-            Ok(Written { version, pruned: after.pruned.clone(), disk_used_bytes: after.used_bytes })
+            Ok(Written { version, pruned: after.pruned, disk_used_bytes: after.used_bytes })
         })
     }
 
