@@ -96,11 +96,22 @@ pub enum Code {
     /// No slot of the instance pool was free for a fresh instance (every slot is held
     /// by invocations in flight); retry later.
     InstancePoolExhausted,
+    /// The tenant has as many artifact uploads in flight as its policy allows
+    /// (`max_uploads`, `--tenant-max-uploads`); retry once one finishes.
+    TooManyUploads,
+    /// The request body stopped arriving, or came slower than the server's minimum rate
+    /// (`--upload-read-timeout-ms`, `--upload-min-bytes-per-s`): the upload was cut off
+    /// and nothing of it kept. 408 Request Timeout.
+    UploadStalled,
+    /// The tenant's stored blobs would exceed its disk quota (`disk_quota_bytes`,
+    /// `--default-disk-quota-mib`); nothing was stored. 429, like the device-memory
+    /// quota: deleting functions or versions (or pruning) makes room.
+    DiskQuotaExceeded,
 }
 
 impl Code {
     /// Every code, in declaration order.
-    pub const ALL: [Code; 33] = [
+    pub const ALL: [Code; 36] = [
         Code::InvalidRequest,
         Code::InvalidInput,
         Code::InvalidName,
@@ -134,6 +145,9 @@ impl Code {
         Code::DecodedTooLarge,
         Code::ComponentLimitExceeded,
         Code::InstancePoolExhausted,
+        Code::TooManyUploads,
+        Code::UploadStalled,
+        Code::DiskQuotaExceeded,
     ];
 
     /// The code as it appears in error bodies and metric labels (snake_case).
@@ -172,6 +186,9 @@ impl Code {
             Code::DecodedTooLarge => "decoded_too_large",
             Code::ComponentLimitExceeded => "component_limit_exceeded",
             Code::InstancePoolExhausted => "instance_pool_exhausted",
+            Code::TooManyUploads => "too_many_uploads",
+            Code::UploadStalled => "upload_stalled",
+            Code::DiskQuotaExceeded => "disk_quota_exceeded",
         }
     }
 
@@ -201,6 +218,8 @@ impl Code {
             Code::InstancePoolExhausted => 503,
             Code::Timeout => 504,
             Code::Cancelled => 499,
+            Code::TooManyUploads | Code::DiskQuotaExceeded => 429,
+            Code::UploadStalled => 408,
         }
     }
 

@@ -423,6 +423,20 @@ impl RawConn {
         self.read_response()
     }
 
+    /// Whether response bytes arrive within `wait` (without reading them), for a client
+    /// that keeps sending until the server answers.
+    pub fn response_ready(&mut self, wait: Duration) -> std::io::Result<bool> {
+        let stream = self.reader.get_ref();
+        stream.set_read_timeout(Some(wait))?;
+        let ready = match self.reader.fill_buf() {
+            Ok(buf) => Ok(!buf.is_empty()),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => Ok(false),
+            Err(e) => Err(e),
+        };
+        self.reader.get_ref().set_read_timeout(Some(Duration::from_secs(60)))?;
+        ready
+    }
+
     /// Reads one response (content-length framed).
     pub fn read_response(&mut self) -> std::io::Result<Resp> {
         let mut line = String::new();

@@ -5,10 +5,17 @@
 //! the directory fsynced, so a blob name that exists always holds its complete content,
 //! and a `put` that returned is durable. Blobs are immutable and shared by everything that
 //! references the same content; [`crate::Registry::gc`] deletes unreferenced ones.
+//!
+//! A [`BlobUpload`] is such a temporary file written piece by piece, for as long as its
+//! source takes (a slow client): it holds no lock meanwhile. The store remembers the
+//! temporary files in flight, so gc (which removes stale ones) leaves them alone; only
+//! placing the finished file under its digest happens under the registry's blob lock.
 
+use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use sha2::Digest as _;
 
@@ -26,10 +33,63 @@ pub(crate) struct Listing {
     pub temps: Vec<PathBuf>,
 }
 
+/// Temporary files being written now (gc must not remove them).
+type InFlight = Arc<Mutex<HashSet<PathBuf>>>;
+
 /// The blob directory.
 #[derive(Debug)]
 pub(crate) struct BlobStore {
     dir: PathBuf,
+    in_flight: InFlight,
+}
+
+/// A blob being written: a temporary file in the blob directory and the hash of what it
+/// holds so far. Dropped before it is stored, it removes its file.
+pub struct BlobUpload {
+    tmp: PathBuf,
+    file: Option<File>,
+    hasher: sha2::Sha256,
+    size: u64,
+    in_flight: InFlight,
+}
+
+impl BlobUpload {
+    /// Appends `bytes` (a blocking write).
+    pub fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        let file = self.file.as_mut().ok_or_else(|| RegistryError::Corrupt("writing a finished upload".into()))?;
+        file.write_all(bytes).map_err(|e| RegistryError::storage(format!("writing {}", self.tmp.display()), e))?;
+        self.hasher.update(bytes);
+        self.size += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Bytes written so far.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Fsyncs and closes the file; its digest and size.
+    fn seal(&mut self) -> Result<BlobRef> {
+        if let Some(file) = self.file.take() {
+            file.sync_all().map_err(|e| RegistryError::storage(format!("fsyncing {}", self.tmp.display()), e))?;
+        }
+        Ok(BlobRef { digest: Digest::from_sha(&self.hasher.clone().finalize()), size: self.size })
+    }
+}
+
+impl std::fmt::Debug for BlobUpload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlobUpload").field("tmp", &self.tmp).field("size", &self.size).finish_non_exhaustive()
+    }
+}
+
+impl Drop for BlobUpload {
+    fn drop(&mut self) {
+        self.file = None;
+        // Gone already once placed under its digest.
+        let _ = fs::remove_file(&self.tmp);
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.tmp);
+    }
 }
 
 impl BlobStore {
@@ -40,7 +100,7 @@ impl BlobStore {
         fs::create_dir_all(&dir).map_err(|e| RegistryError::storage(format!("creating {}", dir.display()), e))?;
         sync_dir(&blobs)?;
         sync_dir(data_dir)?;
-        Ok(BlobStore { dir })
+        Ok(BlobStore { dir, in_flight: InFlight::default() })
     }
 
     /// Where the blob with this digest lives (whether or not it exists).
@@ -48,52 +108,60 @@ impl BlobStore {
         self.dir.join(digest.as_str())
     }
 
-    /// Stores `bytes` durably and returns its reference.
-    pub(crate) fn put(&self, bytes: &[u8]) -> Result<BlobRef> {
-        self.put_reader(bytes)
+    /// A new temporary file to write a blob into, known to gc as in flight.
+    pub(crate) fn begin(&self) -> Result<BlobUpload> {
+        let tmp = self.dir.join(format!("{TEMP_PREFIX}{}-{:016x}", std::process::id(), rand::random::<u64>()));
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).insert(tmp.clone());
+        // Built first, so that its drop forgets the name again if the file cannot be created.
+        let mut upload = BlobUpload {
+            file: None,
+            tmp: tmp.clone(),
+            hasher: sha2::Sha256::new(),
+            size: 0,
+            in_flight: self.in_flight.clone(),
+        };
+        let file =
+            File::create_new(&tmp).map_err(|e| RegistryError::storage(format!("creating {}", tmp.display()), e))?;
+        upload.file = Some(file);
+        Ok(upload)
     }
 
-    /// Streams `reader` into a blob, hashing on the way; durable when it returns.
-    pub(crate) fn put_reader(&self, mut reader: impl Read) -> Result<BlobRef> {
-        let tmp = self.dir.join(format!("{TEMP_PREFIX}{}-{:016x}", std::process::id(), rand::random::<u64>()));
+    /// Fsyncs `upload` and places it under its digest; durable when it returns. Takes
+    /// no lock: a caller about to reference the blob holds the registry's blob lock
+    /// from here until its metadata is committed.
+    pub(crate) fn place(&self, mut upload: BlobUpload) -> Result<BlobRef> {
+        let blob = upload.seal()?;
+        let tmp = upload.tmp.clone();
         let ctx = |what: &str| format!("{what} {}", tmp.display());
-        let result = (|| {
-            let mut file = File::create_new(&tmp).map_err(|e| RegistryError::storage(ctx("creating"), e))?;
-            let mut hasher = sha2::Sha256::new();
-            let mut buf = vec![0u8; 1 << 20];
-            let mut size = 0u64;
-            loop {
-                let n = match reader.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(RegistryError::storage("reading blob input", e)),
-                };
-                hasher.update(&buf[..n]);
-                file.write_all(&buf[..n]).map_err(|e| RegistryError::storage(ctx("writing"), e))?;
-                size += n as u64;
-            }
-            file.sync_all().map_err(|e| RegistryError::storage(ctx("fsyncing"), e))?;
-            drop(file);
-            let digest = Digest::from_sha(&hasher.finalize());
-            let dest = self.path(&digest);
-            if dest.exists() {
-                // Same content already stored. Make sure it (and its name) is on disk,
-                // in case an earlier process died between its rename and directory sync.
-                fs::remove_file(&tmp).map_err(|e| RegistryError::storage(ctx("removing"), e))?;
-                File::open(&dest)
-                    .and_then(|f| f.sync_all())
-                    .map_err(|e| RegistryError::storage(format!("fsyncing {}", dest.display()), e))?;
-            } else {
-                fs::rename(&tmp, &dest).map_err(|e| RegistryError::storage(ctx("renaming"), e))?;
-            }
-            sync_dir(&self.dir)?;
-            Ok(BlobRef { digest, size })
-        })();
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
+        let dest = self.path(&blob.digest);
+        if dest.exists() {
+            // Same content already stored (the upload's drop removes its file). Make
+            // sure it (and its name) is on disk, in case an earlier process died between
+            // its rename and directory sync.
+            File::open(&dest)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| RegistryError::storage(format!("fsyncing {}", dest.display()), e))?;
+        } else {
+            fs::rename(&tmp, &dest).map_err(|e| RegistryError::storage(ctx("renaming"), e))?;
         }
-        result
+        drop(upload);
+        sync_dir(&self.dir)?;
+        Ok(blob)
+    }
+
+    /// Streams `reader` into a new upload (without placing it).
+    pub(crate) fn upload_from(&self, mut reader: impl Read) -> Result<BlobUpload> {
+        let mut upload = self.begin()?;
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = match reader.read(&mut buf) {
+                Ok(0) => return Ok(upload),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(RegistryError::storage("reading blob input", e)),
+            };
+            upload.write(&buf[..n])?;
+        }
     }
 
     /// Reads a blob and checks its content against the digest.
@@ -109,7 +177,8 @@ impl BlobStore {
         Ok(bytes)
     }
 
-    /// All stored blobs with their sizes, and the temporary files left by interrupted writes.
+    /// All stored blobs with their sizes, and the temporary files left by interrupted
+    /// writes (not those of uploads in flight).
     pub(crate) fn list(&self) -> Result<Listing> {
         let mut blobs = Vec::new();
         let mut temps = Vec::new();
@@ -120,7 +189,10 @@ impl BlobStore {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
             if name.starts_with(TEMP_PREFIX) {
-                temps.push(entry.path());
+                let path = entry.path();
+                if !self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).contains(&path) {
+                    temps.push(path);
+                }
             } else if let Ok(digest) = Digest::parse(name) {
                 let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
                 blobs.push((digest, size));

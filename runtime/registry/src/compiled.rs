@@ -33,8 +33,10 @@ impl Registry {
             )));
         }
         self.get_version(tenant, name, version)?;
+        let mut upload = self.blobs.begin()?;
+        upload.write(bytes)?;
         let _b = self.blob_lock();
-        let blob = self.blobs.put(bytes)?;
+        let blob = self.blobs.place(upload)?;
         let entry = CompiledRef { fingerprint: fingerprint.to_owned(), blob, created_ms: now_ms() };
         let _w = self.write_lock();
         let vkey = version_key(tenant, name, version);

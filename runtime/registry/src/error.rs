@@ -50,6 +50,21 @@ pub enum RegistryError {
     /// Stored data failed a consistency check (bad JSON, blob hash mismatch).
     #[error("registry data corrupt: {0}")]
     Corrupt(String),
+    /// A change would take the tenant's stored blobs above its disk quota.
+    #[error(
+        "tenant {tenant:?} would store {needed_bytes} bytes, above its disk quota of {quota_bytes} bytes \
+         ({used_bytes} in use): delete functions or versions first"
+    )]
+    DiskQuotaExceeded {
+        /// The tenant.
+        tenant: String,
+        /// Bytes its versions reference now.
+        used_bytes: u64,
+        /// Bytes they would reference after the change.
+        needed_bytes: u64,
+        /// Its quota.
+        quota_bytes: u64,
+    },
     /// The disk or sled failed.
     #[error("storage error: {context}: {source}")]
     Storage {
@@ -87,6 +102,7 @@ impl RegistryError {
             RegistryError::InUse { .. } => Code::DataDirInUse,
             RegistryError::Corrupt(_) => Code::Corrupt,
             RegistryError::Storage { .. } => Code::Storage,
+            RegistryError::DiskQuotaExceeded { .. } => Code::DiskQuotaExceeded,
         }
     }
 
@@ -98,6 +114,7 @@ impl RegistryError {
                 | RegistryError::AlreadyExists { .. }
                 | RegistryError::InvalidName { .. }
                 | RegistryError::InvalidInput(_)
+                | RegistryError::DiskQuotaExceeded { .. }
         )
     }
 }

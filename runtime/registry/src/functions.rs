@@ -15,10 +15,12 @@ use std::io::Read;
 
 use serde::{Deserialize, Serialize};
 
+use crate::blobs::BlobUpload;
 use crate::model::{
-    BlobRef, FunctionOptions, FunctionRecord, FunctionSummary, FunctionVersion, VersionOrigin, now_ms,
+    BlobRef, Digest, FunctionOptions, FunctionRecord, FunctionSummary, FunctionVersion, VersionOrigin, now_ms,
     validate_artifact_name, validate_function_name, validate_tenant_id,
 };
+use crate::retention::{self, StoragePolicy, Written};
 use crate::tenants::keys_under;
 use crate::{Registry, RegistryError, Result, Tx, TxResult, abort, get_json, scan_json, tx_get, tx_put};
 
@@ -96,29 +98,51 @@ impl Registry {
         options: FunctionOptions,
         staged: bool,
     ) -> Result<FunctionVersion> {
+        Ok(self.deploy_with(tenant, name, component, options, staged, StoragePolicy::UNLIMITED)?.version)
+    }
+
+    /// Like [`Registry::deploy_as`], under the tenant's storage `policy`: refused
+    /// ([`RegistryError::DiskQuotaExceeded`]) if it would take the tenant above its disk
+    /// quota; old versions beyond the policy's count are pruned.
+    pub fn deploy_with(
+        &self,
+        tenant: &str,
+        name: &str,
+        component: &[u8],
+        options: FunctionOptions,
+        staged: bool,
+        policy: StoragePolicy,
+    ) -> Result<Written> {
         validate_ids(tenant, name)?;
         options.validate()?;
         self.get_tenant(tenant)?;
+        if policy.disk_quota_bytes.is_some() {
+            // The size is known: refuse before the bytes are written (the transaction
+            // checks again, against what is stored then).
+            self.check_deploy_quota(tenant, name, component, policy)?;
+        }
+        let mut upload = self.blobs.begin()?;
+        upload.write(component)?;
         let _b = self.blob_lock();
-        let component = self.blobs.put(component)?;
+        let component = self.blobs.place(upload)?;
         let _w = self.write_lock();
-        let v = self.commit(|tx| {
-            append(tx, tenant, name, Append::NewVersion, &|prev, version, now| {
-                Ok(FunctionVersion {
-                    tenant: tenant.to_owned(),
-                    function: name.to_owned(),
-                    version,
-                    component: component.clone(),
-                    options: options.clone(),
-                    artifacts: prev.map(|p| p.artifacts.clone()).unwrap_or_default(),
-                    origin: VersionOrigin::Deploy,
-                    created_ms: now,
-                    staged,
-                })
+        let w = self.write_version(tenant, name, Append::NewVersion, policy, &|prev, version, now| {
+            Ok(FunctionVersion {
+                tenant: tenant.to_owned(),
+                function: name.to_owned(),
+                version,
+                component: component.clone(),
+                options: options.clone(),
+                artifacts: prev.map(|p| p.artifacts.clone()).unwrap_or_default(),
+                origin: VersionOrigin::Deploy,
+                created_ms: now,
+                staged,
+                pinned: false,
             })
         })?;
-        tracing::info!(tenant, function = name, version = v.version, staged, digest = %v.component.digest, "deployed");
-        Ok(v)
+        let v = &w.version;
+        tracing::info!(tenant, function = name, version = v.version, staged, digest = %v.component.digest, pruned = ?w.pruned, "deployed");
+        Ok(w)
     }
 
     /// Stores an artifact and appends a version that sees it (same component and options
@@ -138,9 +162,28 @@ impl Registry {
         validate_ids(tenant, name)?;
         validate_artifact_name(artifact)?;
         self.function_meta(tenant, name)?;
+        let upload = self.blobs.upload_from(reader)?;
+        Ok(self.put_artifact_upload(tenant, name, artifact, upload, StoragePolicy::UNLIMITED)?.version)
+    }
+
+    /// Stores a complete [`BlobUpload`] (from [`Registry::begin_upload`]) as artifact
+    /// `artifact` of the function's newest version, like [`Registry::put_artifact`],
+    /// under the tenant's storage `policy`. Only placing the file and committing the
+    /// version take the blob lock, not the writing of the bytes.
+    pub fn put_artifact_upload(
+        &self,
+        tenant: &str,
+        name: &str,
+        artifact: &str,
+        upload: BlobUpload,
+        policy: StoragePolicy,
+    ) -> Result<Written> {
+        validate_ids(tenant, name)?;
+        validate_artifact_name(artifact)?;
+        self.function_meta(tenant, name)?;
         let _b = self.blob_lock();
-        let blob = self.blobs.put_reader(reader)?;
-        self.append_artifacts(tenant, name, vec![(artifact.to_owned(), blob)])
+        let blob = self.blobs.place(upload)?;
+        self.append_artifacts(tenant, name, vec![(artifact.to_owned(), blob)], policy)
     }
 
     /// Stores several artifacts and appends one version that sees all of them.
@@ -154,39 +197,129 @@ impl Registry {
             validate_artifact_name(artifact)?;
         }
         self.function_meta(tenant, name)?;
-        let _b = self.blob_lock();
-        let mut blobs = Vec::with_capacity(artifacts.len());
+        let mut uploads = Vec::with_capacity(artifacts.len());
         for (artifact, bytes) in artifacts {
-            blobs.push(((*artifact).to_owned(), self.blobs.put(bytes)?));
+            let mut upload = self.blobs.begin()?;
+            upload.write(bytes)?;
+            uploads.push(((*artifact).to_owned(), upload));
         }
-        self.append_artifacts(tenant, name, blobs)
+        let _b = self.blob_lock();
+        let mut blobs = Vec::with_capacity(uploads.len());
+        for (artifact, upload) in uploads {
+            blobs.push((artifact, self.blobs.place(upload)?));
+        }
+        Ok(self.append_artifacts(tenant, name, blobs, StoragePolicy::UNLIMITED)?.version)
     }
 
     /// Caller holds the blob lock; the blobs are stored.
-    fn append_artifacts(&self, tenant: &str, name: &str, blobs: Vec<(String, BlobRef)>) -> Result<FunctionVersion> {
+    fn append_artifacts(
+        &self,
+        tenant: &str,
+        name: &str,
+        blobs: Vec<(String, BlobRef)>,
+        policy: StoragePolicy,
+    ) -> Result<Written> {
         let names: Vec<String> = blobs.iter().map(|(n, _)| n.clone()).collect();
         let _w = self.write_lock();
-        let v = self.commit(|tx| {
-            append(tx, tenant, name, Append::InPlaceIfStaged, &|prev, version, now| {
-                let prev = prev.ok_or_else(|| function_not_found(tenant, name))?;
-                let mut artifacts = prev.artifacts.clone();
-                artifacts.extend(blobs.iter().cloned());
-                Ok(FunctionVersion {
-                    version,
-                    artifacts,
-                    // A draft stays what it was (a deploy) while its artifacts arrive.
-                    origin: if prev.staged {
-                        prev.origin.clone()
-                    } else {
-                        VersionOrigin::Artifacts { names: names.clone() }
-                    },
-                    created_ms: now,
-                    ..prev.clone()
-                })
+        let w = self.write_version(tenant, name, Append::InPlaceIfStaged, policy, &|prev, version, now| {
+            let prev = prev.ok_or_else(|| function_not_found(tenant, name))?;
+            let mut artifacts = prev.artifacts.clone();
+            artifacts.extend(blobs.iter().cloned());
+            Ok(FunctionVersion {
+                version,
+                artifacts,
+                // A draft stays what it was (a deploy) while its artifacts arrive.
+                origin: if prev.staged {
+                    prev.origin.clone()
+                } else {
+                    VersionOrigin::Artifacts { names: names.clone() }
+                },
+                created_ms: now,
+                // A new version starts unpinned; a draft changed in place stays as it was.
+                pinned: prev.staged && prev.pinned,
+                ..prev.clone()
             })
         })?;
-        tracing::info!(tenant, function = name, version = v.version, ?names, "artifacts added");
-        Ok(v)
+        tracing::info!(tenant, function = name, version = w.version.version, ?names, pruned = ?w.pruned, "artifacts added");
+        Ok(w)
+    }
+
+    /// Writes the next version of `tenant/name` (or changes its staged draft in place)
+    /// in one transaction with what `policy` prunes, refusing a write that would take
+    /// the tenant above its disk quota (unless it adds nothing). Caller holds the write lock.
+    fn write_version(
+        &self,
+        tenant: &str,
+        name: &str,
+        how: Append,
+        policy: StoragePolicy,
+        build: &Build<'_>,
+    ) -> Result<Written> {
+        // Scans are consistent with the transaction because the write lock is held.
+        let tenant_versions: Vec<FunctionVersion> =
+            scan_json(&self.versions, format!("{tenant}/").as_bytes())?.into_iter().map(|(_, v)| v).collect();
+        let compiled_keys = keys_under(&self.compiled, &fn_prefix(tenant, name))?;
+        let used_before = retention::disk_usage(&tenant_versions);
+        self.commit(|tx| {
+            let version = append(tx, tenant, name, how, build)?;
+            let after = retention::after_write(&tenant_versions, &version, policy.keep_versions);
+            for &p in &after.pruned {
+                let key = version_key(tenant, name, p);
+                tx.versions.remove(key.as_slice())?;
+                for k in compiled_keys.iter().filter(|k| k.starts_with(&key)) {
+                    tx.compiled.remove(k)?;
+                }
+            }
+            if let Some(e) = policy.refusal(tenant, used_before, after.used_bytes) {
+                return abort(e);
+            }
+            Ok(Written { version, pruned: after.pruned, disk_used_bytes: after.used_bytes })
+        })
+    }
+
+    /// Refuses ([`RegistryError::DiskQuotaExceeded`]) a deploy of `component` to
+    /// `tenant/name` that would take the tenant above its disk quota after the retention
+    /// policy pruned what it would prune, so a caller can refuse before costly work
+    /// (compiling); [`Registry::deploy_with`] checks again.
+    pub fn check_deploy_quota(&self, tenant: &str, name: &str, component: &[u8], policy: StoragePolicy) -> Result<()> {
+        validate_ids(tenant, name)?;
+        if policy.disk_quota_bytes.is_none() {
+            return Ok(());
+        }
+        let tenant_versions: Vec<FunctionVersion> =
+            scan_json(&self.versions, format!("{tenant}/").as_bytes())?.into_iter().map(|(_, v)| v).collect();
+        let prev = tenant_versions.iter().filter(|v| v.function == name).max_by_key(|v| v.version);
+        let next = FunctionVersion {
+            tenant: tenant.to_owned(),
+            function: name.to_owned(),
+            version: prev.map_or(1, |p| p.version.saturating_add(1)),
+            component: BlobRef { digest: Digest::of(component), size: component.len() as u64 },
+            options: FunctionOptions::default(),
+            artifacts: prev.map(|p| p.artifacts.clone()).unwrap_or_default(),
+            origin: VersionOrigin::Deploy,
+            created_ms: 0,
+            staged: false,
+            pinned: false,
+        };
+        let used = retention::disk_usage(&tenant_versions);
+        let after = retention::after_write(&tenant_versions, &next, policy.keep_versions);
+        policy.refusal(tenant, used, after.used_bytes).map_or(Ok(()), Err)
+    }
+
+    /// Pins (or unpins) `version`: a pinned version is never pruned by the retention policy.
+    #[tracing::instrument(name = "sluice_registry.set_pinned", skip(self), err(level = "debug"))]
+    pub fn set_pinned(&self, tenant: &str, name: &str, version: u32, pinned: bool) -> Result<FunctionVersion> {
+        validate_ids(tenant, name)?;
+        let _w = self.write_lock();
+        self.commit(|tx| {
+            let key = version_key(tenant, name, version);
+            let Some(mut v) = tx_get::<FunctionVersion>(tx.versions, &key)? else {
+                return abort(RegistryError::not_found(format!("version {version} of function {name:?}")));
+            };
+            v.pinned = pinned;
+            tx_put(tx.versions, &key, &v)?;
+            Ok(v)
+        })
     }
 
     /// Appends a version without `artifact`.
@@ -211,6 +344,7 @@ impl Registry {
                         VersionOrigin::ArtifactRemoved { name: artifact.to_owned() }
                     },
                     created_ms: now,
+                    pinned: prev.staged && prev.pinned,
                     ..prev.clone()
                 })
             })

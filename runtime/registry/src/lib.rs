@@ -37,7 +37,17 @@
 //! [`RegistryError::InUse`]). Inside the process, metadata mutations are serialised by a
 //! mutex (they are rare and short; reads are lock-free), and blob writers hold a shared
 //! lock that [`Registry::gc`] takes exclusively, so gc never deletes a blob that a
-//! mutation in flight is about to reference.
+//! mutation in flight is about to reference. The shared lock is held only from placing
+//! a finished blob under its digest to committing the metadata that references it:
+//! the bytes are written to a temporary file first ([`BlobUpload`], which gc leaves
+//! alone while it is in flight), so a slow upload holds no lock that gc, and through a
+//! waiting gc every other writer, would wait for.
+//!
+//! ## Disk quota and retention
+//!
+//! Writes of versions take a [`StoragePolicy`]: the tenant's disk quota (bytes of the
+//! distinct blobs its versions reference) and how many versions per function are kept
+//! (see `retention`).
 
 mod blobs;
 mod compiled;
@@ -45,6 +55,7 @@ pub mod error;
 mod functions;
 mod keys;
 pub mod model;
+mod retention;
 mod tenants;
 
 use std::collections::HashSet;
@@ -60,6 +71,9 @@ pub use compiled::MAX_FINGERPRINT_LEN;
 pub use error::{RegistryError, Result};
 pub use keys::MIN_ADMIN_KEY_LEN;
 pub use model::*;
+pub use retention::{StoragePolicy, Written};
+
+pub use blobs::BlobUpload;
 
 use blobs::BlobStore;
 
@@ -162,7 +176,22 @@ impl Registry {
         self.blobs.read(digest)
     }
 
-    /// Deletes blob files no version or compiled entry references, and stale temporary files.
+    /// A temporary blob file to stream an upload into, without any lock: hand it to
+    /// [`Registry::put_artifact_upload`] when complete; dropped, it removes its file.
+    pub fn begin_upload(&self) -> Result<BlobUpload> {
+        self.blobs.begin()
+    }
+
+    /// Bytes of the distinct blobs `tenant`'s versions reference (its disk usage; see
+    /// `retention` for how shared blobs are charged).
+    pub fn tenant_disk_usage(&self, tenant: &str) -> Result<u64> {
+        validate_tenant_id(tenant)?;
+        let versions = scan_json::<FunctionVersion>(&self.versions, format!("{tenant}/").as_bytes())?;
+        Ok(retention::disk_usage(versions.iter().map(|(_, v)| v)))
+    }
+
+    /// Deletes blob files no version or compiled entry references, and stale temporary
+    /// files (not those of uploads in flight).
     #[tracing::instrument(name = "sluice_registry.gc", skip(self), err(level = "debug"))]
     pub fn gc(&self) -> Result<GcReport> {
         let _gc = self.gc.write().unwrap_or_else(|e| e.into_inner());

@@ -105,11 +105,27 @@ pub struct TenantSettings {
     pub memory_quota_bytes: Option<u64>,
     /// Maximum concurrent invocations; `None`: the server's per-tenant default.
     pub max_concurrency: Option<u32>,
+    /// Artifact uploads in flight at once; `None`: the server's default (`--tenant-max-uploads`).
+    pub max_uploads: Option<u32>,
+    /// Disk quota: bytes of the distinct blobs its versions reference; `None`: the
+    /// server's default (`--default-disk-quota-mib`).
+    pub disk_quota_bytes: Option<u64>,
+    /// Versions kept per function besides the serving one, a staged draft and pinned
+    /// ones (older ones are pruned); `None`: the server's default (`--keep-versions`).
+    pub keep_versions: Option<u32>,
 }
 
 impl Default for TenantSettings {
     fn default() -> Self {
-        TenantSettings { weight: 1, max_priority: None, memory_quota_bytes: None, max_concurrency: None }
+        TenantSettings {
+            weight: 1,
+            max_priority: None,
+            memory_quota_bytes: None,
+            max_concurrency: None,
+            max_uploads: None,
+            disk_quota_bytes: None,
+            keep_versions: None,
+        }
     }
 }
 
@@ -131,6 +147,17 @@ impl TenantSettings {
             return Err(RegistryError::InvalidInput(
                 "memory_quota_bytes must be at least 1 (null: the server's default)".into(),
             ));
+        }
+        for (name, value) in [
+            ("max_uploads", self.max_uploads.map(u64::from)),
+            ("disk_quota_bytes", self.disk_quota_bytes),
+            ("keep_versions", self.keep_versions.map(u64::from)),
+        ] {
+            if value == Some(0) {
+                return Err(RegistryError::InvalidInput(format!(
+                    "{name} must be at least 1 (null: the server's default)"
+                )));
+            }
         }
         Ok(())
     }
@@ -271,6 +298,9 @@ pub struct FunctionVersion {
     /// staging existed load as published.
     #[serde(default)]
     pub staged: bool,
+    /// A pinned version is never pruned by the retention policy (see `retention`).
+    #[serde(default)]
+    pub pinned: bool,
 }
 
 /// A function with all its versions (oldest first).

@@ -15,6 +15,7 @@ fn tenants_crud_and_settings() {
         max_priority: Some(PriorityClass::Batch),
         memory_quota_bytes: Some(1 << 30),
         max_concurrency: Some(8),
+        ..TenantSettings::default()
     };
     let t = reg.create_tenant("acme", settings.clone()).unwrap();
     assert_eq!(t.settings, settings);

@@ -160,6 +160,29 @@ pub struct ServeArgs {
     /// Seconds an unused warm instance is kept before its slots are released.
     #[arg(long, default_value_t = crate::engine::DEFAULT_WARM_IDLE_TIMEOUT.as_secs_f64())]
     warm_idle_s: f64,
+    /// Artifact uploads in flight at once per tenant, unless the tenant's settings say
+    /// otherwise (`max_uploads`); more get 429 `too_many_uploads`.
+    #[arg(long, default_value_t = crate::platform::DEFAULT_TENANT_MAX_UPLOADS)]
+    tenant_max_uploads: u32,
+    /// An artifact upload's body must bring at least `--upload-min-bytes-per-s` over
+    /// every window of this many milliseconds (so also: nothing for this long), else it
+    /// is cut off with 408 `upload_stalled`.
+    #[arg(long, default_value_t = server::DEFAULT_UPLOAD_READ_TIMEOUT.as_millis() as u64)]
+    upload_read_timeout_ms: u64,
+    /// The slowest rate an artifact upload's body may arrive at, in bytes per second,
+    /// averaged over each `--upload-read-timeout-ms` window.
+    #[arg(long, default_value_t = server::DEFAULT_UPLOAD_MIN_BYTES_PER_S)]
+    upload_min_bytes_per_s: u64,
+    /// The disk quota of a tenant whose settings name none (`disk_quota_bytes`), in MiB:
+    /// bytes of the distinct blobs its versions reference; 0: unlimited. Writes above it
+    /// get 429 `disk_quota_exceeded`.
+    #[arg(long, default_value_t = crate::platform::DEFAULT_TENANT_DISK_QUOTA_BYTES >> 20)]
+    default_disk_quota_mib: u64,
+    /// Versions kept per function of a tenant whose settings name no count
+    /// (`keep_versions`), besides the serving one, a staged draft and pinned ones; older
+    /// ones are pruned (and their blobs reclaimed) at the next write.
+    #[arg(long, default_value_t = crate::platform::DEFAULT_KEEP_VERSIONS)]
+    keep_versions: u32,
 }
 
 pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -224,12 +247,17 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         max_tables_per_component: args.max_tables_per_component,
         tenant_max_warm_instances: args.tenant_max_warm_instances,
         warm_idle_timeout: Duration::from_secs_f64(args.warm_idle_s),
+        tenant_max_uploads: args.tenant_max_uploads,
+        default_disk_quota_bytes: (args.default_disk_quota_mib > 0).then(|| args.default_disk_quota_mib << 20),
+        default_keep_versions: args.keep_versions,
         ..PlatformConfig::default()
     };
     let limits = BodyLimits {
         component_bytes: args.max_component_mib << 20,
         artifact_bytes: args.max_artifact_mib << 20,
         invoke_bytes: args.max_request_mib << 20,
+        upload_read_timeout: Duration::from_millis(args.upload_read_timeout_ms.max(1)),
+        upload_min_bytes_per_s: args.upload_min_bytes_per_s,
         ..BodyLimits::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -42,6 +42,12 @@ pub enum PlatformError {
         /// Its size.
         limit: u32,
     },
+    /// The tenant has as many artifact uploads in flight as its policy allows.
+    #[error("the tenant's limit of {limit} artifact uploads in flight is reached; retry once one finishes")]
+    TooManyUploads {
+        /// Its size.
+        limit: u32,
+    },
     /// The server is shutting down and takes no new work.
     #[error("the server is shutting down")]
     ShuttingDown,
@@ -86,6 +92,7 @@ impl PlatformError {
             PlatformError::InvalidRequest(_) => Code::InvalidRequest,
             PlatformError::Overloaded { scope: LimitScope::Tenant, .. } => Code::TenantConcurrencyLimit,
             PlatformError::Overloaded { scope: LimitScope::Global, .. } => Code::ConcurrencyLimit,
+            PlatformError::TooManyUploads { .. } => Code::TooManyUploads,
             PlatformError::ShuttingDown => Code::ShuttingDown,
             PlatformError::NoDeviceCapacity(_) => Code::InsufficientDeviceMemory,
             PlatformError::WeightsOverQuota(o) if o.never_fits() => Code::PayloadTooLarge,
@@ -107,6 +114,7 @@ impl PlatformError {
             | PlatformError::Invoke(_)
             | PlatformError::InvalidRequest(_)
             | PlatformError::Overloaded { .. }
+            | PlatformError::TooManyUploads { .. }
             | PlatformError::ShuttingDown
             | PlatformError::NoDeviceCapacity(_)
             | PlatformError::WeightsOverQuota(_)

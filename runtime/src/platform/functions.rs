@@ -17,13 +17,14 @@
 //! the version it would make could not be placed within the quota.
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde::Serialize;
-use sluice_registry::{FunctionOptions, FunctionRecord, FunctionSummary, FunctionVersion, validate_function_name};
+use sluice_registry::{
+    FunctionOptions, FunctionRecord, FunctionSummary, FunctionVersion, RegistryError, Written, validate_function_name,
+};
 use wasmtime::component::Component;
 
 use super::cache::LoadTicket;
@@ -161,32 +162,27 @@ impl Platform {
             )));
         }
         self.registry.get_tenant(tenant)?;
+        let policy = self.tenant_runtime(tenant)?.policy.storage();
+        // Over its disk quota, a tenant is refused before it costs a compilation.
+        self.registry.check_deploy_quota(tenant, name, wasm, policy)?;
         let compiled = self.engine.precompile(wasm)?;
         // After the engine's checks, which say best what is wrong with a file that is
         // not a component at all.
         read_signature(wasm)?;
         self.count(|c| &c.compilations);
-        let v = self.registry.deploy_as(tenant, name, wasm, options, staged)?;
+        let written = self.registry.deploy_with(tenant, name, wasm, options, staged, policy);
+        let v = self.after_write(tenant, written)?.version;
         self.registry.store_compiled(tenant, name, v.version, &self.fingerprint, &compiled)?;
         Ok((v, compiled))
     }
 
-    /// Streams an artifact into the registry and returns the version that sees it: a
-    /// staged newest version takes it in place (and still does not serve); otherwise a
-    /// new version that serves at once.
-    #[tracing::instrument(name = "sluice_platform.put_artifact", skip(self, reader), err(level = "debug", Display))]
-    pub fn put_artifact(&self, tenant: &str, name: &str, artifact: &str, reader: impl Read) -> Result<FunctionVersion> {
-        let ticket = self.functions.begin_load();
-        let budget = self.artifact_budget(tenant, name, artifact)?;
-        let mut reader = QuotaReader { inner: reader, read: 0, budget, refused: None };
-        let stored = self.registry.put_artifact_reader(tenant, name, artifact, &mut reader);
-        if let Some(refused) = reader.refused {
-            return Err(PlatformError::WeightsOverQuota(refused));
-        }
-        let v = stored?;
+    /// Makes `v`, a version that just received an artifact, serve (unless it is staged);
+    /// `ticket` was taken before the registry stored it.
+    pub(super) fn serve_artifact_version(&self, v: FunctionVersion, ticket: &LoadTicket<'_>) -> Result<FunctionVersion> {
         if v.staged {
             return Ok(v);
         }
+        let (tenant, name) = (v.tenant.as_str(), v.function.as_str());
         let cached = self.cached(tenant, name).filter(|l| l.version.component.digest == v.component.digest);
         let component = match cached {
             Some(l) => {
@@ -199,14 +195,14 @@ impl Platform {
             None => self.component_for(&v)?.0,
         };
         let loaded = self.load(&v, component, true)?;
-        self.install(loaded, &ticket);
+        self.install(loaded, ticket);
         Ok(v)
     }
 
     /// What an upload of `artifact` to `tenant/name` may hold before the version it
     /// makes (the newest one's artifacts plus it) could not be placed within the
     /// tenant's quota; `None`: no quota.
-    fn artifact_budget(&self, tenant: &str, name: &str, artifact: &str) -> Result<Option<UploadBudget>> {
+    pub(super) fn artifact_budget(&self, tenant: &str, name: &str, artifact: &str) -> Result<Option<UploadBudget>> {
         let record = match self.registry.get_function(tenant, name) {
             Ok(r) => r,
             Err(_) => return Ok(None), // the registry says what is wrong, before reading the body
@@ -226,6 +222,40 @@ impl Platform {
             tenant_rt.weights.room(replacing + evictable).unwrap_or(quota)
         };
         Ok(Some(UploadBudget { kept, quota, room }))
+    }
+
+    /// Follows up a write of a version: records the tenant's disk usage and reclaims
+    /// the blobs of what retention pruned; after a refusal by the disk quota, reclaims
+    /// the blob that was stored for it (its metadata was never committed).
+    pub(super) fn after_write(&self, tenant: &str, written: sluice_registry::Result<Written>) -> Result<Written> {
+        match written {
+            Ok(w) => {
+                if let Ok(t) = self.tenant_runtime(tenant) {
+                    t.disk_used.store(w.disk_used_bytes, Ordering::Relaxed);
+                }
+                if !w.pruned.is_empty() {
+                    self.collect_garbage();
+                }
+                Ok(w)
+            }
+            Err(e @ RegistryError::DiskQuotaExceeded { .. }) => {
+                self.collect_garbage();
+                Err(e.into())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Pins (or unpins) a version of `tenant/name`: a pinned version is never pruned.
+    pub fn set_pinned(&self, tenant: &str, name: &str, version: u32, pinned: bool) -> Result<FunctionVersion> {
+        Ok(self.registry.set_pinned(tenant, name, version, pinned)?)
+    }
+
+    /// Records `tenant`'s disk usage as the registry counts it now (after a delete).
+    fn refresh_disk_usage(&self, tenant: &str) {
+        if let (Ok(t), Ok(used)) = (self.tenant_runtime(tenant), self.registry.tenant_disk_usage(tenant)) {
+            t.disk_used.store(used, Ordering::Relaxed);
+        }
     }
 
     /// A tenant's functions, each with its newest version.
@@ -248,6 +278,7 @@ impl Platform {
         self.functions.remove(tenant, name);
         self.metrics.forget(tenant, Some(name));
         self.collect_garbage();
+        self.refresh_disk_usage(tenant);
         Ok(())
     }
 
@@ -380,7 +411,7 @@ impl Platform {
 
 /// What an artifact upload may hold (see [`Platform::artifact_budget`]).
 #[derive(Clone, Copy)]
-struct UploadBudget {
+pub(super) struct UploadBudget {
     /// Bytes of the version's other artifacts.
     kept: u64,
     /// The tenant's quota.
@@ -389,27 +420,15 @@ struct UploadBudget {
     room: u64,
 }
 
-/// An upload's reader that stops (and says why) once the version it makes could not be
-/// placed within its tenant's quota, so the blob is never stored.
-struct QuotaReader<R> {
-    inner: R,
-    read: u64,
-    budget: Option<UploadBudget>,
-    refused: Option<super::OverQuota>,
-}
-
-impl<R: Read> Read for QuotaReader<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.read += n as u64;
-        if let Some(b) = self.budget {
-            let needed = b.kept.saturating_add(self.read);
-            if needed > b.room {
-                let placed = b.quota.saturating_sub(b.room);
-                self.refused = Some(super::OverQuota { needed, quota: b.quota, placed });
-                return Err(std::io::Error::other("the artifact does not fit in the tenant's device-memory quota"));
-            }
+impl UploadBudget {
+    /// Refuses an upload once `received` bytes of it make a version that could not be
+    /// placed within its tenant's quota, so the blob is never stored.
+    pub(super) fn check(&self, received: u64) -> Result<()> {
+        let needed = self.kept.saturating_add(received);
+        if needed > self.room {
+            let placed = self.quota.saturating_sub(self.room);
+            return Err(PlatformError::WeightsOverQuota(super::OverQuota { needed, quota: self.quota, placed }));
         }
-        Ok(n)
+        Ok(())
     }
 }

@@ -41,6 +41,8 @@
 //! | `sluice_warm_instances` | gauge | — |
 //! | `sluice_tenant_warm_instances` | gauge | `tenant` |
 //! | `sluice_artifact_metadata_bytes` (parsed GGUF metadata of loaded artifacts) | gauge | — |
+//! | `sluice_tenant_disk_used_bytes`, `sluice_tenant_disk_quota_bytes` (bytes of the blobs its versions reference) | gauge | `tenant` |
+//! | `sluice_tenant_uploads_in_flight`, `sluice_tenant_upload_limit` | gauge | `tenant` |
 //!
 //! Label values are bounded: tenants and functions exist in the registry (an invocation
 //! of a name that is not deployed counts under `function="(unknown)"`), outcomes are the
@@ -364,6 +366,14 @@ impl Metrics {
         r.register("stream_stalls", "Streamed invocations cancelled: their client read nothing", stalls);
         let warm = tenants().map(|(l, t)| (l, t.warm_instances as u64));
         gauge(&mut r, "tenant_warm_instances", "Warm instances a tenant's functions keep", None, warm);
+        let disk = tenants().map(|(l, t)| (l, t.disk_used_bytes));
+        gauge(&mut r, "tenant_disk_used", "Bytes of the blobs a tenant's versions reference", Some(Unit::Bytes), disk);
+        let disk_quota = tenants().filter_map(|(l, t)| Some((l, t.disk_quota_bytes?)));
+        gauge(&mut r, "tenant_disk_quota", "A tenant's disk quota", Some(Unit::Bytes), disk_quota);
+        let uploads = tenants().map(|(l, t)| (l, u64::from(t.uploads_in_flight)));
+        gauge(&mut r, "tenant_uploads_in_flight", "A tenant's artifact uploads in flight", None, uploads);
+        let upload_limit = tenants().map(|(l, t)| (l, u64::from(t.upload_limit)));
+        gauge(&mut r, "tenant_upload_limit", "A tenant's most artifact uploads in flight", None, upload_limit);
 
         let mut out = String::new();
         text::encode(&mut out, &r).expect("writing to a String cannot fail");

@@ -23,6 +23,8 @@
 //! - `watching`: the per-tenant limits on status calls and live feeds;
 //! - `host_memory`: the per-tenant host-memory budget of request decoding and response
 //!   encoding, and the rooms of streamed invocations.
+//! - `uploads`: artifact uploads, each tenant's cap on them in flight and its disk quota
+//!   while the bytes arrive, without any lock held for a slow client.
 //!
 //! Methods that touch the disk or compile are synchronous: the HTTP layer calls them on
 //! the blocking pool. Errors are [`PlatformError`]s with stable codes.
@@ -43,6 +45,7 @@ mod stats;
 mod tenants;
 mod weights;
 mod watching;
+mod uploads;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -81,6 +84,8 @@ pub use watching::{
     DEFAULT_LIVE_FEEDS_PER_TENANT, DEFAULT_STATUS_BURST, DEFAULT_STATUS_PER_SECOND, FeedPermit, TenantFeeds,
     WatchLimits, WatchStatus,
 };
+pub use uploads::ArtifactUpload;
+use uploads::UploadSlots;
 
 /// Settings of a platform instance.
 #[derive(Clone, Debug)]
@@ -127,6 +132,15 @@ pub struct PlatformConfig {
     pub tenant_max_warm_instances: usize,
     /// How long an unused warm instance is kept (`EngineConfig::warm_idle_timeout`).
     pub warm_idle_timeout: Duration,
+    /// Artifact uploads in flight at once per tenant, unless its settings say otherwise
+    /// (`--tenant-max-uploads`); more are refused with 429 `too_many_uploads`.
+    pub tenant_max_uploads: u32,
+    /// The disk quota of a tenant whose settings name none (`None`: unlimited;
+    /// `--default-disk-quota-mib`); writes above it are refused with 429 `disk_quota_exceeded`.
+    pub default_disk_quota_bytes: Option<u64>,
+    /// Versions kept per function of a tenant whose settings name no count
+    /// (`--keep-versions`); older ones (not serving, staged or pinned) are pruned.
+    pub default_keep_versions: u32,
 }
 
 /// Default of [`PlatformConfig::old_versions_per_tenant`].
@@ -134,6 +148,15 @@ pub const DEFAULT_OLD_VERSIONS_PER_TENANT: usize = 2;
 
 /// Default of [`PlatformConfig::default_memory_quota_bytes`]: quotas are on by default.
 pub const DEFAULT_TENANT_MEMORY_QUOTA_BYTES: u64 = 4 << 30;
+
+/// Default of [`PlatformConfig::tenant_max_uploads`].
+pub const DEFAULT_TENANT_MAX_UPLOADS: u32 = 4;
+
+/// Default of [`PlatformConfig::default_disk_quota_bytes`]: 10 GiB per tenant.
+pub const DEFAULT_TENANT_DISK_QUOTA_BYTES: u64 = 10 << 30;
+
+/// Default of [`PlatformConfig::default_keep_versions`].
+pub const DEFAULT_KEEP_VERSIONS: u32 = 10;
 
 impl Default for PlatformConfig {
     fn default() -> Self {
@@ -156,6 +179,9 @@ impl Default for PlatformConfig {
             max_tables_per_component: EngineConfig::default().max_tables_per_component,
             tenant_max_warm_instances: EngineConfig::default().tenant_max_warm_instances,
             warm_idle_timeout: EngineConfig::default().warm_idle_timeout,
+            tenant_max_uploads: DEFAULT_TENANT_MAX_UPLOADS,
+            default_disk_quota_bytes: Some(DEFAULT_TENANT_DISK_QUOTA_BYTES),
+            default_keep_versions: DEFAULT_KEEP_VERSIONS,
         }
     }
 }
@@ -169,6 +195,10 @@ pub(crate) struct TenantRuntime {
     pub(crate) weights: Arc<WeightLedger>,
     /// The policy in force (settings with the server's defaults).
     pub(crate) policy: TenantPolicy,
+    /// Its artifact uploads in flight.
+    pub(crate) uploads: UploadSlots,
+    /// Bytes of the blobs its versions reference, as of its last write or delete.
+    pub(crate) disk_used: AtomicU64,
 }
 
 /// Counters for `/v1/status` and for tests ("restarted without recompiling").
@@ -277,6 +307,15 @@ pub struct TenantUsage {
     pub old_versions_loaded: usize,
     /// Warm instances its functions keep (at most `instance_pool.tenant_max_warm_instances`).
     pub warm_instances: usize,
+    /// Bytes of the distinct blobs its versions reference (a blob shared with another
+    /// tenant counts for each).
+    pub disk_used_bytes: u64,
+    pub disk_quota_bytes: Option<u64>,
+    /// Its artifact uploads in flight, and the most it may have.
+    pub uploads_in_flight: u32,
+    pub upload_limit: u32,
+    /// Versions kept per function.
+    pub keep_versions: u32,
 }
 
 /// The service. Share it as `Arc<Platform>`.
@@ -310,6 +349,9 @@ impl Platform {
         }
         if config.max_concurrency == 0 || config.tenant_max_concurrency == 0 {
             return Err(PlatformError::InvalidRequest("concurrency limits must be at least 1".into()));
+        }
+        if config.tenant_max_uploads == 0 || config.default_keep_versions == 0 {
+            return Err(PlatformError::InvalidRequest("upload and version limits must be at least 1".into()));
         }
         let registry = Registry::open(&config.data_dir)?;
         // Room for every invocation in flight plus as many warm instances (the engine
@@ -442,6 +484,11 @@ impl Platform {
                 weights_placed_bytes: t.weights.placed(),
                 old_versions_loaded: self.functions.other_versions(id),
                 warm_instances: self.engine.warm_instances_of(id),
+                disk_used_bytes: t.disk_used.load(Ordering::Relaxed),
+                disk_quota_bytes: t.policy.disk_quota_bytes,
+                uploads_in_flight: t.uploads.in_use(),
+                upload_limit: t.uploads.limit(),
+                keep_versions: t.policy.keep_versions,
             })
             .collect();
         usage.sort_by(|a, b| a.tenant.cmp(&b.tenant));
@@ -492,10 +539,13 @@ impl Platform {
             return Ok(t.clone());
         }
         let policy = TenantPolicy::resolve(&self.registry.get_tenant(tenant)?.settings, &self.config);
+        let disk_used = self.registry.tenant_disk_usage(tenant)?;
         let runtime = Arc::new(TenantRuntime {
             account: MemoryAccount::new(format!("tenant {tenant:?}"), policy.memory_quota_bytes, None),
             concurrency: ConcurrencyLimit::new(LimitScope::Tenant, policy.max_concurrency),
             weights: WeightLedger::new(policy.memory_quota_bytes),
+            uploads: UploadSlots::new(policy.max_uploads),
+            disk_used: AtomicU64::new(disk_used),
             policy,
         });
         Ok(self.tenants.lock().entry(tenant.to_owned()).or_insert(runtime).clone())

@@ -1,8 +1,9 @@
 //! Admin-owned tenant policy: what a tenant's invocations may use, and the clamp that
 //! enforces it at each invocation.
 //!
-//! The admin sets a tenant's highest priority class, weight, memory quota and
-//! concurrency ([`sluice_registry::TenantSettings`]); unset values follow the server's
+//! The admin sets a tenant's highest priority class, weight, memory quota,
+//! concurrency, uploads in flight, disk quota and versions kept
+//! ([`sluice_registry::TenantSettings`]); unset values follow the server's
 //! defaults ([`super::PlatformConfig`]). A function (its deploy options) or a request
 //! (OIP `parameters.priority`) may ask for less, never more: [`clamp_class`] and
 //! [`clamp_weight`] take the lowest of what is asked and what is allowed. They run at
@@ -11,7 +12,7 @@
 
 use serde::Serialize;
 use serde_json::{Map, Value};
-use sluice_registry::{MAX_WEIGHT, PriorityClass, Tenant, TenantSettings};
+use sluice_registry::{MAX_WEIGHT, PriorityClass, StoragePolicy, Tenant, TenantSettings};
 
 use super::{PlatformConfig, PlatformError, Result};
 use crate::scheduler;
@@ -27,6 +28,12 @@ pub struct TenantPolicy {
     pub memory_quota_bytes: Option<u64>,
     /// Its invocations in flight at once.
     pub max_concurrency: u32,
+    /// Its artifact uploads in flight at once.
+    pub max_uploads: u32,
+    /// Its disk quota (bytes of the distinct blobs its versions reference); `None`: unlimited.
+    pub disk_quota_bytes: Option<u64>,
+    /// Versions kept per function (besides serving, staged and pinned ones).
+    pub keep_versions: u32,
 }
 
 impl TenantPolicy {
@@ -38,7 +45,15 @@ impl TenantPolicy {
             weight: settings.weight.clamp(1, MAX_WEIGHT),
             memory_quota_bytes: settings.memory_quota_bytes.or(config.default_memory_quota_bytes),
             max_concurrency: settings.max_concurrency.unwrap_or(config.tenant_max_concurrency),
+            max_uploads: settings.max_uploads.unwrap_or(config.tenant_max_uploads),
+            disk_quota_bytes: settings.disk_quota_bytes.or(config.default_disk_quota_bytes),
+            keep_versions: settings.keep_versions.unwrap_or(config.default_keep_versions),
         }
+    }
+
+    /// Its limits on what its versions store.
+    pub fn storage(&self) -> StoragePolicy {
+        StoragePolicy { disk_quota_bytes: self.disk_quota_bytes, keep_versions: Some(self.keep_versions) }
     }
 }
 
@@ -114,21 +129,36 @@ mod tests {
             default_priority: Batch,
             default_memory_quota_bytes: Some(1 << 30),
             tenant_max_concurrency: 7,
+            tenant_max_uploads: 3,
+            default_disk_quota_bytes: Some(1 << 40),
+            default_keep_versions: 5,
             ..PlatformConfig::default()
         };
         let p = TenantPolicy::resolve(&TenantSettings::default(), &config);
         assert_eq!(
             p,
-            TenantPolicy { max_priority: Batch, weight: 1, memory_quota_bytes: Some(1 << 30), max_concurrency: 7 }
+            TenantPolicy {
+                max_priority: Batch,
+                weight: 1,
+                memory_quota_bytes: Some(1 << 30),
+                max_concurrency: 7,
+                max_uploads: 3,
+                disk_quota_bytes: Some(1 << 40),
+                keep_versions: 5,
+            }
         );
         let set = TenantSettings {
             weight: 3,
             max_priority: Some(Latency),
             memory_quota_bytes: Some(5),
             max_concurrency: Some(2),
+            max_uploads: Some(1),
+            disk_quota_bytes: Some(6),
+            keep_versions: Some(2),
         };
         let p = TenantPolicy::resolve(&set, &config);
         assert_eq!((p.max_priority, p.weight, p.memory_quota_bytes, p.max_concurrency), (Latency, 3, Some(5), 2));
+        assert_eq!((p.max_uploads, p.disk_quota_bytes, p.keep_versions), (1, Some(6), 2));
         // A record stored before the bound (validation only runs on writes).
         let old = TenantSettings { weight: u32::MAX, ..TenantSettings::default() };
         assert_eq!(TenantPolicy::resolve(&old, &config).weight, MAX_WEIGHT);

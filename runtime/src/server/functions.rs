@@ -4,23 +4,18 @@
 //! another tenant's functions (they answer 404). Deploys and artifact uploads are durable
 //! (fsync + sled flush) before the 201 is sent.
 
-use std::io::Read;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use axum::Extension;
 use axum::Json;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use http_body_util::BodyExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sluice_registry::{FunctionOptions, FunctionVersion, PriorityClass};
 
-use super::BodyLimits;
 use super::auth::TenantCaller;
 use super::error::{HttpError, blocking};
 use crate::oip;
@@ -54,10 +49,12 @@ pub fn version_json(v: &FunctionVersion) -> Value {
         "origin": v.origin,
         "created_ms": v.created_ms,
         "staged": v.staged,
+        "pinned": v.pinned,
     })
 }
 
-fn created(v: &FunctionVersion) -> Response {
+/// A 201 with the version and its function's `Location`.
+pub fn created(v: &FunctionVersion) -> Response {
     let mut r = (StatusCode::CREATED, Json(version_json(v))).into_response();
     if let Ok(loc) = HeaderValue::from_str(&format!("/v1/functions/{}", v.function)) {
         r.headers_mut().insert(header::LOCATION, loc);
@@ -146,89 +143,25 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// A `Read` over body chunks sent from the async side.
-struct ChannelReader {
-    rx: tokio::sync::mpsc::Receiver<std::io::Result<Bytes>>,
-    buf: Bytes,
-}
-
-impl Read for ChannelReader {
-    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        while self.buf.is_empty() {
-            match self.rx.blocking_recv() {
-                None => return Ok(0),
-                Some(chunk) => self.buf = chunk?,
-            }
-        }
-        let n = out.len().min(self.buf.len());
-        out[..n].copy_from_slice(&self.buf[..n]);
-        self.buf = self.buf.slice(n..);
-        Ok(n)
-    }
-}
-
-pub async fn put_artifact(
+/// `POST /v1/functions/{name}/versions/{version}/pin`: the version is never pruned by
+/// the tenant's retention policy.
+pub async fn pin(
     State(platform): State<Arc<Platform>>,
-    Extension(limits): Extension<BodyLimits>,
     TenantCaller(tenant): TenantCaller,
-    Path((name, artifact)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Response, HttpError> {
-    let limit = limits.artifact_bytes;
-    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(HttpError::too_large(limit as usize));
-    }
-    let (tx, rx) = tokio::sync::mpsc::channel(8);
-    let job =
-        blocking(move || platform.put_artifact(&tenant, &name, &artifact, ChannelReader { rx, buf: Bytes::new() }));
-    let (too_large, broken) = (AtomicBool::new(false), AtomicBool::new(false));
-    let mut refused_early = false;
-    let mut body = body;
-    let mut total = 0u64;
-    while let Some(frame) = body.frame().await {
-        let chunk = match frame {
-            Ok(frame) => match frame.into_data() {
-                Ok(data) => data,
-                Err(_) => continue,
-            },
-            Err(e) => {
-                broken.store(true, Ordering::Relaxed);
-                let _ = tx.send(Err(std::io::Error::other(format!("reading the request body: {e}")))).await;
-                break;
-            }
-        };
-        total += chunk.len() as u64;
-        if total > limit {
-            too_large.store(true, Ordering::Relaxed);
-            let _ = tx.send(Err(std::io::Error::other("artifact too large"))).await;
-            break;
-        }
-        if tx.send(Ok(chunk)).await.is_err() {
-            refused_early = true; // the registry refused before reading (e.g. unknown function)
-            break;
-        }
-    }
-    drop(tx);
-    let result = job.await;
-    if too_large.load(Ordering::Relaxed) {
-        return Err(HttpError::too_large(limit as usize));
-    }
-    if broken.load(Ordering::Relaxed) && result.is_err() {
-        return Err(HttpError::bad_request("the request body could not be read"));
-    }
-    match result {
-        Ok(version) => Ok(created(&version)),
-        // The rest of the body was never read, so the connection cannot carry another
-        // request: say so, or a keep-alive client sends its next one into a closed socket.
-        Err(e) if refused_early => {
-            let mut response = HttpError::from(e).into_response();
-            response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-            Ok(response)
-        }
-        Err(e) => Err(e.into()),
-    }
+    Path((name, version)): Path<(String, u32)>,
+) -> Result<Json<Value>, HttpError> {
+    let v = blocking(move || platform.set_pinned(&tenant, &name, version, true)).await?;
+    Ok(Json(version_json(&v)))
+}
+
+/// `DELETE /v1/functions/{name}/versions/{version}/pin`: the version is pruned like any other.
+pub async fn unpin(
+    State(platform): State<Arc<Platform>>,
+    TenantCaller(tenant): TenantCaller,
+    Path((name, version)): Path<(String, u32)>,
+) -> Result<Json<Value>, HttpError> {
+    let v = blocking(move || platform.set_pinned(&tenant, &name, version, false)).await?;
+    Ok(Json(version_json(&v)))
 }
 
 pub async fn invoke(

@@ -10,7 +10,7 @@
 //! - admin key: `/v1/tenants[/{id}[/keys[/{key_id}]]]` (`PATCH /v1/tenants/{id}` changes
 //!   a tenant's policy; a tenant's key may `GET` its own entry), and `GET /metrics`
 //!   (Prometheus, OpenMetrics text; admin only because it names every tenant and function);
-//! - tenant key: `/v1/functions[/{name}[/invoke|/artifacts/{artifact}|/versions/{v}/publish]]` and the
+//! - tenant key: `/v1/functions[/{name}[/invoke|/artifacts/{artifact}|/versions/{v}/publish|/versions/{v}/pin]]` and the
 //!   Open Inference Protocol's `/v2`, `/v2/models/{name}[/versions/{v}][/ready|/infer|/config]`,
 //!   `/v2/models[/{name}]/stats`; the generate extension,
 //!   `/v2/models/{name}[/versions/{v}]/generate[_stream]` (`generate`, server-sent
@@ -33,6 +33,7 @@ mod live;
 mod openai;
 mod streamed;
 mod tenants;
+mod uploads;
 mod v2;
 
 use std::future::IntoFuture;
@@ -66,11 +67,30 @@ pub struct BodyLimits {
     pub invoke_bytes: usize,
     /// Small JSON bodies (admin).
     pub json_bytes: usize,
+    /// An artifact upload's body must bring `upload_min_bytes_per_s` over every window
+    /// of this length (so also: some byte within it), else 408 `upload_stalled`.
+    pub upload_read_timeout: Duration,
+    /// The slowest average rate of an artifact upload's body, per window.
+    pub upload_min_bytes_per_s: u64,
 }
+
+/// Default of [`BodyLimits::upload_read_timeout`].
+pub const DEFAULT_UPLOAD_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Default of [`BodyLimits::upload_min_bytes_per_s`]: 16 KiB/s, far below any real
+/// client, so only a deliberately trickling one is cut off.
+pub const DEFAULT_UPLOAD_MIN_BYTES_PER_S: u64 = 16 << 10;
 
 impl Default for BodyLimits {
     fn default() -> Self {
-        BodyLimits { component_bytes: 64 << 20, artifact_bytes: 1 << 30, invoke_bytes: 16 << 20, json_bytes: 64 << 10 }
+        BodyLimits {
+            component_bytes: 64 << 20,
+            artifact_bytes: 1 << 30,
+            invoke_bytes: 16 << 20,
+            json_bytes: 64 << 10,
+            upload_read_timeout: DEFAULT_UPLOAD_READ_TIMEOUT,
+            upload_min_bytes_per_s: DEFAULT_UPLOAD_MIN_BYTES_PER_S,
+        }
     }
 }
 
@@ -91,9 +111,10 @@ pub fn app(platform: Arc<Platform>, limits: BodyLimits) -> Router {
         )
         .route(
             "/v1/functions/{name}/artifacts/{artifact}",
-            put(functions::put_artifact).layer(DefaultBodyLimit::disable()),
+            put(uploads::put_artifact).layer(DefaultBodyLimit::disable()),
         )
         .route("/v1/functions/{name}/versions/{version}/publish", post(functions::publish))
+        .route("/v1/functions/{name}/versions/{version}/pin", post(functions::pin).delete(functions::unpin))
         .route("/v1/functions/{name}/invoke", limited(post(functions::invoke), limits.invoke_bytes));
     let oip = Router::new()
         .route("/v2/health/live", get(v2::live))

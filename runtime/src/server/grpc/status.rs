@@ -46,6 +46,9 @@ pub fn grpc_code(code: Code) -> tonic::Code {
         Code::InstancePoolExhausted => tonic::Code::Unavailable,
         Code::Timeout => tonic::Code::DeadlineExceeded,
         Code::Cancelled => tonic::Code::Cancelled,
+        // Uploads are HTTP-only; mapped for completeness.
+        Code::TooManyUploads | Code::DiskQuotaExceeded => tonic::Code::ResourceExhausted,
+        Code::UploadStalled => tonic::Code::DeadlineExceeded,
         Code::FunctionFailed
         | Code::FunctionTrapped
         | Code::Internal
@@ -92,6 +95,7 @@ mod tests {
                 409 => &[tonic::Code::AlreadyExists],
                 413 | 429 => &[tonic::Code::ResourceExhausted],
                 415 => &[tonic::Code::InvalidArgument],
+                408 => &[tonic::Code::DeadlineExceeded],
                 499 => &[tonic::Code::Cancelled],
                 500 | 502 => &[tonic::Code::Internal, tonic::Code::ResourceExhausted],
                 503 => &[tonic::Code::Unavailable, tonic::Code::ResourceExhausted],
