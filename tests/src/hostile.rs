@@ -380,8 +380,14 @@ fn hostile_burst(
                     if status == 429 {
                         std::thread::sleep(Duration::from_millis(5));
                     }
-                    // A step that hung up, or a refusal that closed the connection.
-                    if matches!(attack, Attack::SlowUpload | Attack::StatusFlood) || status == 408 || status == 413 {
+                    // A step that hung up, or a refusal that closed the connection (an
+                    // upload refused before its body was read ends its connection).
+                    let refused_upload = attack == Attack::DiskFill && status >= 400;
+                    if matches!(attack, Attack::SlowUpload | Attack::StatusFlood)
+                        || refused_upload
+                        || status == 408
+                        || status == 413
+                    {
                         match RawConn::connect(server.addr()) {
                             Ok(fresh) => conn = fresh,
                             Err(_) => return,

@@ -118,14 +118,18 @@ fn bad_input_is_a_4xx_with_a_json_body_and_changes_nothing() {
 fn misbehaving_functions_fail_alone_with_clear_errors() {
     let server = Server::start();
     let key = server.create_tenant("acme");
+    // `bad` has a short deadline for the looping modes only: the other modes run on
+    // `sturdy`, whose deadline no loaded machine reaches, so their answers never depend
+    // on how fast this machine is.
     server.deploy(&key, "bad", "misbehave", "timeout_ms=300&memory_limit_bytes=33554432");
+    server.deploy(&key, "sturdy", "misbehave", "timeout_ms=600000&memory_limit_bytes=33554432");
     server.deploy(&key, "big", "misbehave", "memory_limit_bytes=805306368");
     server.deploy(&key, "patient", "misbehave", "timeout_ms=600000");
     let call = |name: &str, mode: &str| {
         server.post_json(&format!("/v1/functions/{name}/invoke"), &key, &misbehave_request(mode))
     };
 
-    assert_eq!(call("bad", "ok").expect(200)["outputs"][0]["data"], json!(["ok"]));
+    assert_eq!(call("sturdy", "ok").expect(200)["outputs"][0]["data"], json!(["ok"]));
     assert!(call("bad", "loop").expect_error(504, "timeout").contains("300 ms"));
     // A request's own timeout (Triton's `timeout`, µs) shortens the function's limit
     // and never extends it.
@@ -136,13 +140,13 @@ fn misbehaving_functions_fail_alone_with_clear_errors() {
     };
     assert!(with_timeout("patient", 250_000).expect_error(504, "timeout").contains("250 ms"));
     assert!(with_timeout("bad", 600_000_000).expect_error(504, "timeout").contains("300 ms"));
-    call("bad", "trap").expect_error(500, "function_trapped");
-    call("bad", "oom").expect_error(500, "memory_limit_exceeded");
-    assert!(call("bad", "bad-shape").expect_error(500, "function_failed").contains("shape-mismatch"));
-    call("bad", "no-such-mode").expect_error(400, "invalid_input");
+    call("sturdy", "trap").expect_error(500, "function_trapped");
+    call("sturdy", "oom").expect_error(500, "memory_limit_exceeded");
+    assert!(call("sturdy", "bad-shape").expect_error(500, "function_failed").contains("shape-mismatch"));
+    call("sturdy", "no-such-mode").expect_error(400, "invalid_input");
     call("big", "huge-output").expect_error(502, "transfer_too_large");
     // The function (and the server) still work afterwards.
-    assert_eq!(call("bad", "leak").expect(200)["outputs"][0]["data"], json!(["ok"]));
+    assert_eq!(call("sturdy", "leak").expect(200)["outputs"][0]["data"], json!(["ok"]));
     let status = server.status(&key);
     assert_eq!(status["in_flight"], 0);
 }

@@ -178,7 +178,11 @@ impl Platform {
 
     /// Makes `v`, a version that just received an artifact, serve (unless it is staged);
     /// `ticket` was taken before the registry stored it.
-    pub(super) fn serve_artifact_version(&self, v: FunctionVersion, ticket: &LoadTicket<'_>) -> Result<FunctionVersion> {
+    pub(super) fn serve_artifact_version(
+        &self,
+        v: FunctionVersion,
+        ticket: &LoadTicket<'_>,
+    ) -> Result<FunctionVersion> {
         if v.staged {
             return Ok(v);
         }

@@ -43,9 +43,9 @@ mod policy;
 mod revocation;
 mod stats;
 mod tenants;
-mod weights;
-mod watching;
 mod uploads;
+mod watching;
+mod weights;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -78,14 +78,14 @@ pub use policy::{TenantPolicy, TenantView, clamp_class, clamp_weight, merge_sett
 pub use revocation::KeyCheck;
 pub use stats::{FunctionStats, Timed};
 pub use tenants::IssuedKey;
-pub use weights::OverQuota;
-use weights::WeightLedger;
+pub use uploads::ArtifactUpload;
+use uploads::UploadSlots;
 pub use watching::{
     DEFAULT_LIVE_FEEDS_PER_TENANT, DEFAULT_STATUS_BURST, DEFAULT_STATUS_PER_SECOND, FeedPermit, TenantFeeds,
     WatchLimits, WatchStatus,
 };
-pub use uploads::ArtifactUpload;
-use uploads::UploadSlots;
+pub use weights::OverQuota;
+use weights::WeightLedger;
 
 /// Settings of a platform instance.
 #[derive(Clone, Debug)]
