@@ -1,5 +1,6 @@
 //! The sluice host runtime.
 //!
+//! - `background`: threads in the idle scheduling class (batch guests, compilation);
 //! - [`clock`]: the time every scheduling decision reads (monotonic, or simulated in tests);
 //! - [`device`]: the [`device::Device`] trait, its CPU and CUDA implementations (over the
 //!   backend crates) and a simulated device for tests and benchmarks;
@@ -9,6 +10,7 @@
 //! - [`platform`]: the service layer (registry, engine, loaded functions, admission);
 //! - [`server`]: the HTTP API over the platform.
 
+mod background;
 pub mod cli;
 pub mod clock;
 pub mod device;

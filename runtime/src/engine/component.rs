@@ -57,7 +57,9 @@ pub(super) fn compile(engine: &Engine, wasm: &[u8]) -> Result<Component, Compone
     }
     // Before compiling: a component over the limits costs no compilation.
     Footprint::of(wasm)?.check(engine.config())?;
-    Component::new(engine.wasmtime(), wasm).map_err(|e| ComponentError::Invalid(format!("{e:#}")))
+    // On background threads: a tenant's deploy must not take a core from another's invocations.
+    crate::background::compile_in_background(|| Component::new(engine.wasmtime(), wasm))
+        .map_err(|e| ComponentError::Invalid(format!("{e:#}")))
 }
 
 /// Limits of one function's invocations.

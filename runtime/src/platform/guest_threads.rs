@@ -46,10 +46,6 @@ use crossbeam_channel::{Receiver, Sender, unbounded};
 
 use crate::scheduler::PriorityClass;
 
-/// How much lower than the process a background thread runs where `SCHED_IDLE` is
-/// refused (a `nice` increment).
-pub const BACKGROUND_NICE: i32 = 10;
-
 /// A guest's work; what it returns hands the result to the caller.
 type Job = Box<dyn FnOnce() -> Deliver + Send>;
 type Deliver = Box<dyn FnOnce() + Send>;
@@ -127,7 +123,7 @@ impl Background {
         let n = self.spawned.fetch_add(1, Ordering::Relaxed);
         let (queue, idle) = (self.queue.clone(), self.idle.clone());
         let spawned = std::thread::Builder::new().name(format!("sluice-guest-bg-{n}")).spawn(move || {
-            lower_this_threads_priority();
+            crate::background::lower_this_threads_priority();
             idle.fetch_add(1, Ordering::Release);
             while let Ok(job) = queue.recv() {
                 idle.fetch_sub(1, Ordering::Release);
@@ -144,31 +140,6 @@ impl Background {
         if let Err(e) = spawned {
             self.spawned.fetch_sub(1, Ordering::Relaxed);
             tracing::error!(error = %e, "could not start a background guest thread");
-        }
-    }
-}
-
-/// Puts the calling thread in Linux's idle scheduling class (`SCHED_IDLE`: it runs when
-/// no normal thread wants the core; the policy is per thread), or where that is refused
-/// lowers its priority by [`BACKGROUND_NICE`]. Elsewhere the thread keeps the process's
-/// priority.
-fn lower_this_threads_priority() {
-    #[cfg(target_os = "linux")]
-    {
-        let idle = libc::sched_param { sched_priority: 0 };
-        // SAFETY: a system call on the calling thread (pid 0) with a valid parameter.
-        if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) } == 0 {
-            return;
-        }
-        tracing::debug!(error = %std::io::Error::last_os_error(), "SCHED_IDLE refused; the background guest thread is niced");
-        // SAFETY: plain system calls on the calling thread's id; no memory is passed.
-        let result = unsafe {
-            let tid = libc::gettid() as libc::id_t;
-            let current = libc::getpriority(libc::PRIO_PROCESS, tid);
-            libc::setpriority(libc::PRIO_PROCESS, tid, current + BACKGROUND_NICE)
-        };
-        if result != 0 {
-            tracing::debug!(error = %std::io::Error::last_os_error(), "background guest thread keeps its priority");
         }
     }
 }
