@@ -15,7 +15,8 @@ use wasmparser::{
     Instance, Parser, Payload,
 };
 
-use super::{ComponentError, EngineConfig};
+use super::EngineConfig;
+use super::component_error::ComponentError;
 
 /// Slots of the instance pool one instance takes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

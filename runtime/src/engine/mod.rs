@@ -16,6 +16,7 @@ mod artifacts;
 mod bindings;
 mod caller;
 mod component;
+mod component_error;
 mod convert;
 mod epoch;
 mod footprint;
@@ -42,7 +43,8 @@ pub use bindings::{IoData, IoTensor, RunError};
 pub use caller::{
     CallerLink, Cancel, CancelOnDrop, Chunk, ChunkSink, ChunkTimes, QueuedChunk, chunk_channel, default_room,
 };
-pub use component::{ComponentError, FunctionImage, FunctionLimits};
+pub use component::{FunctionImage, FunctionLimits};
+pub use component_error::ComponentError;
 pub use invoke::{InvocationContext, InvocationOutput, InvokeError};
 pub use pool::PoolStatus;
 pub use signature::{DATATYPES, SIGNATURE_SECTION, Signature, TensorSpec, read_signature};

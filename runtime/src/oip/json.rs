@@ -22,10 +22,9 @@ use serde::ser::SerializeSeq;
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value, json};
 
+use super::BINARY_DATA_SIZE;
 use super::{InferRequest, InferResponse, OipError, ParamValue, Parameters, binary, datatype_name, err};
 
-/// A tensor's parameter: the byte count of its binary data.
-pub const BINARY_DATA_SIZE: &str = "binary_data_size";
 /// A requested output's parameter: return it as binary data.
 pub const BINARY_DATA: &str = "binary_data";
 /// A request parameter: return every output as binary data unless it says otherwise.

@@ -17,7 +17,7 @@ mod fields;
 
 use fields::{Field, InputFields, read};
 
-use super::json::BINARY_DATA_SIZE;
+use super::BINARY_DATA_SIZE;
 use super::{InferRequest, OipError, Parameters, RequestedOutput, binary, err};
 use crate::engine::IoTensor;
 

@@ -30,6 +30,9 @@ use std::time::Duration;
 pub use infer::{ModelInfo, infer, infer_streaming, model};
 
 pub use crate::engine::DATATYPES;
+
+/// A tensor's parameter: the byte count of its binary data.
+pub const BINARY_DATA_SIZE: &str = "binary_data_size";
 use crate::engine::{IoData, IoTensor};
 
 /// A request that does not follow the protocol; the message names the culprit.

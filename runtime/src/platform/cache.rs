@@ -24,8 +24,6 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use super::LoadedFunction;
-
 /// What the cache needs to know of a loaded version.
 pub(crate) trait Versioned {
     /// Owning tenant.
@@ -36,20 +34,8 @@ pub(crate) trait Versioned {
     fn number(&self) -> u32;
 }
 
-impl Versioned for LoadedFunction {
-    fn tenant(&self) -> &str {
-        &self.version.tenant
-    }
-    fn name(&self) -> &str {
-        &self.version.function
-    }
-    fn number(&self) -> u32 {
-        self.version.version
-    }
-}
-
 /// tenant → function name → serving version, plus the other versions in use.
-pub(crate) struct FunctionCache<F = LoadedFunction> {
+pub(crate) struct FunctionCache<F> {
     inner: RwLock<Inner<F>>,
 }
 
@@ -75,7 +61,7 @@ impl<F> Default for FunctionCache<F> {
 
 /// Taken before a load reads the registry; its install is refused if the function or
 /// its tenant was removed since.
-pub(crate) struct LoadTicket<'a, F = LoadedFunction> {
+pub(crate) struct LoadTicket<'a, F> {
     cache: &'a FunctionCache<F>,
     stamp: u64,
 }

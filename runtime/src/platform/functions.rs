@@ -27,7 +27,10 @@ use sluice_registry::{
 };
 use wasmtime::component::Component;
 
-use super::cache::LoadTicket;
+use super::cache::{self, Versioned};
+
+/// A load's ticket for a function of the platform's cache.
+pub(super) type LoadTicket<'a> = cache::LoadTicket<'a, LoadedFunction>;
 use super::weights::WeightCharge;
 use super::{Platform, PlatformError, Result};
 use crate::engine::{ArtifactSet, ArtifactStats, FunctionImage, FunctionLimits, Signature, read_signature};
@@ -51,6 +54,18 @@ impl LoadedFunction {
     /// Counters of its shared weights.
     pub fn stats(&self) -> ArtifactStats {
         self.image.artifacts().stats()
+    }
+}
+
+impl Versioned for LoadedFunction {
+    fn tenant(&self) -> &str {
+        &self.version.tenant
+    }
+    fn name(&self) -> &str {
+        &self.version.function
+    }
+    fn number(&self) -> u32 {
+        self.version.version
     }
 }
 

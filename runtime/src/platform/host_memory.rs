@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use sluice_host_api::Code;
 
-use super::{Platform, PlatformError};
+use super::Platform;
 use crate::engine::{StreamCounters, StreamRoom};
 
 /// The admin's bounds on host memory for requests and streams.
@@ -282,14 +282,14 @@ impl HostBudgets {
 impl Platform {
     /// Reserves `bytes` of `tenant`'s host-memory budget for `what` ("decoding the
     /// request", …) until the reservation is dropped, or refuses with
-    /// [`PlatformError::HostMemory`] and holds nothing.
+    /// [`HostMemoryRefusal`] (`PlatformError::HostMemory`) and holds nothing.
     pub fn reserve_host_memory(
         &self,
         tenant: &str,
         bytes: u64,
         what: &'static str,
-    ) -> Result<HostReservation, PlatformError> {
-        Ok(self.host_memory.reserve(tenant, bytes, what)?)
+    ) -> Result<HostReservation, HostMemoryRefusal> {
+        self.host_memory.reserve(tenant, bytes, what)
     }
 
     /// The room of a streamed invocation of `tenant` towards its client.

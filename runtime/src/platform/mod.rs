@@ -325,7 +325,7 @@ pub struct Platform {
     fingerprint: String,
     devices: Arc<DevicePool>,
     config: PlatformConfig,
-    functions: FunctionCache,
+    functions: FunctionCache<LoadedFunction>,
     tenants: Mutex<HashMap<String, Arc<TenantRuntime>>>,
     global: ConcurrencyLimit,
     counters: Counters,

@@ -74,6 +74,12 @@ pub fn status_of(code: Code) -> StatusCode {
     StatusCode::from_u16(code.status()).expect("every code's status is a valid HTTP status")
 }
 
+impl From<crate::platform::HostMemoryRefusal> for HttpError {
+    fn from(e: crate::platform::HostMemoryRefusal) -> Self {
+        PlatformError::from(e).into()
+    }
+}
+
 impl From<PlatformError> for HttpError {
     fn from(e: PlatformError) -> Self {
         let code = e.code();

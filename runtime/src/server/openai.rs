@@ -307,7 +307,7 @@ async fn complete(
     let body = body?;
     // Parsed into a `Value`: its bound is charged to the tenant's host memory first.
     let bound = body.len() as u64 + oip::json_request::value_tree_bound(&body);
-    let held = platform.reserve_host_memory(&tenant, bound, "decoding the request")?;
+    let held = platform.reserve_host_memory(&tenant, bound, "decoding the request").map_err(HttpError::from)?;
     let Decoded { model, stream, inputs } = decode(kind, &body)?;
     drop(held);
     let request = InferRequest { id: None, inputs, outputs: Vec::new(), parameters: Default::default() };
