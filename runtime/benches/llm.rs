@@ -30,6 +30,7 @@ use sluice_runtime::cli::client::{Client, ClientArgs};
 use sluice_runtime::device::DeviceChoice;
 use sluice_runtime::engine::{
     ArtifactSet, CallerLink, Cancel, Engine, EngineConfig, FunctionLimits, IoData, IoTensor, chunk_channel,
+    default_room,
 };
 use sluice_runtime::platform::{Platform, PlatformConfig};
 use sluice_runtime::scheduler::{DeviceQueue, MemoryAccount, PriorityClass};
@@ -101,7 +102,7 @@ fn in_process(queue: &DeviceQueue, text: &str, steps: usize, (warmup, runs): (us
     let inputs = inputs(text, steps);
     let mut measured = Vec::new();
     for i in 0..warmup + runs {
-        let (sink, mut chunks) = chunk_channel();
+        let (sink, mut chunks) = chunk_channel(default_room());
         let mut ctx = common::ctx(queue, "bench", PriorityClass::Latency);
         ctx.caller = CallerLink::streaming(sink, Cancel::default());
         let reader = rt.spawn(async move { while chunks.recv().await.is_some() {} });

@@ -41,7 +41,7 @@ use serde_json::json;
 use sluice_runtime::device::{Device, DeviceChoice};
 use sluice_runtime::engine::{
     ArtifactSet, CallerLink, Cancel, Engine, EngineConfig, FunctionImage, FunctionLimits, IoData, IoTensor,
-    chunk_channel,
+    chunk_channel, default_room,
 };
 use sluice_runtime::scheduler::{DeviceQueue, MemoryAccount, Policy, PriorityClass, SchedulerConfig};
 
@@ -313,7 +313,7 @@ fn run_mode(
                         }
                         Burner::Generation => {
                             let chat = images.chat.as_ref().expect("smollm2-chat");
-                            let (sink, mut chunks) = chunk_channel();
+                            let (sink, mut chunks) = chunk_channel(default_room());
                             let mut context = ctx(&queue, "be", PriorityClass::Batch);
                             context.caller = CallerLink::streaming(sink, Cancel::default());
                             let reader = tokio::spawn(async move { while chunks.recv().await.is_some() {} });

@@ -220,13 +220,17 @@ fn a_burst_of_frees_does_not_hold_up_another_tenants_read() {
     }
     let b = stream(queue, "tenant-b", PriorityClass::Latency);
     let v = upload(queue, &b, &[1.0, 2.0]);
-    let reader = {
-        let (queue, v) = (queue.clone(), v.clone());
-        std::thread::spawn(move || read_f32(&queue, &v))
-    };
+    // B's read is sent now (its future polled once), so it is queued before A's first
+    // kernel finishes whatever the threads' timing (a reader thread could send it late,
+    // after the device had stopped at A's second kernel, and wait forever).
+    let mut read = Box::pin(queue.read(v.0, v.1.clone()));
+    let polled = read.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+    assert!(polled.is_pending(), "B's read waits for the device");
     // A's first kernel finishes; the device stops again at its second.
     sim.gate.allow(1);
-    assert_eq!(reader.join().unwrap().unwrap(), vec![1.0, 2.0]);
+    let bytes = tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(read).unwrap();
+    let floats: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(floats, vec![1.0, 2.0]);
     sim.gate.wait_blocked();
     let resident = queue.resident_bytes();
     assert!(

@@ -117,7 +117,7 @@ impl Attack {
                 invoke(conn, &path, &fp32_request(&[1.0, 2.0]))
             }
             Attack::OldVersions => invoke(conn, "/v2/models/old/versions/2/infer", &v2_fp32(&[1.0, 2.0])),
-            Attack::StatusFlood if n % 2 == 0 => {
+            Attack::StatusFlood if n.is_multiple_of(2) => {
                 let r = conn.request("GET", "/v1/status", key, b"").ok()?;
                 Some((r.status, code_of(&r.body)))
             }

@@ -310,19 +310,21 @@ pub fn hostile_load(
     // (compiled code, warm instances, tenant state, threads) is there when the measured
     // load starts; its responses are checked, not counted.
     let warm_up = (load / 10).clamp(Duration::from_millis(300), Duration::from_secs(3));
-    let acked = Mutex::new(Vec::new());
-    hostile_burst(server, &tenants, clients, warm_up, None, &Mutex::new(BTreeMap::new()), &acked, &unexpected);
+    let mut tally = Tally { unexpected, ..Tally::default() };
+    hostile_burst(server, &tenants, clients, warm_up, None, &tally);
+    // The warm-up's responses are checked, not counted.
+    tally.counts = Mutex::new(BTreeMap::new());
     std::thread::sleep(SETTLE);
     let start = rss_kib(pid);
     let start_kinds = resident_by_kind(pid);
     let start_threads = threads(pid);
 
-    let counts = Mutex::new(BTreeMap::<String, u64>::new());
-    let loaded = hostile_burst(server, &tenants, clients, load, Some(&victim), &counts, &acked, &unexpected);
+    let loaded = hostile_burst(server, &tenants, clients, load, Some(&victim), &tally);
     let after_load = rss_kib(pid);
     std::thread::sleep(SETTLE);
     let settled = rss_kib(pid);
     let rss_growth = growth(&start_kinds, &resident_by_kind(pid));
+    let Tally { counts, acked, unexpected } = tally;
     let lost = missing_artifacts(server, &tenants, &acked.into_inner().unwrap());
     HostileReport {
         solo,
@@ -341,6 +343,17 @@ pub fn hostile_load(
 /// Long enough for the server's idle heap trim (it looks every 2 s) to have run.
 const SETTLE: Duration = Duration::from_secs(5);
 
+/// What the hostile clients' responses came to.
+#[derive(Default)]
+struct Tally {
+    /// Responses by `tenant status code`.
+    counts: Mutex<BTreeMap<String, u64>>,
+    /// The disk filler's acknowledged artifacts.
+    acked: Mutex<Vec<String>>,
+    /// Responses no tenant should get.
+    unexpected: Mutex<Vec<String>>,
+}
+
 /// `clients` hostile clients round-robin over the hostile `tenants` (with their keys) for `load`,
 /// counting their responses; with `victim`, the victim's latencies meanwhile.
 fn hostile_burst(
@@ -349,10 +362,9 @@ fn hostile_burst(
     clients: usize,
     load: Duration,
     victim: Option<&str>,
-    counts: &Mutex<BTreeMap<String, u64>>,
-    acked: &Mutex<Vec<String>>,
-    unexpected: &Mutex<Vec<String>>,
+    tally: &Tally,
 ) -> Vec<Sample> {
+    let Tally { counts, acked, unexpected } = tally;
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         for c in 0..clients {

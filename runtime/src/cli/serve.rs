@@ -248,7 +248,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         tenant_max_warm_instances: args.tenant_max_warm_instances,
         warm_idle_timeout: Duration::from_secs_f64(args.warm_idle_s),
         tenant_max_uploads: args.tenant_max_uploads,
-        default_disk_quota_bytes: (args.default_disk_quota_mib > 0).then(|| args.default_disk_quota_mib << 20),
+        default_disk_quota_bytes: (args.default_disk_quota_mib > 0).then_some(args.default_disk_quota_mib << 20),
         default_keep_versions: args.keep_versions,
         ..PlatformConfig::default()
     };

@@ -77,7 +77,7 @@ pub enum PlatformError {
         limit: u32,
     },
     /// The tenant's host-memory budget for request decoding and response encoding
-    /// cannot hold what a request needs (see [`super::host_memory`]).
+    /// cannot hold what a request needs (see `platform/host_memory.rs`).
     #[error(transparent)]
     HostMemory(#[from] super::host_memory::HostMemoryRefusal),
 }

@@ -8,7 +8,7 @@
 //! element count, block divisibility, offset alignment and its extent inside the data
 //! section. A malformed file is a [`GgufError`], never a panic.
 //!
-//! The parse is bounded in host memory: arrays are packed ([`value`]: a 1-byte element
+//! The parse is bounded in host memory: arrays are packed (`gguf/value.rs`: a 1-byte element
 //! takes a byte), and every part is charged against a cap before it is allocated
 //! ([`Gguf::parse_bounded`]; over it, [`GgufError::TooLarge`]). The metadata's JSON for
 //! the guest is written into a buffer that stops at the guest's read limit
