@@ -148,10 +148,9 @@ fn an_instantiation_without_a_free_slot_is_refused_with_a_typed_code() {
             ctx.caller = CallerLink { sink: None, cancel: cancel.clone() };
             runtime().block_on(engine.invoke(&image, ctx, &[text("mode", "loop")]))
         });
-        // Hang guard only: the spinner instantiates within moments.
-        let deadline = Instant::now() + Duration::from_secs(60);
+        // The spinner loops until cancelled: once it holds its slot, it keeps it.
         while engine.pool_status().component_instances == 0 {
-            assert!(Instant::now() < deadline, "the spinning guest never instantiated");
+            assert!(!spinner.is_finished(), "the spinning guest ended before it was seen");
             std::thread::sleep(Duration::from_millis(5));
         }
         let (ctx, _) = context();

@@ -30,9 +30,7 @@ fn computations_for_concurrent_callers(status_interval: Duration, callers: u64) 
         })
         .collect();
     // A count, not a time: every caller has arrived while the device is held.
-    let arrived = std::time::Instant::now();
     while queue.status_requests() < callers {
-        assert!(arrived.elapsed() < Duration::from_secs(60), "the callers never arrived");
         std::thread::yield_now();
     }
     sim.gate.open();
