@@ -77,8 +77,7 @@ fn every_manifest_validates_against_its_schema() {
     let oks: Vec<&str> = stdout.lines().filter(|l| l.starts_with("ok ")).collect();
     assert_eq!(oks.len(), passed, "{stdout}");
     // Every file was read, and the kinds the README promises are there.
-    let dir = repo_root().join("deploy/kserve");
-    for entry in std::fs::read_dir(&dir).unwrap() {
+    for entry in std::fs::read_dir(repo_root().join("deploy/kserve")).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();
         if name.ends_with(".yaml") {
             let shown = format!("ok deploy/kserve/{name} ");
