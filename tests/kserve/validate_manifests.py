@@ -36,6 +36,8 @@ import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_CRDS = os.path.join(os.path.dirname(REPO), "shared", "kserve-crds-v0.20.0")
+# libyaml's loader where PyYAML has it: the InferenceService CRD alone is 39,000 lines.
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def strict(schema):
@@ -76,7 +78,7 @@ def load_crds(directory):
         raise SystemExit(f"validate_manifests: no CRDs (*.yaml) in {directory} (--crds or SLUICE_KSERVE_CRDS)")
     for path in paths:
         with open(path, encoding="utf-8") as f:
-            for doc in yaml.safe_load_all(f):
+            for doc in yaml.load_all(f, Loader=LOADER):
                 if not doc or doc.get("kind") != "CustomResourceDefinition":
                     continue
                 spec = doc["spec"]
