@@ -65,6 +65,11 @@ pub struct ServeArgs {
     /// tenants are created if missing and the keys made valid.
     #[arg(long, env = "SLUICE_TENANT_KEYS_DIR")]
     tenant_keys_dir: Option<PathBuf>,
+    /// Repository calls (`/v2/repository/...`) without a key from a local process that
+    /// no proxy forwarded act as the admin's: KServe's model agent, a sidecar in the
+    /// pod, sends none. Only for pods where nothing else local is untrusted.
+    #[arg(long, env = "SLUICE_KEYLESS_LOCAL_REPOSITORY")]
+    keyless_local_repository: bool,
     /// Seconds requests are still served after SIGTERM while readiness says 503, so
     /// that load balancers stop sending new ones before they are refused.
     #[arg(long, default_value_t = 0.0)]
@@ -299,6 +304,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .model_dir
             .clone()
             .map(|root| ModelRepository { root, root_name: args.model_name.clone() }),
+        keyless_local_repository: args.keyless_local_repository,
         default_disk_quota_bytes: (args.default_disk_quota_mib > 0).then_some(args.default_disk_quota_mib << 20),
         default_keep_versions: args.keep_versions,
         ..PlatformConfig::default()

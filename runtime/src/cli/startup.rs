@@ -3,8 +3,9 @@
 //! answer liveness, the stored functions' warm-up and the model directory's bundles.
 //!
 //! With `MODEL_INIT_MODE=sync` (the default) the bundles are read and checked before
-//! the server listens, so a bad or missing one stops it with an error naming the file,
-//! as does a bundle that then fails to load. With `async` the directory may appear or
+//! the server listens, so a bad one (or a missing directory) stops it with an error
+//! naming the file, as does a bundle that then fails to load; an empty directory is a
+//! multi-model server's start, whose models the repository API loads. With `async` the directory may appear or
 //! fill later (KServe's storage initializer still writing it): the server retries until
 //! every bundle it finds serves, and stays unready until then.
 
@@ -12,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 
 use crate::platform::bundle::{self, Bundle, BundleError};
 use crate::platform::{ModelRepository, Platform};
@@ -75,8 +76,9 @@ impl Bundles {
         let found = bundle::discover(&repo.root, repo.root_name.as_deref())
             .with_context(|| format!("the model directory {hint}"))?;
         if found.is_empty() {
-            bail!(
-                "no bundle in the model directory {}: it must hold a {} or subdirectories that each do {hint}",
+            // A multi-model server starts empty: the repository API loads its models.
+            println!(
+                "model directory {}: no bundle yet (a {} at its root, or in subdirectories)",
                 repo.root.display(),
                 bundle::MANIFEST
             );

@@ -149,6 +149,9 @@ pub struct PlatformConfig {
     pub default_keep_versions: u32,
     /// The model repository (`--model-dir`), whose bundles the repository API loads.
     pub model_repository: Option<ModelRepository>,
+    /// Repository calls without a key, from the loopback interface and not forwarded by
+    /// a proxy, act as the admin: KServe's model agent (a sidecar in the pod) sends none.
+    pub keyless_local_repository: bool,
 }
 
 /// Default of [`PlatformConfig::old_versions_per_tenant`].
@@ -191,6 +194,7 @@ impl Default for PlatformConfig {
             default_disk_quota_bytes: Some(DEFAULT_TENANT_DISK_QUOTA_BYTES),
             default_keep_versions: DEFAULT_KEEP_VERSIONS,
             model_repository: None,
+            keyless_local_repository: false,
         }
     }
 }

@@ -263,7 +263,9 @@ pub async fn serve_with(
     let router =
         app(platform.clone(), limits).layer(middleware::from_fn_with_state(drain.clone(), refuse_while_draining));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+    // The peer's address: the repository extension trusts a local caller (`auth`).
+    let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let server = axum::serve(listener, service).with_graceful_shutdown(async move {
         let _ = stop_rx.await;
     });
     let mut server = tokio::spawn(server.into_future());

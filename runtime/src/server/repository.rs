@@ -8,7 +8,9 @@
 //! - `POST /v2/repository/models/{name}/unload`: undeploys it.
 //!
 //! Any key: a tenant's sees and loads only bundles its manifest gives to it, the admin's
-//! every bundle (loaded for the tenant the manifest names). A body is JSON; of the
+//! every bundle (loaded for the tenant the manifest names). With `sluice serve
+//! --keyless-local-repository`, a call without a key from a local process that no proxy
+//! forwarded acts as the admin (KServe's model agent sends no key; `auth`). A body is JSON; of the
 //! protocol's parameters sluice takes none that change a load (a bundle says all), so
 //! a `parameters` object must be empty, except Triton's `unload_dependents` on unload.
 
@@ -21,7 +23,7 @@ use axum::extract::{Path, State};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::auth::Caller;
+use super::auth::RepositoryCaller;
 use super::error::{HttpError, blocking};
 use crate::platform::{IndexEntry, Platform};
 
@@ -63,7 +65,7 @@ fn check_parameters(request: &ModelRequest, allowed: &[&str]) -> Result<(), Http
 
 pub async fn index(
     State(platform): State<Arc<Platform>>,
-    Caller(who): Caller,
+    RepositoryCaller(who): RepositoryCaller,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Vec<IndexEntry>>, HttpError> {
     let request: IndexRequest = body_or_default(&body?)?;
@@ -72,7 +74,7 @@ pub async fn index(
 
 pub async fn load(
     State(platform): State<Arc<Platform>>,
-    Caller(who): Caller,
+    RepositoryCaller(who): RepositoryCaller,
     Path(name): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, HttpError> {
@@ -88,7 +90,7 @@ pub async fn load(
 
 pub async fn unload(
     State(platform): State<Arc<Platform>>,
-    Caller(who): Caller,
+    RepositoryCaller(who): RepositoryCaller,
     Path(name): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, HttpError> {
