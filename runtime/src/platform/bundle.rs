@@ -121,7 +121,10 @@ pub fn read(dir: &Path, name: Option<&str>) -> Result<Bundle, BundleError> {
         }
         Err(e) => return Err(BundleError::invalid(manifest_path, format!("cannot be read: {e}"))),
     };
-    let manifest: Manifest = toml::from_str(&text).map_err(|e| BundleError::invalid(&manifest_path, e.message()))?;
+    let manifest: Manifest = toml::from_str(&text).map_err(|e| {
+        let line = e.span().map_or(1, |span| text[..span.start.min(text.len())].lines().count().max(1));
+        BundleError::invalid(&manifest_path, format!("line {line}: {}", e.message()))
+    })?;
     let f = &manifest.function;
     let name = name
         .map(str::to_owned)
@@ -259,7 +262,7 @@ mod tests {
             ("[function]\ntenant = \"Demo!\"\n", "tenant"),
             ("[function]\ntenant = \"demo\"\ncomponent = \"../x.wasm\"\n", "relative path"),
             ("[function]\ntenant = \"demo\"\ntimeout_ms = 0\n", "timeout_ms"),
-            ("[function\n", "invalid"),
+            ("[function\n", "line 1: unclosed table"),
         ];
         for (text, expected) in cases {
             write(dir.path(), MANIFEST, text);
