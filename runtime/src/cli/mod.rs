@@ -24,7 +24,7 @@ enum Command {
     /// Run a function component once on an Open Inference Protocol request and print the response.
     Run(run::RunArgs),
     /// Serve the HTTP API (functions, tenants, Open Inference Protocol).
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Make a function bundle (sluice.toml, component, artifacts) for a model directory.
     Bundle(bundle::BundleArgs),
     /// Deploy a component (a new version) to a server, optionally with artifacts.
@@ -43,7 +43,7 @@ pub fn main() -> ExitCode {
     init_tracing();
     let result = match cli.command {
         Command::Run(args) => run::run(args),
-        Command::Serve(args) => serve::serve(args),
+        Command::Serve(args) => serve::serve(*args),
         Command::Bundle(args) => bundle::run(args),
         Command::Deploy(args) => remote::deploy(args),
         Command::Invoke(args) => remote::invoke(args),

@@ -169,11 +169,11 @@ fn watch(platform: &Platform, repo: &ModelRepository) {
             }
             Err(e) => Some(e.to_string()),
         };
-        if let Some(p) = problem {
-            if p != last_problem {
-                tracing::warn!(problem = %p, "waiting for the model directory (MODEL_INIT_MODE=async)");
-                last_problem = p;
-            }
+        if let Some(p) = problem
+            && p != last_problem
+        {
+            tracing::warn!(problem = %p, "waiting for the model directory (MODEL_INIT_MODE=async)");
+            last_problem = p;
         }
         if platform.is_shutting_down() {
             return;
