@@ -359,7 +359,6 @@ class Pod:
 
     # The process
     def start(self):
-        os.makedirs(os.path.join(self.root, "cwd"), exist_ok=True)
         print("command:", " ".join(self.argv), flush=True)
         print("env:", {k: ("<secret>" if "KEY" in k else v) for k, v in sorted(self.env.items())}, flush=True)
         preexec = None
@@ -549,6 +548,27 @@ def read_only(path):
         os.chmod(root, os.stat(root).st_mode & ~0o222)
 
 
+# Writable by everyone here, read-only in the pod (readOnlyRootFilesystem).
+SCRATCH_DIRS = ["/tmp", "/var/tmp", "/dev/shm"]
+
+
+def owned_by(uid):
+    """The entries of the world-writable directories owned by `uid`."""
+    out = set()
+    for d in SCRATCH_DIRS:
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        for n in names:
+            try:
+                if os.lstat(os.path.join(d, n)).st_uid == uid:
+                    out.add(os.path.join(d, n))
+            except OSError:
+                pass
+    return out
+
+
 def snapshot(path):
     """Every path under `path` (symlinks followed) with its kind, size, mode, mtime and
     content hash."""
@@ -590,6 +610,11 @@ def check_invocations(pod):
     values = [1.5, -2.0, 3.25, 0.0]
     got = invoke_http(pod, pod.keys[TENANT], values)
     check(np.array_equal(got, np.array(values, dtype=np.float32)), f"echo over REST returns its input: {got}")
+    try:
+        thttp.InferenceServerClient(pod.url()).infer(ISVC_NAME, echo_request(values))
+        raise AssertionError("an invocation without a key was served")
+    except thttp.InferenceServerException as e:
+        check(e.status() in ("401", 401), f"no key: {e.status()} {e.message()}")
     try:
         invoke_http(pod, pod.keys[OTHER_TENANT], values)
         raise AssertionError("another tenant's key invoked the model")
@@ -730,6 +755,7 @@ def run(args):
             uri = server.url(name)
         else:
             uri = f"file://{bundle}"
+        scratch_before = owned_by(pod.uid) if pod.unprivileged else set()
         startup = pod.probe("startupProbe")
         readiness = pod.probe("readinessProbe")
         liveness = pod.probe("livenessProbe")
@@ -767,7 +793,10 @@ def run(args):
         after = snapshot(pod.model_dir)
         changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
         check(changed == [], f"nothing under the model directory changed ({len(before)} paths): {changed}")
-        check(len(os.listdir(pod.local_path(pod.data_dir))) > 0, "sluice wrote its state into the data directory")
+        check(len(os.listdir(pod.data_dir)) > 0, "sluice wrote its state into the data directory")
+        if pod.unprivileged:
+            written = sorted(owned_by(pod.uid) - scratch_before)
+            check(written == [], f"nothing written to {', '.join(SCRATCH_DIRS)} (read-only in the pod): {written}")
         print("--- sluice log (tail) ---")
         print("\n".join(pod.log_text().splitlines()[-15:]))
         print("all checks passed", flush=True)
