@@ -111,3 +111,39 @@ fn metrics_count_outcomes_time_invocations_and_show_devices() {
     assert!(!text.contains("_duration_seconds_count{tenant=\"acme\""), "{text}");
     assert!(!text.contains("sluice_tenant_memory_used_bytes{tenant=\"acme\""), "{text}");
 }
+
+/// The per-function gauges an autoscaler scales on: an invocation whose guest runs is
+/// in flight for its function while it runs, and leaves nothing counted once it ends.
+#[test]
+fn a_running_invocation_is_in_flight_for_its_function_until_it_ends() {
+    let server = Server::start();
+    let key = server.create_tenant("acme");
+    server.deploy(&key, "spin", "misbehave", "timeout_ms=3000");
+    server.deploy(&key, "echo", "echo", "");
+    server.post_json("/v1/functions/echo/invoke", &key, &fp32_request(&[1.0])).expect(200);
+    let running = "sluice_function_in_flight{tenant=\"acme\",function=\"spin\"}";
+    let queued = "sluice_function_queued{tenant=\"acme\",function=\"spin\"}";
+    std::thread::scope(|scope| {
+        let spinner = scope.spawn(|| {
+            server.post_json("/v1/functions/spin/invoke", &key, &misbehave_request("loop")).expect_error(504, "timeout")
+        });
+        // Until the spinning guest shows up, unless its invocation has already ended.
+        let seen = loop {
+            let text = scrape(&server);
+            if sample(&text, running).as_deref() == Some("1") {
+                break Some(text);
+            }
+            if spinner.is_finished() {
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let text = seen.expect("the spinning invocation ended without being counted in flight");
+        assert_sample(&text, "sluice_function_in_flight{tenant=\"acme\",function=\"echo\"}", "0");
+        spinner.join().unwrap();
+    });
+    let text = scrape(&server);
+    assert_sample(&text, running, "0");
+    assert_sample(&text, queued, "0");
+    assert!(text.contains("# TYPE sluice_function_queued gauge\n"), "{text}");
+}

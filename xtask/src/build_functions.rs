@@ -5,7 +5,8 @@
 //! `RUSTFLAGS`/`CARGO_ENCODED_RUSTFLAGS` removed so host-only flags never reach the
 //! wasm build. Outputs: `functions/target/wasm32-wasip2/release/<crate_name>.wasm`,
 //! where `<crate_name>` is the package name with `-` replaced by `_`. Python functions
-//! (`functions/<name>/app.py`) are built beside them by [`crate::python_functions`].
+//! (`functions/<name>/app.py`) are built beside them by [`crate::python_functions`],
+//! and the examples are written as bundles by [`crate::bundles`].
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -13,7 +14,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 
 use crate::setup::{self, WASM_TARGET};
-use crate::{cmd, python_functions};
+use crate::{bundles, cmd, python_functions};
 
 /// The first 8 bytes of a component: `\0asm`, version 0x0d, layer 1.
 const COMPONENT_MAGIC: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
@@ -58,6 +59,8 @@ pub fn run(args: &[String]) -> Result<Vec<PathBuf>> {
         println!("{:>10} bytes  {}  (Python)", size, path.display());
         built.push(path);
     }
+    let bundles = bundles::write(&out_dir, &target_dir.join("bundles"))?;
+    println!("{} example bundles in {}", bundles.len(), target_dir.join("bundles").display());
     Ok(built)
 }
 

@@ -8,6 +8,7 @@
 mod bench;
 mod browser;
 mod build_functions;
+mod bundles;
 mod clients_venv;
 mod cmd;
 mod fake_cuda;

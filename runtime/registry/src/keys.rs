@@ -18,6 +18,9 @@ use crate::{Registry, RegistryError, Result, abort, get_json, scan_json, tx_put}
 /// Minimum length of an operator-provided admin key.
 pub const MIN_ADMIN_KEY_LEN: usize = 16;
 
+/// Minimum length of an operator-provided tenant key (`sluice serve --tenant-keys-dir`).
+pub const MIN_PROVIDED_TENANT_KEY_LEN: usize = 32;
+
 const ADMIN_KEY_ID: &str = "admin";
 
 fn hash_key(key: &str) -> [u8; 32] {
@@ -51,6 +54,42 @@ impl Registry {
             tx_put(tx.keys, &hash, &info)
         })?;
         Ok((info.key_id, key))
+    }
+
+    /// Makes `key`, an operator-provided key (from a mounted Secret), valid for `tenant`:
+    /// stores its hash under the key id `provided` unless it is stored already. Returns
+    /// whether it was added. The key must be at least [`MIN_PROVIDED_TENANT_KEY_LEN`]
+    /// printable ASCII characters without spaces, and may not be another principal's.
+    #[tracing::instrument(name = "sluice_registry.ensure_tenant_key", skip(self, key), err(level = "debug"))]
+    pub fn ensure_tenant_key(&self, tenant: &str, key: &str) -> Result<bool> {
+        validate_tenant_id(tenant)?;
+        if key.len() < MIN_PROVIDED_TENANT_KEY_LEN || !key.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(RegistryError::InvalidInput(format!(
+                "the key of tenant {tenant:?} must be at least {MIN_PROVIDED_TENANT_KEY_LEN} printable ASCII \
+                 characters without spaces"
+            )));
+        }
+        let hash = hash_key(key);
+        let principal = Principal::Tenant(tenant.to_owned());
+        let _w = self.write_lock();
+        match get_json::<KeyInfo>(&self.keys, &hash)? {
+            Some(info) if info.principal == principal => return Ok(false),
+            Some(_) => {
+                return Err(RegistryError::InvalidInput(format!(
+                    "the key given for tenant {tenant:?} belongs to another principal"
+                )));
+            }
+            None => {}
+        }
+        let info =
+            KeyInfo { key_id: format!("provided_{}", &hex::encode(hash)[..16]), principal, created_ms: now_ms() };
+        self.commit(|tx| {
+            if tx.tenants.get(tenant.as_bytes())?.is_none() {
+                return abort(RegistryError::not_found(format!("tenant {tenant:?}")));
+            }
+            tx_put(tx.keys, &hash, &info)
+        })?;
+        Ok(true)
     }
 
     /// Who `key` authenticates as; `Ok(None)` for an unknown or revoked key.

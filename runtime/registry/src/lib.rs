@@ -69,7 +69,7 @@ use sled::transaction::{ConflictableTransactionError, ConflictableTransactionRes
 
 pub use compiled::MAX_FINGERPRINT_LEN;
 pub use error::{RegistryError, Result};
-pub use keys::MIN_ADMIN_KEY_LEN;
+pub use keys::{MIN_ADMIN_KEY_LEN, MIN_PROVIDED_TENANT_KEY_LEN};
 pub use model::*;
 pub use retention::{StoragePolicy, Written};
 

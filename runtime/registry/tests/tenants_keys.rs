@@ -175,6 +175,32 @@ fn admin_key_lifecycle() {
 }
 
 #[test]
+fn provided_tenant_keys_are_stored_hashed_once_and_never_cross_principals() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = open(dir.path());
+    let key = "a-tenant-key-from-a-mounted-secret-0123456789";
+    assert!(matches!(reg.ensure_tenant_key("acme", key), Err(RegistryError::NotFound { .. })));
+    reg.create_tenant("acme", TenantSettings::default()).unwrap();
+    assert!(reg.ensure_tenant_key("acme", key).unwrap(), "added");
+    assert!(!reg.ensure_tenant_key("acme", key).unwrap(), "a restart adds nothing");
+    assert_eq!(reg.authenticate(key).unwrap(), Some(Principal::Tenant("acme".into())));
+    assert_eq!(reg.list_tenant_keys("acme").unwrap().len(), 1);
+    // The same key for another tenant, or the admin's key for a tenant, is refused.
+    reg.create_tenant("beta", TenantSettings::default()).unwrap();
+    assert!(matches!(reg.ensure_tenant_key("beta", key), Err(RegistryError::InvalidInput(_))));
+    let admin = "an-operator-admin-key-that-is-long-enough";
+    reg.ensure_admin_key(Some(admin.into())).unwrap();
+    assert!(matches!(reg.ensure_tenant_key("beta", admin), Err(RegistryError::InvalidInput(_))));
+    assert_eq!(reg.authenticate(admin).unwrap(), Some(Principal::Admin));
+    for bad in ["short", "a key with spaces in it that is long enough"] {
+        assert!(matches!(reg.ensure_tenant_key("beta", bad), Err(RegistryError::InvalidInput(_))), "{bad}");
+    }
+    assert!(matches!(reg.ensure_tenant_key("Bad Name", key), Err(RegistryError::InvalidName { .. })));
+    drop(reg);
+    assert!(!contains(&all_bytes(dir.path()), key.as_bytes()), "only the hash is stored");
+}
+
+#[test]
 fn second_open_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let _reg = open(dir.path());

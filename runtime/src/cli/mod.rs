@@ -1,9 +1,11 @@
 //! Command-line interface: argument parsing and one module per subcommand.
 
+mod bundle;
 pub mod client;
 mod remote;
 mod run;
 mod serve;
+mod startup;
 
 use std::process::ExitCode;
 
@@ -23,6 +25,8 @@ enum Command {
     Run(run::RunArgs),
     /// Serve the HTTP API (functions, tenants, Open Inference Protocol).
     Serve(serve::ServeArgs),
+    /// Make a function bundle (sluice.toml, component, artifacts) for a model directory.
+    Bundle(bundle::BundleArgs),
     /// Deploy a component (a new version) to a server, optionally with artifacts.
     Deploy(remote::DeployArgs),
     /// Invoke a function on a server with an Open Inference Protocol request.
@@ -40,6 +44,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Serve(args) => serve::serve(args),
+        Command::Bundle(args) => bundle::run(args),
         Command::Deploy(args) => remote::deploy(args),
         Command::Invoke(args) => remote::invoke(args),
         Command::Functions(args) => remote::functions(args),

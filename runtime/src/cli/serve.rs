@@ -12,20 +12,68 @@ use crate::device::{DeviceChoice, DeviceSettings, OpenedDevices, open_devices};
 use crate::engine::DEFAULT_LATENCY_LINGER;
 use crate::platform::{
     DEFAULT_LIVE_FEEDS_PER_TENANT, DEFAULT_OLD_VERSIONS_PER_TENANT, DEFAULT_STATUS_BURST, DEFAULT_STATUS_PER_SECOND,
-    DEFAULT_STREAM_BUFFER_BYTES, DEFAULT_STREAM_STALL, DEFAULT_TENANT_HOST_MEMORY_BYTES, HostMemoryLimits, Platform,
-    PlatformConfig, WatchLimits,
+    DEFAULT_STREAM_BUFFER_BYTES, DEFAULT_STREAM_STALL, DEFAULT_TENANT_HOST_MEMORY_BYTES, HostMemoryLimits,
+    ModelRepository, Platform, PlatformConfig, WatchLimits,
 };
 use crate::scheduler::{DEFAULT_KERNEL_LOG, DEFAULT_STATUS_INTERVAL, Policy, SchedulerConfig};
 use crate::server::{self, BodyLimits};
+use std::future::IntoFuture;
+
+use super::startup::{self, ModelInitMode};
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
-    /// Address to listen on.
-    #[arg(long, env = "SLUICE_ADDR", default_value = "127.0.0.1:8080")]
-    addr: String,
-    /// Address of the Open Inference Protocol's gRPC endpoint.
-    #[arg(long, env = "SLUICE_GRPC_ADDR", default_value = "127.0.0.1:8081")]
-    grpc_listen: String,
+    /// Address to listen on for HTTP (and gRPC over h2c), as `HOST:PORT`; default
+    /// `--host` and `--http-port`.
+    #[arg(long, env = "SLUICE_ADDR")]
+    addr: Option<String>,
+    /// Address of the Open Inference Protocol's own gRPC port, as `HOST:PORT`; default
+    /// `--host` and `--grpc-port`.
+    #[arg(long, env = "SLUICE_GRPC_ADDR")]
+    grpc_listen: Option<String>,
+    /// Interface every listener binds: `127.0.0.1` by default, `0.0.0.0` when `PORT` is
+    /// set (a container platform's, Knative's, contract).
+    #[arg(long, env = "SLUICE_HOST")]
+    host: Option<String>,
+    /// Port of the HTTP API (`PORT`, as Knative and other container platforms set it).
+    #[arg(long, env = "PORT", default_value_t = 8080)]
+    http_port: u16,
+    /// Port of the gRPC endpoint (gRPC is also served on the HTTP port).
+    #[arg(long, env = "SLUICE_GRPC_PORT", default_value_t = 8081)]
+    grpc_port: u16,
+    /// A port serving `GET /metrics` without a key, for a Prometheus scraper inside the
+    /// cluster (the HTTP port's `/metrics` needs the admin key); default: none.
+    #[arg(long, env = "SLUICE_METRICS_PORT")]
+    metrics_port: Option<u16>,
+    /// A model repository: a directory of function bundles (`sluice.toml`, component,
+    /// artifacts), or one bundle. Every bundle in it is loaded at start (the server is
+    /// ready once they serve), and the repository API (`/v2/repository/...`) loads and
+    /// unloads its subdirectories. Never written to.
+    #[arg(long, alias = "model_dir", env = "SLUICE_MODEL_REPOSITORY")]
+    model_dir: Option<PathBuf>,
+    /// The function name of a bundle at the root of `--model-dir` (KServe's
+    /// `{{.Name}}`); default: the name its manifest gives.
+    #[arg(long, alias = "model_name")]
+    model_name: Option<String>,
+    /// `sync`: the model directory must be complete at start (a missing or bad bundle
+    /// stops the server, naming the file); `async`: the server starts at once, unready,
+    /// and loads the bundles as they appear (retrying every 500 ms).
+    #[arg(long, env = "MODEL_INIT_MODE", value_enum, default_value_t = ModelInitMode::Sync)]
+    model_init_mode: ModelInitMode,
+    /// A directory of tenant keys, as a mounted Kubernetes Secret gives them: each file
+    /// `<tenant>` holds that tenant's API key (at least 32 printable characters). The
+    /// tenants are created if missing and the keys made valid.
+    #[arg(long, env = "SLUICE_TENANT_KEYS_DIR")]
+    tenant_keys_dir: Option<PathBuf>,
+    /// Repository calls (`/v2/repository/...`) without a key from a local process that
+    /// no proxy forwarded act as the admin's: KServe's model agent, a sidecar in the
+    /// pod, sends none. Only for pods where nothing else local is untrusted.
+    #[arg(long, env = "SLUICE_KEYLESS_LOCAL_REPOSITORY")]
+    keyless_local_repository: bool,
+    /// Seconds requests are still served after SIGTERM while readiness says 503, so
+    /// that load balancers stop sending new ones before they are refused.
+    #[arg(long, default_value_t = 0.0)]
+    drain_delay_s: f64,
     /// Directory of the registry (tenants, keys, functions, compiled components).
     #[arg(long, env = "SLUICE_DATA_DIR", default_value = "./sluice-data")]
     data_dir: PathBuf,
@@ -189,6 +237,10 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if !(args.grace_period_s.is_finite() && args.grace_period_s >= 0.0) {
         bail!("--grace-period-s must be a non-negative number");
     }
+    if !(args.drain_delay_s.is_finite() && (0.0..=3600.0).contains(&args.drain_delay_s)) {
+        bail!("--drain-delay-s must be between 0 and 3600 seconds");
+    }
+    let listen = Listen::resolve(&args);
     if !(args.status_rate_per_s.is_finite() && args.status_rate_per_s >= 0.0) || args.status_burst == 0 {
         bail!("--status-rate-per-s must be a non-negative number and --status-burst at least 1");
     }
@@ -248,6 +300,11 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         tenant_max_warm_instances: args.tenant_max_warm_instances,
         warm_idle_timeout: Duration::from_secs_f64(args.warm_idle_s),
         tenant_max_uploads: args.tenant_max_uploads,
+        model_repository: args
+            .model_dir
+            .clone()
+            .map(|root| ModelRepository { root, root_name: args.model_name.clone() }),
+        keyless_local_repository: args.keyless_local_repository,
         default_disk_quota_bytes: (args.default_disk_quota_mib > 0).then_some(args.default_disk_quota_mib << 20),
         default_keep_versions: args.keep_versions,
         ..PlatformConfig::default()
@@ -271,38 +328,69 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("opening the data directory {}", args.data_dir.display()))?;
         let admin_key = std::env::var("SLUICE_ADMIN_KEY").ok().filter(|k| !k.is_empty());
         let generated = platform.registry().ensure_admin_key(admin_key).context("setting up the admin key")?;
-        let warm = {
-            let p = platform.clone();
-            tokio::task::spawn_blocking(move || p.warm_up()).await??
-        };
-        let listener =
-            tokio::net::TcpListener::bind(&args.addr).await.with_context(|| format!("listening on {}", args.addr))?;
-        let addr = listener.local_addr()?;
-        let device = platform.device();
-        println!("sluice {} listening on http://{addr}", env!("CARGO_PKG_VERSION"));
-        let grpc = tokio::net::TcpListener::bind(&args.grpc_listen)
+        if let Some(dir) = &args.tenant_keys_dir {
+            startup::provision_tenant_keys(&platform, dir)?;
+        }
+        let bundles = startup::Bundles::check(&platform, args.model_init_mode)?;
+        // Listen first: liveness answers while functions load; readiness waits for them.
+        let listener = tokio::net::TcpListener::bind(&listen.http)
             .await
-            .with_context(|| format!("listening for gRPC on {}", args.grpc_listen))?;
+            .with_context(|| format!("listening on {}", listen.http))?;
+        let addr = listener.local_addr()?;
+        println!("sluice {} listening on http://{addr} (HTTP and gRPC)", env!("CARGO_PKG_VERSION"));
+        let drain_delay = Duration::from_secs_f64(args.drain_delay_s);
+        let grpc = tokio::net::TcpListener::bind(&listen.grpc)
+            .await
+            .with_context(|| format!("listening for gRPC on {}", listen.grpc))?;
         println!("gRPC (Open Inference Protocol) listening on {}", grpc.local_addr()?);
-        tokio::spawn(server::grpc::run(grpc, platform.clone(), limits.invoke_bytes));
+        tokio::spawn(server::grpc::run(grpc, platform.clone(), limits.invoke_bytes, drain_delay));
+        if let Some(metrics) = &listen.metrics {
+            let l = tokio::net::TcpListener::bind(metrics)
+                .await
+                .with_context(|| format!("listening for metrics on {metrics}"))?;
+            println!("metrics (no key) on http://{}/metrics", l.local_addr()?);
+            tokio::spawn(axum::serve(l, server::metrics_app(platform.clone())).into_future());
+        }
         println!("data dir: {}", platform.registry().data_dir().display());
         let more = if count > 1 { format!(" and {} more", count - 1) } else { String::new() };
+        let device = platform.device();
         println!("device: {} ({:?}){more}", device.name, device.kind);
-        println!(
-            "functions: {} loaded from compiled cache, {} compiled, {} failed",
-            warm.from_cache, warm.compiled, warm.failed
-        );
         if let Some(key) = generated {
             println!("admin key (shown once, store it now): {key}");
         }
-        tracing::info!(%addr, startup_ms = started.elapsed().as_millis() as u64, "ready");
-        let grace = Duration::from_secs_f64(args.grace_period_s);
-        server::serve(listener, platform, limits, grace).await?;
+        let failed = startup::load_in_background(platform.clone(), bundles, started);
+        let lifecycle = server::Lifecycle { grace: Duration::from_secs_f64(args.grace_period_s), drain_delay };
+        tokio::select! {
+            served = server::serve_with(listener, platform, limits, lifecycle) => served?,
+            e = failed => return Err(e),
+        }
         anyhow::Ok(())
     });
     // Abandoned invocations (after the grace period) must not keep the process alive.
     runtime.shutdown_timeout(Duration::from_millis(100));
     result.map(|()| ExitCode::SUCCESS)
+}
+
+/// The addresses to listen on.
+struct Listen {
+    http: String,
+    grpc: String,
+    metrics: Option<String>,
+}
+
+impl Listen {
+    fn resolve(args: &ServeArgs) -> Listen {
+        let host = args.host.clone().unwrap_or_else(|| {
+            if std::env::var_os("PORT").is_some() { "0.0.0.0".to_owned() } else { "127.0.0.1".to_owned() }
+        });
+        // An IPv6 address is written in brackets before a port.
+        let host = if host.contains(':') && !host.starts_with('[') { format!("[{host}]") } else { host };
+        Listen {
+            http: args.addr.clone().unwrap_or_else(|| format!("{host}:{}", args.http_port)),
+            grpc: args.grpc_listen.clone().unwrap_or_else(|| format!("{host}:{}", args.grpc_port)),
+            metrics: args.metrics_port.map(|p| format!("{host}:{p}")),
+        }
+    }
 }
 
 fn parse_priority(s: &str) -> Result<PriorityClass, String> {

@@ -137,6 +137,8 @@ impl Platform {
         if let Some(check) = options.check {
             check(&function, &inputs)?;
         }
+        // Only deployed names become label values (a caller picks the name).
+        let queued = self.metrics.queued(tenant, name);
         // Dropping this future (its caller went away) stops the invocation.
         let cancel = Cancel::default();
         let _cancel_on_drop = CancelOnDrop(cancel.clone());
@@ -167,6 +169,7 @@ impl Platform {
         let (started, result) = self
             .guest_threads
             .run(class, move || {
+                let _running = queued.running();
                 let started = Instant::now();
                 (started, handle.block_on(platform.engine.invoke(&f.image, ctx, &inputs)))
             })

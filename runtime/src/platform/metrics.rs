@@ -121,6 +121,10 @@ pub struct Metrics {
     instantiate_duration: Histograms,
     execute_duration: Histograms,
     kernel_launches: Family<FunctionLabels, Counter>,
+    /// Invocations of each function whose guest runs now (an autoscaler's signal).
+    function_in_flight: Family<FunctionLabels, Gauge>,
+    /// Invocations of each function admitted, loaded and waiting for a guest thread.
+    function_queued: Family<FunctionLabels, Gauge>,
     time_to_first_token: Histograms,
     time_per_output_token: Histograms,
     /// tenant → every `(function, outcome)` with a series, to remove them on delete
@@ -140,11 +144,41 @@ impl Default for Metrics {
             instantiate_duration: histograms(),
             execute_duration: histograms(),
             kernel_launches: Family::default(),
+            function_in_flight: Family::default(),
+            function_queued: Family::default(),
             time_to_first_token: histograms(),
             time_per_output_token: histograms(),
             series: Mutex::new(HashMap::new()),
             stats: StatsTable::default(),
         }
+    }
+}
+
+/// One invocation counted in a gauge while alive: queued, then (after
+/// [`GaugeGuard::running`]) in flight.
+pub(crate) struct GaugeGuard {
+    gauge: Gauge,
+    next: Option<Gauge>,
+}
+
+impl GaugeGuard {
+    fn inc(gauge: Gauge, next: Option<Gauge>) -> GaugeGuard {
+        gauge.inc();
+        GaugeGuard { gauge, next }
+    }
+
+    /// The invocation starts running: it leaves the queued gauge for the in-flight one.
+    pub(crate) fn running(mut self) -> GaugeGuard {
+        match self.next.take() {
+            Some(next) => GaugeGuard::inc(next, None),
+            None => self,
+        }
+    }
+}
+
+impl Drop for GaugeGuard {
+    fn drop(&mut self) {
+        self.gauge.dec();
     }
 }
 
@@ -172,6 +206,14 @@ impl Metrics {
             self.time_per_output_token.get_or_create(&labels).observe(gap.as_secs_f64());
         }
         self.stats.record_chunks(tenant, function, first, gap);
+    }
+
+    /// Counts one invocation of `tenant/function` as queued until the guard is dropped
+    /// or [`GaugeGuard::running`] moves it to in flight.
+    pub(crate) fn queued(&self, tenant: &str, function: &str) -> GaugeGuard {
+        let labels = FunctionLabels { tenant: tenant.to_owned(), function: function.to_owned() };
+        let running = self.function_in_flight.get_or_create(&labels).clone();
+        GaugeGuard::inc(self.function_queued.get_or_create(&labels).clone(), Some(running))
     }
 
     /// Records a failed (or refused) invocation with the error's stable code.
@@ -216,6 +258,8 @@ impl Metrics {
                 family.remove(&labels);
             }
             self.kernel_launches.remove(&labels);
+            self.function_in_flight.remove(&labels);
+            self.function_queued.remove(&labels);
             let FunctionLabels { tenant, function } = labels;
             self.invocations.remove(&OutcomeLabels { tenant, function, outcome });
         }
@@ -241,6 +285,9 @@ impl Metrics {
             r.register_with_unit(name, help, Unit::Seconds, family.clone());
         }
         r.register("kernel_launches", "Ops launched by successful invocations", self.kernel_launches.clone());
+        r.register("function_in_flight", "Invocations of a function running now", self.function_in_flight.clone());
+        let help = "Invocations of a function admitted and waiting for a guest thread";
+        r.register("function_queued", help, self.function_queued.clone());
         let streaming = [
             ("time_to_first_token", "Streaming invocations, admission to the first chunk", &self.time_to_first_token),
             ("time_per_output_token", "Streaming invocations, mean gap between chunks", &self.time_per_output_token),

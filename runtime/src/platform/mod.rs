@@ -25,11 +25,15 @@
 //!   encoding, and the rooms of streamed invocations.
 //! - `uploads`: artifact uploads, each tenant's cap on them in flight and its disk quota
 //!   while the bytes arrive, without any lock held for a slow client.
+//! - [`bundle`]: the function bundle format (`sluice.toml`, a component, artifacts);
+//!   `repository`: bundles loaded from a model directory, and the repository
+//!   extension's index, load and unload.
 //!
 //! Methods that touch the disk or compile are synchronous: the HTTP layer calls them on
 //! the blocking pool. Errors are [`PlatformError`]s with stable codes.
 
 mod admission;
+pub mod bundle;
 mod cache;
 mod error;
 mod functions;
@@ -40,6 +44,7 @@ mod invoke;
 mod live;
 mod metrics;
 mod policy;
+mod repository;
 mod revocation;
 mod stats;
 mod tenants;
@@ -50,7 +55,7 @@ mod weights;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -75,6 +80,7 @@ pub use invoke::{Invocation, InvokeOptions, UNKNOWN_FUNCTION};
 pub use live::{FunctionLatency, LiveKernels, LiveStatus, OTHER_TENANT, QueueDepth, TenantMemory};
 pub use metrics::{DURATION_BUCKETS, Metrics};
 pub use policy::{TenantPolicy, TenantView, clamp_class, clamp_weight, merge_settings};
+pub use repository::{IndexEntry, Loaded, ModelRepository};
 pub use revocation::KeyCheck;
 pub use stats::{FunctionStats, Timed};
 pub use tenants::IssuedKey;
@@ -141,6 +147,11 @@ pub struct PlatformConfig {
     /// Versions kept per function of a tenant whose settings name no count
     /// (`--keep-versions`); older ones (not serving, staged or pinned) are pruned.
     pub default_keep_versions: u32,
+    /// The model repository (`--model-dir`), whose bundles the repository API loads.
+    pub model_repository: Option<ModelRepository>,
+    /// Repository calls without a key, from the loopback interface and not forwarded by
+    /// a proxy, act as the admin: KServe's model agent (a sidecar in the pod) sends none.
+    pub keyless_local_repository: bool,
 }
 
 /// Default of [`PlatformConfig::old_versions_per_tenant`].
@@ -182,6 +193,8 @@ impl Default for PlatformConfig {
             tenant_max_uploads: DEFAULT_TENANT_MAX_UPLOADS,
             default_disk_quota_bytes: Some(DEFAULT_TENANT_DISK_QUOTA_BYTES),
             default_keep_versions: DEFAULT_KEEP_VERSIONS,
+            model_repository: None,
+            keyless_local_repository: false,
         }
     }
 }
@@ -331,6 +344,10 @@ pub struct Platform {
     counters: Counters,
     metrics: Metrics,
     ready: AtomicBool,
+    /// Start-up work that must end before the server is ready (bundles to load).
+    readiness_holds: AtomicUsize,
+    /// Set on SIGTERM: not ready any more, though requests are still served.
+    draining: AtomicBool,
     shutting_down: AtomicBool,
     started: Instant,
     guest_threads: GuestThreads,
@@ -338,6 +355,15 @@ pub struct Platform {
     revocations: AtomicU64,
     watching: watching::Watching,
     host_memory: host_memory::HostBudgets,
+}
+
+/// Keeps the platform unready while alive ([`Platform::hold_readiness`]).
+pub struct ReadinessHold(Arc<Platform>);
+
+impl Drop for ReadinessHold {
+    fn drop(&mut self) {
+        self.0.readiness_holds.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Platform {
@@ -386,6 +412,8 @@ impl Platform {
             counters: Counters::default(),
             metrics: Metrics::default(),
             ready: AtomicBool::new(false),
+            readiness_holds: AtomicUsize::new(0),
+            draining: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
             started: Instant::now(),
             guest_threads: GuestThreads::default(),
@@ -415,9 +443,31 @@ impl Platform {
         Ok(self.registry.authenticate(key)?)
     }
 
-    /// True once warm-up is done and until shutdown begins.
+    /// True once warm-up is done and no start-up work holds readiness back, until the
+    /// drain begins.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire) && !self.shutting_down.load(Ordering::Acquire)
+        self.ready.load(Ordering::Acquire)
+            && self.readiness_holds.load(Ordering::Acquire) == 0
+            && !self.draining.load(Ordering::Acquire)
+            && !self.shutting_down.load(Ordering::Acquire)
+    }
+
+    /// Holds readiness back until the returned guard is dropped (the start-up load of
+    /// a model directory's bundles).
+    pub fn hold_readiness(self: &Arc<Self>) -> ReadinessHold {
+        self.readiness_holds.fetch_add(1, Ordering::AcqRel);
+        ReadinessHold(self.clone())
+    }
+
+    /// Whether the drain or the shutdown has begun.
+    pub fn is_shutting_down(&self) -> bool {
+        self.draining.load(Ordering::Acquire) || self.shutting_down.load(Ordering::Acquire)
+    }
+
+    /// Begins the drain (SIGTERM): readiness turns false at once; requests are still
+    /// admitted until [`Platform::begin_shutdown`].
+    pub fn begin_drain(&self) {
+        self.draining.store(true, Ordering::Release);
     }
 
     /// Inference statistics of `tenant`'s function `function` (of all its functions when

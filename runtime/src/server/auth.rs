@@ -7,9 +7,10 @@
 //! [`Caller`] for a response that stays open (a live feed): it keeps a [`KeyCheck`] to
 //! end the stream once the key is revoked.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::FromRequestParts;
+use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use sluice_registry::Principal;
@@ -28,6 +29,13 @@ pub struct TenantCaller(pub String);
 
 /// The operator.
 pub struct AdminCaller;
+
+/// A caller of the repository extension: any key, or, with
+/// `PlatformConfig::keyless_local_repository`, no key from a local process (KServe's
+/// model agent in the same pod), which acts as the admin. A request that a proxy
+/// forwarded (`Forwarded`, `X-Forwarded-For`: Knative's queue-proxy, for one) is never
+/// local, whatever its peer address.
+pub struct RepositoryCaller(pub Principal);
 
 impl FromRequestParts<Arc<Platform>> for Caller {
     type Rejection = HttpError;
@@ -71,6 +79,24 @@ fn key_of(parts: &Parts) -> Result<&str, HttpError> {
 fn bearer_token(value: &str) -> Option<&str> {
     let (scheme, token) = value.trim_start().split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+impl FromRequestParts<Arc<Platform>> for RepositoryCaller {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, platform: &Arc<Platform>) -> Result<Self, HttpError> {
+        if platform.config().keyless_local_repository && !parts.headers.contains_key(AUTHORIZATION) && is_local(parts) {
+            return Ok(RepositoryCaller(Principal::Admin));
+        }
+        Ok(RepositoryCaller(Caller::from_request_parts(parts, platform).await?.0))
+    }
+}
+
+/// Whether the request came from this host's loopback interface, not through a proxy.
+fn is_local(parts: &Parts) -> bool {
+    let forwarded = ["forwarded", "x-forwarded-for", "x-real-ip"].iter().any(|h| parts.headers.contains_key(*h));
+    let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
+    !forwarded && peer.is_some_and(|ip| ip.is_loopback())
 }
 
 impl FromRequestParts<Arc<Platform>> for TenantCaller {

@@ -31,6 +31,7 @@ pub mod grpc;
 mod held_body;
 mod live;
 mod openai;
+mod repository;
 mod streamed;
 mod tenants;
 mod uploads;
@@ -140,6 +141,15 @@ pub fn app(platform: Arc<Platform>, limits: BodyLimits) -> Router {
             "/v2/models/{name}/versions/{version}/generate_stream",
             limited(post(generate::version_generate_stream), limits.invoke_bytes),
         );
+    let repository = Router::new()
+        .route("/v2/repository/index", post(repository::index))
+        .route("/v2/repository/models/{name}/load", post(repository::load))
+        .route("/v2/repository/models/{name}/unload", post(repository::unload))
+        .layer(DefaultBodyLimit::max(limits.json_bytes));
+    // gRPC (h2c) on the same port: one port serves both, as Knative's one `h2c` port needs.
+    let grpc = tower::ServiceBuilder::new()
+        .layer(tower::util::MapResponseLayer::new(grpc::oversize_as_resource_exhausted as fn(_) -> _))
+        .service(grpc::service(platform.clone(), limits.invoke_bytes));
     let openai = Router::new()
         .route("/v1/chat/completions", limited(post(openai::chat_completions), limits.invoke_bytes))
         .route("/v1/completions", limited(post(openai::completions), limits.invoke_bytes));
@@ -153,7 +163,9 @@ pub fn app(platform: Arc<Platform>, limits: BodyLimits) -> Router {
         .merge(admin)
         .merge(functions)
         .merge(oip)
+        .merge(repository)
         .merge(openai)
+        .route_service(grpc::ROUTE, grpc)
         .fallback(error::no_route)
         .method_not_allowed_fallback(error::wrong_method)
         .layer(axum::Extension(limits))
@@ -172,6 +184,20 @@ async fn refuse_declared_oversize(State(limit): State<usize>, request: Request, 
         return error::HttpError::too_large(limit).into_response();
     }
     next.run(request).await
+}
+
+/// The router of the metrics port (`sluice serve --metrics-port`): `GET /metrics`
+/// without a key, for a scraper inside the cluster (the main port's needs the admin's).
+pub fn metrics_app(platform: Arc<Platform>) -> Router {
+    Router::new()
+        .route("/metrics", get(open_metrics))
+        .fallback(error::no_route)
+        .method_not_allowed_fallback(error::wrong_method)
+        .with_state(platform)
+}
+
+async fn open_metrics(State(platform): State<Arc<Platform>>) -> Response {
+    ([(CONTENT_TYPE, METRICS_CONTENT_TYPE)], platform.render_metrics().await).into_response()
 }
 
 /// `GET /v1/status`: a tenant's calls under its rate limit (`watching`), answered from
@@ -195,16 +221,39 @@ async fn metrics(State(platform): State<Arc<Platform>>, _: AdminCaller) -> Respo
     ([(CONTENT_TYPE, METRICS_CONTENT_TYPE)], platform.render_metrics().await).into_response()
 }
 
-/// Serves `app` on `listener` until SIGINT or SIGTERM, then drains: the listener keeps
-/// answering, every new request gets `503 shutting_down` (JSON, with `Retry-After`), and
-/// the requests already running (invocations, deploys, uploads) finish for up to
-/// `grace`; then the listener closes and this returns.
+/// Serves `app` on `listener` until SIGINT or SIGTERM, then drains (see
+/// [`serve_with`]) with no drain delay.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     platform: Arc<Platform>,
     limits: BodyLimits,
     grace: Duration,
 ) -> std::io::Result<()> {
+    serve_with(listener, platform, limits, Lifecycle { grace, drain_delay: Duration::ZERO }).await
+}
+
+/// How a server stops.
+#[derive(Clone, Copy, Debug)]
+pub struct Lifecycle {
+    /// How long requests running when new ones are refused may take to finish.
+    pub grace: Duration,
+    /// How long new requests are still served after the signal, while readiness already
+    /// says 503 (so a load balancer or Kubernetes' endpoints stop sending them).
+    pub drain_delay: Duration,
+}
+
+/// Serves `app` on `listener` until SIGINT or SIGTERM, then drains: readiness
+/// (`/v2/health/ready`) turns 503 at once while requests are still served for
+/// `drain_delay`; then every new request gets `503 shutting_down` (JSON, with
+/// `Retry-After`), and the requests already running (invocations, streams, deploys,
+/// uploads) finish for up to `grace`; then the listener closes and this returns.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    platform: Arc<Platform>,
+    limits: BodyLimits,
+    lifecycle: Lifecycle,
+) -> std::io::Result<()> {
+    let Lifecycle { grace, drain_delay } = lifecycle;
     let listener = listener.tap_io(|tcp| {
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::warn!(error = %e, "could not set TCP_NODELAY");
@@ -214,13 +263,23 @@ pub async fn serve(
     let router =
         app(platform.clone(), limits).layer(middleware::from_fn_with_state(drain.clone(), refuse_while_draining));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+    // The peer's address: the repository extension trusts a local caller (`auth`).
+    let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let server = axum::serve(listener, service).with_graceful_shutdown(async move {
         let _ = stop_rx.await;
     });
     let mut server = tokio::spawn(server.into_future());
     tokio::select! {
         result = &mut server => return finished(result, &platform),
         () = shutdown_signal() => {}
+    }
+    platform.begin_drain();
+    if !drain_delay.is_zero() {
+        tracing::info!(drain_delay_s = drain_delay.as_secs_f64(), "draining: not ready; requests are still served");
+        tokio::select! {
+            result = &mut server => return finished(result, &platform),
+            () = tokio::time::sleep(drain_delay) => {}
+        }
     }
     platform.begin_shutdown();
     drain.draining.store(true, Ordering::Release);

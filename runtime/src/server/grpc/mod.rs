@@ -5,10 +5,12 @@
 //! [`proto`] holds the generated messages, `service` the handlers, [`tensors`] the
 //! conversion of tensors (raw contents as the standard clients send them), [`status`]
 //! the mapping of errors to gRPC statuses, `auth` the key check and `stream` Triton's
-//! decoupled `ModelStreamInfer` (a generation's chunks as responses).
+//! decoupled `ModelStreamInfer` (a generation's chunks as responses), `repository` the
+//! model-repository extension. The HTTP port serves the same service too ([`ROUTE`]).
 
 mod auth;
 pub mod proto;
+mod repository;
 mod service;
 pub mod status;
 mod stream;
@@ -25,6 +27,9 @@ pub use service::InferenceService;
 
 use crate::platform::Platform;
 
+/// The path prefix of the service's methods, under which the HTTP port serves it too.
+pub const ROUTE: &str = "/inference.GRPCInferenceService/{*method}";
+
 /// The service, with requests limited to `max_request_bytes` (decoded messages above
 /// it are refused before they are read whole).
 pub fn service(platform: Arc<Platform>, max_request_bytes: usize) -> GrpcInferenceServiceServer<InferenceService> {
@@ -33,10 +38,20 @@ pub fn service(platform: Arc<Platform>, max_request_bytes: usize) -> GrpcInferen
         .max_encoding_message_size(usize::MAX)
 }
 
-/// Serves on `listener` until SIGINT or SIGTERM (as [`crate::server::serve`] does),
-/// logging a failure: `sluice serve` runs this beside the HTTP server.
-pub async fn run(listener: tokio::net::TcpListener, platform: Arc<Platform>, max_request_bytes: usize) {
-    if let Err(e) = serve(listener, platform, max_request_bytes, super::shutdown_signal()).await {
+/// Serves on `listener` until `drain_delay` after SIGINT or SIGTERM (as
+/// [`crate::server::serve_with`] does), logging a failure: `sluice serve` runs this
+/// beside the HTTP server.
+pub async fn run(
+    listener: tokio::net::TcpListener,
+    platform: Arc<Platform>,
+    max_request_bytes: usize,
+    drain_delay: std::time::Duration,
+) {
+    let shutdown = async move {
+        super::shutdown_signal().await;
+        tokio::time::sleep(drain_delay).await;
+    };
+    if let Err(e) = serve(listener, platform, max_request_bytes, shutdown).await {
         tracing::error!(error = %e, "the gRPC server failed");
     }
 }
@@ -61,7 +76,7 @@ pub async fn serve(
 /// the `payload_too_large` code. sluice's own statuses never use OUT_OF_RANGE
 /// ([`status::grpc_code`]), so the status in a trailers-only response (the form of an
 /// error before any message) that has it is tonic's limit, and is rewritten here.
-fn oversize_as_resource_exhausted(mut response: Response<Body>) -> Response<Body> {
+pub(crate) fn oversize_as_resource_exhausted(mut response: Response<Body>) -> Response<Body> {
     let headers = response.headers_mut();
     let out_of_range = (tonic::Code::OutOfRange as i32).to_string();
     if headers.get("grpc-status").is_some_and(|v| v.as_bytes() == out_of_range.as_bytes()) {

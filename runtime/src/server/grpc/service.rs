@@ -16,7 +16,7 @@ use super::proto::model_metadata_response::TensorMetadata;
 use super::proto::*;
 use super::status::{bad_request, platform_status};
 use super::tensors::model_ref;
-use super::{auth, tensors};
+use super::{auth, repository, tensors};
 use crate::engine::TensorSpec;
 use crate::oip::{self, ModelInfo};
 use crate::platform::{FunctionStats, Platform, Timed};
@@ -210,6 +210,30 @@ impl GrpcInferenceService for InferenceService {
         };
         let model_stats = stats.drain(..).map(|(name, s)| model_statistics(name, s)).collect();
         Ok(Response::new(ModelStatisticsResponse { model_stats }))
+    }
+
+    async fn repository_index(
+        &self,
+        request: Request<RepositoryIndexRequest>,
+    ) -> Result<Response<RepositoryIndexResponse>, Status> {
+        let (metadata, _, request) = request.into_parts();
+        repository::index(&self.platform, &metadata, request).await
+    }
+
+    async fn repository_model_load(
+        &self,
+        request: Request<RepositoryModelLoadRequest>,
+    ) -> Result<Response<RepositoryModelLoadResponse>, Status> {
+        let (metadata, _, request) = request.into_parts();
+        repository::load(&self.platform, &metadata, request).await
+    }
+
+    async fn repository_model_unload(
+        &self,
+        request: Request<RepositoryModelUnloadRequest>,
+    ) -> Result<Response<RepositoryModelUnloadResponse>, Status> {
+        let (metadata, _, request) = request.into_parts();
+        repository::unload(&self.platform, &metadata, request).await
     }
 }
 
