@@ -455,6 +455,14 @@ class Prober(threading.Thread):
         self.join()
 
 
+def max_consecutive_failures(records):
+    longest = n = 0
+    for status, _ in records:
+        n = 0 if status in PROBE_OK else n + 1
+        longest = max(longest, n)
+    return longest
+
+
 def consecutive_failures(records):
     n = 0
     for status, _ in reversed(records):
@@ -700,9 +708,11 @@ def lifecycle(pod, prober, readiness):
     served_before = load.count()
     live = prober.records.get("livenessProbe", [])
     check(all(s in PROBE_OK for s, _ in live), f"liveness passed all {len(live)} times before SIGTERM")
+    # A probe may time out on a saturated machine; the kubelet acts only on
+    # failureThreshold failures in a row, and so does this check.
     check(
-        all(s in PROBE_OK for s, _ in prober.records[readiness.name]),
-        "readiness passed every time under load",
+        max_consecutive_failures(prober.records[readiness.name]) < readiness.threshold,
+        f"readiness never failed {readiness.threshold} times in a row under load",
     )
     term_at = len(prober.records[readiness.name])
     pod.proc.send_signal(signal.SIGTERM)
