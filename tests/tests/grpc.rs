@@ -1,7 +1,8 @@
 //! The gRPC endpoint over the wire, with a Rust client of the same `.proto`: errors as
 //! gRPC statuses (each with its `x-sluice-code`), the size limit, keys, versions, typed
 //! contents and the Triton extensions (configuration, statistics, decoupled streaming:
-//! `ModelStreamInfer` with `text-stream`). The standard Python clients are in
+//! `ModelStreamInfer` with `text-stream`), and the model-repository extension on the HTTP
+//! port. The standard Python clients are in
 //! `grpc_clients.rs`.
 
 use sluice_runtime::server::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
@@ -288,4 +289,60 @@ fn a_stream_ends_when_its_key_is_revoked() {
     let status = after.expect_err("the stream ends with an error after the revocation");
     assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
     assert_eq!(status.metadata().get("x-sluice-code").map(|v| v.to_str().unwrap()), Some("unauthorized"));
+}
+
+/// The model-repository extension over gRPC, on the HTTP port (which serves gRPC too,
+/// as one Knative `h2c` port must): a bundle laid out after the start is listed,
+/// loaded, served and unloaded; an absent one is NOT_FOUND, a load parameter
+/// INVALID_ARGUMENT, a call without a key UNAUTHENTICATED.
+#[test]
+fn the_repository_extension_over_grpc_on_the_http_port() {
+    let repo = tempfile::tempdir().unwrap();
+    let server = Server::start_with(ServerOptions {
+        args: vec!["--model-dir".into(), repo.path().display().to_string()],
+        ..ServerOptions::default()
+    });
+    let key = server.create_tenant("acme");
+    let bundle = repo.path().join("rep-echo");
+    std::fs::create_dir(&bundle).unwrap();
+    std::fs::write(bundle.join("echo.wasm"), sluice_tests::function_wasm("echo")).unwrap();
+    std::fs::write(bundle.join("sluice.toml"), "[function]\ntenant = \"acme\"\n").unwrap();
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let endpoint = tonic::transport::Endpoint::from_shared(server.url.clone()).unwrap();
+    let mut client = GrpcInferenceServiceClient::new(rt.block_on(endpoint.connect()).unwrap());
+    let index = |client: &mut GrpcInferenceServiceClient<Channel>| -> Vec<(String, String)> {
+        let request = with_key(Some(&key), RepositoryIndexRequest::default());
+        let models = rt.block_on(client.repository_index(request)).unwrap().into_inner().models;
+        models.into_iter().map(|m| (m.name, m.state)).collect()
+    };
+    assert_eq!(index(&mut client), [("rep-echo".to_owned(), "UNAVAILABLE".to_owned())]);
+    let load = |name: &str| RepositoryModelLoadRequest { model_name: name.into(), ..Default::default() };
+
+    let refused = rt.block_on(client.repository_model_load(with_key(None, load("rep-echo")))).unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
+    let absent = rt.block_on(client.repository_model_load(with_key(Some(&key), load("absent")))).unwrap_err();
+    assert_eq!(absent.code(), Code::NotFound, "{absent:?}");
+    let mut with_parameter = load("rep-echo");
+    let config = ModelRepositoryParameter {
+        parameter_choice: Some(model_repository_parameter::ParameterChoice::StringParam("{}".into())),
+    };
+    with_parameter.parameters.insert("config".into(), config);
+    let bad = rt.block_on(client.repository_model_load(with_key(Some(&key), with_parameter))).unwrap_err();
+    assert_eq!(bad.code(), Code::InvalidArgument, "{bad:?}");
+    assert_eq!(index(&mut client), [("rep-echo".to_owned(), "UNAVAILABLE".to_owned())], "refusals change nothing");
+
+    rt.block_on(client.repository_model_load(with_key(Some(&key), load("rep-echo")))).unwrap();
+    assert_eq!(index(&mut client), [("rep-echo".to_owned(), "READY".to_owned())]);
+    let answer = rt.block_on(client.model_infer(with_key(Some(&key), fp32("rep-echo", &[1.5, 2.5])))).unwrap();
+    assert_eq!(
+        answer.into_inner().raw_output_contents[0],
+        [1.5f32, 2.5].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()
+    );
+
+    let unload = RepositoryModelUnloadRequest { model_name: "rep-echo".into(), ..Default::default() };
+    rt.block_on(client.repository_model_unload(with_key(Some(&key), unload))).unwrap();
+    assert_eq!(index(&mut client), [("rep-echo".to_owned(), "UNAVAILABLE".to_owned())]);
+    let gone = rt.block_on(client.model_infer(with_key(Some(&key), fp32("rep-echo", &[1.0])))).unwrap_err();
+    assert_eq!(gone.code(), Code::NotFound, "{gone:?}");
 }

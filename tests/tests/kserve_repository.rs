@@ -8,7 +8,9 @@
 //! `cargo xtask fetch-mnist`'s files). Bad names (`..`, `../x`, `a b`) and bad bundles (no
 //! component, a component or an artifact file that is not there, bad TOML, no tenant)
 //! get a 4xx with a JSON `{"error","code"}` body naming the file, and change nothing:
-//! the tenant's functions, the index, its status and the repository's files.
+//! the tenant's functions, the index, its status and the repository's files. A call
+//! without a key loads only with `--keyless-local-repository`, from a local caller that
+//! no proxy forwarded (KServe's agent in the pod).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -313,4 +315,43 @@ fn bad_names_and_bad_bundles_are_refused_and_change_nothing() {
     assert!(!index_after.contains_key("x") && !index_after.contains_key("../x"), "{index_after:?}");
     invoke_echo(&server, &key, "x").expect_error(404, "not_found");
     assert_echoed(&invoke_echo(&server, &key, "echo"));
+}
+
+/// A repository call without a key, as KServe's model agent makes it from inside the pod:
+/// `--keyless-local-repository` takes it from a local, unforwarded caller as the
+/// admin's; a forwarded one (a proxy in the pod, as Knative's queue-proxy) is refused
+/// like any call without a key, and so is every call without the flag.
+#[test]
+fn keyless_repository_calls_are_taken_only_from_a_local_unforwarded_caller_with_the_flag() {
+    let keyless = |server: &Server, forwarded: bool| -> u16 {
+        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        let mut request = agent.post(format!("{}/v2/repository/models/agent-echo/load", server.url));
+        if forwarded {
+            request = request.header("x-forwarded-for", "203.0.113.7");
+        }
+        request.send_empty().expect("a response").status().as_u16()
+    };
+
+    // Both servers start on an empty repository; the bundle lands after the start.
+    let repo = tempfile::tempdir().unwrap();
+    let (plain, key) = server(repo.path());
+    bundle(repo.path(), "agent-echo", "echo", &[]);
+    assert_eq!(keyless(&plain, false), 401, "without the flag a key is needed");
+    assert!(!model_ready(&plain, &key, "agent-echo"));
+    drop(plain);
+
+    let repo = tempfile::tempdir().unwrap();
+    let trusting = Server::start_with(ServerOptions {
+        args: vec!["--model-dir".into(), repo.path().display().to_string(), "--keyless-local-repository".into()],
+        ..ServerOptions::default()
+    });
+    let key = trusting.create_tenant(TENANT);
+    bundle(repo.path(), "agent-echo", "echo", &[]);
+    assert_eq!(keyless(&trusting, true), 401, "a forwarded call is no local agent's");
+    assert!(!model_ready(&trusting, &key, "agent-echo"));
+    assert_eq!(keyless(&trusting, false), 200, "the local agent's call loads, as the admin");
+    assert_echoed(&invoke_echo(&trusting, &key, "agent-echo"));
+    let unloaded = ureq::post(format!("{}/v2/repository/models/agent-echo/unload", trusting.url)).send_empty();
+    assert_eq!(unloaded.expect("unload").status().as_u16(), 200);
+    assert!(!model_ready(&trusting, &key, "agent-echo"));
 }

@@ -1,5 +1,6 @@
 //! `sluice serve`: the HTTP server over the embedded registry.
 
+use std::future::IntoFuture;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -17,7 +18,6 @@ use crate::platform::{
 };
 use crate::scheduler::{DEFAULT_KERNEL_LOG, DEFAULT_STATUS_INTERVAL, Policy, SchedulerConfig};
 use crate::server::{self, BodyLimits};
-use std::future::IntoFuture;
 
 use super::startup::{self, ModelInitMode};
 

@@ -16,9 +16,16 @@
 //!   `/v2/models/{name}[/versions/{v}]/generate[_stream]` (`generate`, server-sent
 //!   events for the streamed form); and the OpenAI-compatible `POST /v1/chat/completions`
 //!   and `POST /v1/completions` (`openai`), both over `streamed`;
+//! - any key: the model-repository extension, `POST /v2/repository/index` and
+//!   `POST /v2/repository/models/{name}/load|unload` (`repository`; a tenant reaches
+//!   only its own bundles, and with `keyless_local_repository` a local caller without a
+//!   key acts as the admin);
 //! - any key: `GET /v1/status` (the admin sees everything; a tenant its own usage only),
 //!   and `GET /v1/devices/{index}/live`, the live console's feed of one device
 //!   (server-sent events, `live`; others' work anonymised for a tenant).
+//!
+//! The gRPC service ([`grpc`]) is served on the same port as well (h2c, routed by its
+//! path), and [`metrics_app`] is the keyless `/metrics` of `sluice serve --metrics-port`.
 //!
 //! Errors map to statuses in [`error`] only.
 
