@@ -12,6 +12,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 
+use super::remote::FunctionArgs;
 use crate::platform::bundle::{self, FunctionSection, Manifest};
 
 #[derive(clap::Args, Debug)]
@@ -27,21 +28,9 @@ pub struct BundleArgs {
     /// The function name (default: the name it is loaded under, e.g. its directory's).
     #[arg(long)]
     name: Option<String>,
-    /// Scheduling class: latency or batch.
-    #[arg(long, value_parser = ["latency", "batch"])]
-    priority: Option<String>,
-    /// Fair-share weight within the tenant.
-    #[arg(long)]
-    weight: Option<u32>,
-    /// Per-invocation timeout in milliseconds.
-    #[arg(long)]
-    timeout_ms: Option<u64>,
-    /// Linear-memory limit of an instance, in bytes.
-    #[arg(long)]
-    memory_limit_bytes: Option<u64>,
-    /// An artifact, as NAME=PATH (repeatable); its file is copied into the bundle.
-    #[arg(long = "artifact", value_name = "NAME=PATH")]
-    artifacts: Vec<String>,
+    /// How it runs, and its artifacts (each file is copied into the bundle).
+    #[command(flatten)]
+    function: FunctionArgs,
     /// Replace the directory if it exists.
     #[arg(long)]
     force: bool,
@@ -54,7 +43,7 @@ pub fn run(args: BundleArgs) -> anyhow::Result<ExitCode> {
     let component_file = file_name(&args.component)?;
     let mut copies: Vec<(PathBuf, String)> = vec![(args.component.clone(), component_file.clone())];
     let mut artifacts = BTreeMap::new();
-    for spec in &args.artifacts {
+    for spec in &args.function.artifacts {
         let (name, path) = spec.split_once('=').with_context(|| format!("--artifact {spec:?}: expected NAME=PATH"))?;
         let path = PathBuf::from(path);
         let rel = format!("artifacts/{name}/{}", file_name(&path)?);
@@ -63,16 +52,17 @@ pub fn run(args: BundleArgs) -> anyhow::Result<ExitCode> {
         }
         copies.push((path, rel));
     }
-    let priority = args.priority.as_deref().map(|p| serde_json::from_value(serde_json::json!(p))).transpose()?;
+    let priority =
+        args.function.priority.as_deref().map(|p| serde_json::from_value(serde_json::json!(p))).transpose()?;
     let manifest = Manifest {
         function: FunctionSection {
             name: args.name.clone(),
             tenant: args.tenant.clone(),
             component: Some(component_file),
             priority,
-            weight: args.weight,
-            timeout_ms: args.timeout_ms,
-            memory_limit_bytes: args.memory_limit_bytes,
+            weight: args.function.weight,
+            timeout_ms: args.function.timeout_ms,
+            memory_limit_bytes: args.function.memory_limit_bytes,
         },
         artifacts,
     };

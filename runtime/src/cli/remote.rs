@@ -19,21 +19,29 @@ pub struct DeployArgs {
     name: String,
     /// The component (.wasm, built for wasm32-wasip2).
     component: PathBuf,
+    #[command(flatten)]
+    function: FunctionArgs,
+}
+
+/// How a function runs, and its artifacts: the options `sluice deploy` and `sluice
+/// bundle` share.
+#[derive(clap::Args, Debug)]
+pub struct FunctionArgs {
     /// Scheduling class: latency or batch.
-    #[arg(long)]
-    priority: Option<String>,
+    #[arg(long, value_parser = ["latency", "batch"])]
+    pub priority: Option<String>,
     /// Fair-share weight within the tenant.
     #[arg(long)]
-    weight: Option<u32>,
+    pub weight: Option<u32>,
     /// Per-invocation timeout in milliseconds.
     #[arg(long)]
-    timeout_ms: Option<u64>,
+    pub timeout_ms: Option<u64>,
     /// Linear-memory limit of an instance, in bytes.
     #[arg(long)]
-    memory_limit_bytes: Option<u64>,
-    /// An artifact to upload after the component, as NAME=PATH (repeatable).
+    pub memory_limit_bytes: Option<u64>,
+    /// An artifact, as NAME=PATH (repeatable).
     #[arg(long = "artifact", value_name = "NAME=PATH")]
-    artifacts: Vec<String>,
+    pub artifacts: Vec<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -154,22 +162,22 @@ pub fn deploy(args: DeployArgs) -> anyhow::Result<ExitCode> {
     let client = Client::new(&args.client);
     let wasm = std::fs::read(&args.component).with_context(|| format!("reading {}", args.component.display()))?;
     let mut query = Vec::new();
-    if let Some(p) = &args.priority {
+    if let Some(p) = &args.function.priority {
         query.push(format!("priority={p}"));
     }
-    if let Some(w) = args.weight {
+    if let Some(w) = args.function.weight {
         query.push(format!("weight={w}"));
     }
-    if let Some(t) = args.timeout_ms {
+    if let Some(t) = args.function.timeout_ms {
         query.push(format!("timeout_ms={t}"));
     }
-    if let Some(m) = args.memory_limit_bytes {
+    if let Some(m) = args.function.memory_limit_bytes {
         query.push(format!("memory_limit_bytes={m}"));
     }
     // With artifacts, the component is staged and the artifacts join that version in
     // place; publishing it makes the whole one version serve. Nothing serves half-made.
     let mut artifacts = Vec::new();
-    for a in &args.artifacts {
+    for a in &args.function.artifacts {
         let Some((name, path)) = a.split_once('=') else { bail!("--artifact takes NAME=PATH, got {a:?}") };
         artifacts.push((name, path));
     }
