@@ -28,6 +28,8 @@
 //! - [`bundle`]: the function bundle format (`sluice.toml`, a component, artifacts);
 //!   `repository`: bundles loaded from a model directory, and the repository
 //!   extension's index, load and unload.
+//! - `lifecycle`: readiness (held back while start-up work runs), the drain after
+//!   SIGTERM and the shutdown.
 //!
 //! Methods that touch the disk or compile are synchronous: the HTTP layer calls them on
 //! the blocking pool. Errors are [`PlatformError`]s with stable codes.
@@ -41,6 +43,7 @@ mod guest_threads;
 pub(crate) mod heap;
 mod host_memory;
 mod invoke;
+mod lifecycle;
 mod live;
 mod metrics;
 mod policy;
@@ -77,6 +80,7 @@ pub use host_memory::{
     HostMemoryRefusal, HostMemoryStatus, HostReservation, TenantHostMemory,
 };
 pub use invoke::{Invocation, InvokeOptions, UNKNOWN_FUNCTION};
+pub use lifecycle::ReadinessHold;
 pub use live::{FunctionLatency, LiveKernels, LiveStatus, OTHER_TENANT, QueueDepth, TenantMemory};
 pub use metrics::{DURATION_BUCKETS, Metrics};
 pub use policy::{TenantPolicy, TenantView, clamp_class, clamp_weight, merge_settings};
@@ -357,15 +361,6 @@ pub struct Platform {
     host_memory: host_memory::HostBudgets,
 }
 
-/// Keeps the platform unready while alive ([`Platform::hold_readiness`]).
-pub struct ReadinessHold(Arc<Platform>);
-
-impl Drop for ReadinessHold {
-    fn drop(&mut self) {
-        self.0.readiness_holds.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 impl Platform {
     /// Opens the registry in `config.data_dir`, creates the engine and starts a
     /// scheduler per device. Call [`Platform::warm_up`] before serving.
@@ -443,42 +438,10 @@ impl Platform {
         Ok(self.registry.authenticate(key)?)
     }
 
-    /// True once warm-up is done and no start-up work holds readiness back, until the
-    /// drain begins.
-    pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
-            && self.readiness_holds.load(Ordering::Acquire) == 0
-            && !self.draining.load(Ordering::Acquire)
-            && !self.shutting_down.load(Ordering::Acquire)
-    }
-
-    /// Holds readiness back until the returned guard is dropped (the start-up load of
-    /// a model directory's bundles).
-    pub fn hold_readiness(self: &Arc<Self>) -> ReadinessHold {
-        self.readiness_holds.fetch_add(1, Ordering::AcqRel);
-        ReadinessHold(self.clone())
-    }
-
-    /// Whether the drain or the shutdown has begun.
-    pub fn is_shutting_down(&self) -> bool {
-        self.draining.load(Ordering::Acquire) || self.shutting_down.load(Ordering::Acquire)
-    }
-
-    /// Begins the drain (SIGTERM): readiness turns false at once; requests are still
-    /// admitted until [`Platform::begin_shutdown`].
-    pub fn begin_drain(&self) {
-        self.draining.store(true, Ordering::Release);
-    }
-
     /// Inference statistics of `tenant`'s function `function` (of all its functions when
     /// `None`), by name; functions never invoked since the start are absent.
     pub fn function_stats(&self, tenant: &str, function: Option<&str>) -> Vec<(String, FunctionStats)> {
         self.metrics.stats.get(tenant, function)
-    }
-
-    /// Stops admitting new invocations (in-flight ones finish).
-    pub fn begin_shutdown(&self) {
-        self.shutting_down.store(true, Ordering::Release);
     }
 
     /// Invocations running now.
