@@ -235,6 +235,23 @@ impl Default for FunctionOptions {
 }
 
 impl FunctionOptions {
+    /// The options given, and the defaults for those not given (no `extras`).
+    pub fn given(
+        priority: Option<PriorityClass>,
+        weight: Option<u32>,
+        timeout_ms: Option<u64>,
+        memory_limit_bytes: Option<u64>,
+    ) -> FunctionOptions {
+        let defaults = FunctionOptions::default();
+        FunctionOptions {
+            priority: priority.unwrap_or(defaults.priority),
+            weight,
+            timeout_ms: timeout_ms.unwrap_or(defaults.timeout_ms),
+            memory_limit_bytes: memory_limit_bytes.unwrap_or(defaults.memory_limit_bytes),
+            ..defaults
+        }
+    }
+
     /// Checks the ranges (weight 1..=[`MAX_WEIGHT`], timeout ≥ 1 ms, memory limit ≥ 64 KiB, one page).
     pub fn validate(&self) -> Result<()> {
         if let Some(w) = self.weight

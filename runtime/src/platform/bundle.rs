@@ -133,14 +133,7 @@ pub fn read(dir: &Path, name: Option<&str>) -> Result<Bundle, BundleError> {
         .unwrap_or_default();
     validate_function_name(&name).map_err(|e| BundleError::invalid(&manifest_path, e))?;
     validate_tenant_id(&f.tenant).map_err(|e| BundleError::invalid(&manifest_path, e))?;
-    let defaults = FunctionOptions::default();
-    let options = FunctionOptions {
-        priority: f.priority.unwrap_or(defaults.priority),
-        weight: f.weight,
-        timeout_ms: f.timeout_ms.unwrap_or(defaults.timeout_ms),
-        memory_limit_bytes: f.memory_limit_bytes.unwrap_or(defaults.memory_limit_bytes),
-        ..defaults
-    };
+    let options = FunctionOptions::given(f.priority, f.weight, f.timeout_ms, f.memory_limit_bytes);
     options.validate().map_err(|e| BundleError::invalid(&manifest_path, e))?;
     let component = match &f.component {
         Some(rel) => inside(dir, rel, &manifest_path, "the component")?,

@@ -84,7 +84,7 @@ pub use lifecycle::ReadinessHold;
 pub use live::{FunctionLatency, LiveKernels, LiveStatus, OTHER_TENANT, QueueDepth, TenantMemory};
 pub use metrics::{DURATION_BUCKETS, Metrics};
 pub use policy::{TenantPolicy, TenantView, clamp_class, clamp_weight, merge_settings};
-pub use repository::{IndexEntry, Loaded, ModelRepository};
+pub use repository::{IndexEntry, LOAD_PARAMETERS, Loaded, ModelRepository, UNLOAD_PARAMETERS, check_parameters};
 pub use revocation::KeyCheck;
 pub use stats::{FunctionStats, Timed};
 pub use tenants::IssuedKey;

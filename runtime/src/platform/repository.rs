@@ -19,7 +19,7 @@ use std::path::Path;
 
 use serde::Serialize;
 use sha2::Digest as _;
-use sluice_registry::{FunctionVersion, Principal, RegistryError, TenantSettings, validate_function_name};
+use sluice_registry::{Digest, FunctionVersion, Principal, RegistryError, TenantSettings, validate_function_name};
 
 use super::bundle::{self, Bundle, BundleError};
 use super::{Platform, PlatformError, Result};
@@ -54,6 +54,23 @@ pub struct IndexEntry {
     pub state: &'static str,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub reason: String,
+}
+
+/// The repository parameters a load takes: none (a bundle says how it loads).
+pub const LOAD_PARAMETERS: &[&str] = &[];
+
+/// The repository parameters an unload takes: Triton's `unload_dependents`, which
+/// changes nothing here.
+pub const UNLOAD_PARAMETERS: &[&str] = &["unload_dependents"];
+
+/// Refuses a repository call naming a parameter outside `allowed`.
+pub fn check_parameters<'a>(names: impl IntoIterator<Item = &'a String>, allowed: &[&str]) -> Result<()> {
+    match names.into_iter().find(|k| !allowed.contains(&k.as_str())) {
+        Some(k) => Err(PlatformError::InvalidRequest(format!(
+            "parameter {k:?} is not supported: a model's bundle (sluice.toml) says how it loads"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Bytes of a component a bundle may hold (as an upload may).
@@ -199,7 +216,7 @@ impl Platform {
             Err(e) => return Err(e.into()),
         };
         let Some(serving) = record.versions.iter().rev().find(|v| !v.staged) else { return Ok(None) };
-        let same = serving.component.digest.as_str() == hex::encode(sha2::Sha256::digest(wasm))
+        let same = serving.component.digest == Digest::of(wasm)
             && serving.options == bundle.options
             && serving.artifacts.len() == bundle.artifacts.len()
             && bundle.artifacts.iter().all(|(a, file)| {

@@ -71,14 +71,7 @@ pub async fn deploy(
 ) -> Result<Response, HttpError> {
     let Query(q) = query?;
     let wasm = body?;
-    let defaults = FunctionOptions::default();
-    let options = FunctionOptions {
-        priority: q.priority.unwrap_or(defaults.priority),
-        weight: q.weight,
-        timeout_ms: q.timeout_ms.unwrap_or(defaults.timeout_ms),
-        memory_limit_bytes: q.memory_limit_bytes.unwrap_or(defaults.memory_limit_bytes),
-        ..defaults
-    };
+    let options = FunctionOptions::given(q.priority, q.weight, q.timeout_ms, q.memory_limit_bytes);
     if q.staged {
         let v = blocking(move || platform.stage(&tenant, &name, &wasm, options)).await?;
         return Ok(created(&v));

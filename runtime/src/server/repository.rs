@@ -25,7 +25,7 @@ use serde_json::{Map, Value, json};
 
 use super::auth::RepositoryCaller;
 use super::error::{HttpError, blocking};
-use crate::platform::{IndexEntry, Platform};
+use crate::platform::{IndexEntry, LOAD_PARAMETERS, Platform, UNLOAD_PARAMETERS, check_parameters};
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -53,16 +53,6 @@ fn body_or_default<T: for<'de> Deserialize<'de> + Default>(body: &[u8]) -> Resul
     serde_json::from_slice(body).map_err(|e| HttpError::bad_request(format!("the request body is not valid: {e}")))
 }
 
-/// Only the parameters named in `allowed` (which change nothing) may be given.
-fn check_parameters(request: &ModelRequest, allowed: &[&str]) -> Result<(), HttpError> {
-    match request.parameters.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(k) => Err(HttpError::bad_request(format!(
-            "parameter {k:?} is not supported: a model's bundle (sluice.toml) says how it loads"
-        ))),
-        None => Ok(()),
-    }
-}
-
 pub async fn index(
     State(platform): State<Arc<Platform>>,
     RepositoryCaller(who): RepositoryCaller,
@@ -78,7 +68,8 @@ pub async fn load(
     Path(name): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, HttpError> {
-    check_parameters(&body_or_default(&body?)?, &[])?;
+    let request: ModelRequest = body_or_default(&body?)?;
+    check_parameters(request.parameters.keys(), LOAD_PARAMETERS)?;
     let loaded = blocking(move || {
         let bundle = platform.repository_bundle(&who, &name)?;
         platform.load_bundle(&bundle)
@@ -94,7 +85,8 @@ pub async fn unload(
     Path(name): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, HttpError> {
-    check_parameters(&body_or_default(&body?)?, &["unload_dependents"])?;
+    let request: ModelRequest = body_or_default(&body?)?;
+    check_parameters(request.parameters.keys(), UNLOAD_PARAMETERS)?;
     blocking(move || platform.unload(&who, &name)).await?;
     Ok(Json(json!({})))
 }

@@ -3,7 +3,6 @@
 //! platform calls, keys and errors. Of the requests' parameters only Triton's
 //! `unload_dependents` (on unload) is taken, and changes nothing.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use tonic::metadata::MetadataMap;
@@ -12,8 +11,8 @@ use tonic::{Response, Status};
 use super::auth;
 use super::proto::repository_index_response::ModelIndex;
 use super::proto::*;
-use super::status::{bad_request, platform_status};
-use crate::platform::Platform;
+use super::status::platform_status;
+use crate::platform::{LOAD_PARAMETERS, Platform, UNLOAD_PARAMETERS, check_parameters};
 use crate::server::error::blocking;
 
 pub async fn index(
@@ -37,7 +36,7 @@ pub async fn load(
     request: RepositoryModelLoadRequest,
 ) -> Result<Response<RepositoryModelLoadResponse>, Status> {
     let who = auth::caller(platform, metadata)?;
-    check_parameters(&request.parameters, &[])?;
+    check_parameters(request.parameters.keys(), LOAD_PARAMETERS).map_err(platform_status)?;
     let p = platform.clone();
     blocking(move || {
         let bundle = p.repository_bundle(&who, &request.model_name)?;
@@ -54,17 +53,8 @@ pub async fn unload(
     request: RepositoryModelUnloadRequest,
 ) -> Result<Response<RepositoryModelUnloadResponse>, Status> {
     let who = auth::caller(platform, metadata)?;
-    check_parameters(&request.parameters, &["unload_dependents"])?;
+    check_parameters(request.parameters.keys(), UNLOAD_PARAMETERS).map_err(platform_status)?;
     let p = platform.clone();
     blocking(move || p.unload(&who, &request.model_name)).await.map_err(platform_status)?;
     Ok(Response::new(RepositoryModelUnloadResponse {}))
-}
-
-fn check_parameters(parameters: &HashMap<String, ModelRepositoryParameter>, allowed: &[&str]) -> Result<(), Status> {
-    match parameters.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(k) => Err(bad_request(format!(
-            "parameter {k:?} is not supported: a model's bundle (sluice.toml) says how it loads"
-        ))),
-        None => Ok(()),
-    }
 }
