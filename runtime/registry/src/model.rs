@@ -218,8 +218,72 @@ pub struct FunctionOptions {
     pub timeout_ms: u64,
     /// Linear-memory limit of an instance.
     pub memory_limit_bytes: u64,
+    /// Dynamic batching across requests (`None`: each request runs alone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batching: Option<Batching>,
     /// Open-ended options for later features; stored verbatim.
     pub extras: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The most rows a dynamically batched invocation may carry.
+pub const MAX_BATCH_SIZE: u32 = 1024;
+
+/// The longest a request may be held for its batch to fill (1 s).
+pub const MAX_QUEUE_DELAY_US: u64 = 1_000_000;
+
+/// The queue delay when a deploy names a batch size and no delay (1 ms).
+pub const DEFAULT_QUEUE_DELAY_US: u64 = 1_000;
+
+/// A function's dynamic-batching settings: the host holds requests of one version and
+/// priority class for at most `max_queue_delay_us`, concatenates their inputs along the
+/// first axis up to `max_batch_size` rows, runs one invocation and splits its outputs
+/// back by rows. The function must treat the first axis of every input and output as
+/// its batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Batching {
+    /// Most rows (first-axis elements, summed over the requests) in one invocation.
+    pub max_batch_size: u32,
+    /// Longest a request waits for others to join its batch, in microseconds.
+    #[serde(default = "default_queue_delay_us")]
+    pub max_queue_delay_us: u64,
+}
+
+fn default_queue_delay_us() -> u64 {
+    DEFAULT_QUEUE_DELAY_US
+}
+
+impl Batching {
+    /// The batching a deploy asks for: none without a batch size; the default delay
+    /// when only the size is given. A delay without a size is an error.
+    pub fn given(max_batch_size: Option<u32>, max_queue_delay_us: Option<u64>) -> Result<Option<Batching>> {
+        match (max_batch_size, max_queue_delay_us) {
+            (None, None) => Ok(None),
+            (None, Some(_)) => Err(RegistryError::InvalidInput(
+                "max_queue_delay_us needs max_batch_size (batching is off without it)".into(),
+            )),
+            (Some(max_batch_size), delay) => {
+                Ok(Some(Batching { max_batch_size, max_queue_delay_us: delay.unwrap_or(DEFAULT_QUEUE_DELAY_US) }))
+            }
+        }
+    }
+
+    /// Checks the ranges (batch size 1..=[`MAX_BATCH_SIZE`], delay ≤ [`MAX_QUEUE_DELAY_US`]).
+    pub fn validate(&self) -> Result<()> {
+        if self.max_batch_size == 0 || self.max_batch_size > MAX_BATCH_SIZE {
+            return Err(RegistryError::InvalidInput(format!(
+                "max_batch_size must be between 1 and {MAX_BATCH_SIZE}, got {}",
+                self.max_batch_size
+            )));
+        }
+        if self.max_queue_delay_us > MAX_QUEUE_DELAY_US {
+            return Err(RegistryError::InvalidInput(format!(
+                "max_queue_delay_us must be at most {MAX_QUEUE_DELAY_US} (1 s), got {}",
+                self.max_queue_delay_us
+            )));
+        }
+        Ok(())
+    }
 }
 
 impl Default for FunctionOptions {
@@ -229,6 +293,7 @@ impl Default for FunctionOptions {
             weight: None,
             timeout_ms: DEFAULT_TIMEOUT_MS,
             memory_limit_bytes: DEFAULT_MEMORY_LIMIT_BYTES,
+            batching: None,
             extras: serde_json::Map::new(),
         }
     }
@@ -252,7 +317,13 @@ impl FunctionOptions {
         }
     }
 
-    /// Checks the ranges (weight 1..=[`MAX_WEIGHT`], timeout ≥ 1 ms, memory limit ≥ 64 KiB, one page).
+    /// The same options with `batching`.
+    pub fn with_batching(self, batching: Option<Batching>) -> FunctionOptions {
+        FunctionOptions { batching, ..self }
+    }
+
+    /// Checks the ranges (weight 1..=[`MAX_WEIGHT`], timeout ≥ 1 ms, memory limit ≥ 64 KiB,
+    /// one page; the batching's own, [`Batching::validate`]).
     pub fn validate(&self) -> Result<()> {
         if let Some(w) = self.weight
             && (w == 0 || w > MAX_WEIGHT)
@@ -268,6 +339,9 @@ impl FunctionOptions {
             return Err(RegistryError::InvalidInput(
                 "memory_limit_bytes must be at least 65536 (one Wasm page)".into(),
             ));
+        }
+        if let Some(batching) = &self.batching {
+            batching.validate()?;
         }
         Ok(())
     }

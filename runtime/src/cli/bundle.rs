@@ -63,6 +63,8 @@ pub fn run(args: BundleArgs) -> anyhow::Result<ExitCode> {
             weight: args.function.weight,
             timeout_ms: args.function.timeout_ms,
             memory_limit_bytes: args.function.memory_limit_bytes,
+            max_batch_size: args.function.max_batch_size,
+            max_queue_delay_us: args.function.max_queue_delay_us,
         },
         artifacts,
     };

@@ -39,6 +39,13 @@ pub struct FunctionArgs {
     /// Linear-memory limit of an instance, in bytes.
     #[arg(long)]
     pub memory_limit_bytes: Option<u64>,
+    /// Dynamic batching: the most rows in one batched invocation (off without it).
+    #[arg(long)]
+    pub max_batch_size: Option<u32>,
+    /// Dynamic batching: how long a request may wait for its batch to fill, in µs
+    /// (default 1000).
+    #[arg(long, requires = "max_batch_size")]
+    pub max_queue_delay_us: Option<u64>,
     /// An artifact, as NAME=PATH (repeatable).
     #[arg(long = "artifact", value_name = "NAME=PATH")]
     pub artifacts: Vec<String>,
@@ -173,6 +180,12 @@ pub fn deploy(args: DeployArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(m) = args.function.memory_limit_bytes {
         query.push(format!("memory_limit_bytes={m}"));
+    }
+    if let Some(b) = args.function.max_batch_size {
+        query.push(format!("max_batch_size={b}"));
+    }
+    if let Some(d) = args.function.max_queue_delay_us {
+        query.push(format!("max_queue_delay_us={d}"));
     }
     // With artifacts, the component is staged and the artifacts join that version in
     // place; publishing it makes the whole one version serve. Nothing serves half-made.

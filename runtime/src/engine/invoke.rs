@@ -40,7 +40,7 @@ pub struct InvocationContext {
 }
 
 /// The outputs of a successful invocation and what it cost.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct InvocationOutput {
     pub outputs: Vec<IoTensor>,
     /// Time to create the store and instance (near zero for a warm one).
@@ -61,7 +61,7 @@ pub struct InvocationOutput {
 }
 
 /// Why an invocation failed. Each variant names the function and the limit.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum InvokeError {
     #[error("invalid input for function {function:?}: {message}")]
     InvalidInput { function: String, message: String },

@@ -61,14 +61,20 @@ pub async fn infer_streaming(
         None => Ok(()),
     };
     let options = InvokeOptions { version, priority, check: Some(&check), timeout, stream };
-    let Invocation { function, output, queue } = platform.invoke_with(tenant, name, inputs, options).await?;
+    let Invocation { function, output, queue, batch } = platform.invoke_with(tenant, name, inputs, options).await?;
     let outputs = select_outputs(output.outputs, &requested).map_err(|e| PlatformError::InvalidRequest(e.0))?;
     Ok(InferResponse {
         model_name: name.to_owned(),
         model_version: Some(function.version.version.to_string()),
         id,
         outputs,
-        timing: InferTiming { queue, instantiate: output.instantiate, warm: output.warm, execute: output.execute },
+        timing: InferTiming {
+            queue,
+            instantiate: output.instantiate,
+            warm: output.warm,
+            execute: output.execute,
+            batch,
+        },
     })
 }
 

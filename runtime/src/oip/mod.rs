@@ -120,6 +120,8 @@ pub struct InferTiming {
     pub warm: bool,
     /// Time in the guest.
     pub execute: Duration,
+    /// Requests that shared the invocation (dynamic batching; 1 or 0 when it ran alone).
+    pub batch: u32,
 }
 
 /// Picks the requested outputs from `produced`, in the request's order; every output
@@ -168,9 +170,31 @@ pub fn triton_data_type(datatype: &str) -> String {
     }
 }
 
+/// Triton's `max_batch_size` of a version: its dynamic batching's size, 0 when it does
+/// not batch across requests (a function may still batch inside its own tensors).
+pub fn triton_max_batch_size(version: &sluice_registry::FunctionVersion) -> u32 {
+    version.options.batching.map_or(0, |b| b.max_batch_size)
+}
+
+/// Triton's `dims` of a declared tensor shape: without the batch axis when the model
+/// batches (`max_batch_size` > 0), as Triton's clients expect.
+pub fn triton_dims(shape: &[i64], max_batch_size: u32) -> Vec<i64> {
+    match shape.split_first() {
+        Some((_, rest)) if max_batch_size > 0 => rest.to_vec(),
+        _ => shape.to_vec(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batching_model_reports_dims_without_the_batch_axis() {
+        assert_eq!(triton_dims(&[-1, 384], 16), [384]);
+        assert_eq!(triton_dims(&[-1, 384], 0), [-1, 384]);
+        assert_eq!(triton_dims(&[], 16), Vec::<i64>::new());
+    }
 
     fn t(name: &str) -> IoTensor {
         IoTensor { name: name.into(), shape: vec![1], data: IoData::I32(vec![1]) }

@@ -10,6 +10,8 @@
 //! component = "minilm_embed.wasm"  # optional: else the bundle's one *.wasm file
 //! priority = "latency"             # optional, like the deploy's options
 //! timeout_ms = 30000
+//! max_batch_size = 16              # optional: dynamic batching across requests
+//! max_queue_delay_us = 1000        #   and how long a request waits for its batch
 //!
 //! [artifacts]                      # artifact name -> path inside the bundle
 //! model = "model.safetensors"
@@ -25,7 +27,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sluice_registry::{
-    FunctionOptions, PriorityClass, validate_artifact_name, validate_function_name, validate_tenant_id,
+    Batching, FunctionOptions, PriorityClass, validate_artifact_name, validate_function_name, validate_tenant_id,
 };
 
 /// The manifest's file name, at a bundle's root.
@@ -62,6 +64,12 @@ pub struct FunctionSection {
     pub timeout_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_limit_bytes: Option<u64>,
+    /// Dynamic batching: the most rows in one invocation (none: no batching).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_batch_size: Option<u32>,
+    /// Dynamic batching: the longest a request waits for its batch, in µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_queue_delay_us: Option<u64>,
 }
 
 impl Manifest {
@@ -133,7 +141,10 @@ pub fn read(dir: &Path, name: Option<&str>) -> Result<Bundle, BundleError> {
         .unwrap_or_default();
     validate_function_name(&name).map_err(|e| BundleError::invalid(&manifest_path, e))?;
     validate_tenant_id(&f.tenant).map_err(|e| BundleError::invalid(&manifest_path, e))?;
-    let options = FunctionOptions::given(f.priority, f.weight, f.timeout_ms, f.memory_limit_bytes);
+    let batching =
+        Batching::given(f.max_batch_size, f.max_queue_delay_us).map_err(|e| BundleError::invalid(&manifest_path, e))?;
+    let options =
+        FunctionOptions::given(f.priority, f.weight, f.timeout_ms, f.memory_limit_bytes).with_batching(batching);
     options.validate().map_err(|e| BundleError::invalid(&manifest_path, e))?;
     let component = match &f.component {
         Some(rel) => inside(dir, rel, &manifest_path, "the component")?,
@@ -300,6 +311,8 @@ mod tests {
                 weight: None,
                 timeout_ms: None,
                 memory_limit_bytes: None,
+                max_batch_size: None,
+                max_queue_delay_us: None,
             },
             artifacts: BTreeMap::new(),
         };

@@ -124,6 +124,17 @@ impl PlatformError {
         }
     }
 
+    /// The error of a batched invocation, once for each request that shared it (the
+    /// runner fails with the engine's errors or an internal one).
+    pub(crate) fn for_batch_member(&self) -> PlatformError {
+        match self {
+            PlatformError::Invoke(e) => PlatformError::Invoke(e.clone()),
+            PlatformError::InvalidRequest(m) => PlatformError::InvalidRequest(m.clone()),
+            PlatformError::Internal(m) => PlatformError::Internal(m.clone()),
+            other => PlatformError::Internal(format!("batched invocation: {other}")),
+        }
+    }
+
     pub(crate) fn internal(context: &str, e: impl std::fmt::Display) -> Self {
         PlatformError::Internal(format!("{context}: {e}"))
     }

@@ -1,5 +1,6 @@
 //! Invocations: admission control ([`super::admission`]), then the version's load if it
-//! is not loaded, then one run in a fresh or warm instance.
+//! is not loaded, then one run in a fresh or warm instance, alone or, for a version
+//! deployed with batching, in a batch with other requests ([`super::batcher`]).
 //!
 //! Admission takes a permit from the tenant's limit and then from the server's without
 //! waiting, so a full server answers "retry later" (429) at once rather than building
@@ -12,10 +13,17 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use sluice_registry::Batching;
+
 use super::admission::admit;
+use super::batch_tensors::batch_shape;
+use super::batcher::{BatchKey, BatchRunner};
+use super::metrics::GaugeGuard;
 use super::policy::{clamp_class, clamp_weight, scheduling_class};
-use super::{LoadedFunction, Platform, PlatformError, Result};
-use crate::engine::{CallerLink, Cancel, CancelOnDrop, ChunkSink, InvocationContext, InvocationOutput, IoTensor};
+use super::{LoadedFunction, Platform, PlatformError, Result, TenantRuntime};
+use crate::engine::{
+    CallerLink, Cancel, CancelOnDrop, ChunkSink, InvocationContext, InvocationOutput, InvokeError, IoTensor,
+};
 use crate::scheduler::{MemoryAccount, SchedulingInfo};
 
 /// The `function` label of an invocation whose name did not resolve to a deployed function.
@@ -27,8 +35,11 @@ pub struct Invocation {
     pub function: Arc<LoadedFunction>,
     /// Its outputs and timings.
     pub output: InvocationOutput,
-    /// From admission to the start of instantiation (thread hand-off, waits).
+    /// From admission to the start of instantiation (thread hand-off, waits, and the
+    /// wait for a batch to fill).
     pub queue: Duration,
+    /// Requests that shared the invocation (1 when it ran alone; see `batcher`).
+    pub batch: u32,
 }
 
 /// A check of the inputs against the version that will run (the Open Inference
@@ -139,6 +150,24 @@ impl Platform {
         }
         // Only deployed names become label values (a caller picks the name).
         let queued = self.metrics.queued(tenant, name);
+        let scheduling = SchedulingInfo {
+            tenant: tenant.into(),
+            function: name.into(),
+            class: scheduling_class(clamp_class(
+                tenant_rt.policy.max_priority,
+                function.version.options.priority,
+                options.priority,
+            )),
+            weight: clamp_weight(tenant_rt.policy.weight, function.version.options.weight),
+        };
+        let batching = function.version.options.batching.filter(|b| b.max_batch_size > 1);
+        if let Some(policy) = batching
+            && options.stream.is_none()
+        {
+            return self
+                .invoke_batched(&tenant_rt, function, policy, scheduling, inputs, options.timeout, queued, received)
+                .await;
+        }
         // Dropping this future (its caller went away) stops the invocation.
         let cancel = Cancel::default();
         let _cancel_on_drop = CancelOnDrop(cancel.clone());
@@ -146,36 +175,84 @@ impl Platform {
             Some(sink) => CallerLink::streaming(sink.clone(), cancel),
             None => CallerLink { sink: None, cancel },
         };
+        let (started, output) =
+            self.run_guest(&function, &tenant_rt, scheduling, options.timeout, caller, inputs, Some(queued)).await?;
+        Ok(Invocation { function, output, queue: started - received, batch: 1 })
+    }
 
+    /// Runs `function` once in a guest on a host thread of its class's OS priority (see
+    /// `guest_threads`), charged to its tenant; returns when the guest started and its output.
+    #[allow(clippy::too_many_arguments)]
+    async fn run_guest(
+        self: &Arc<Self>,
+        function: &Arc<LoadedFunction>,
+        tenant_rt: &TenantRuntime,
+        scheduling: SchedulingInfo,
+        timeout: Option<Duration>,
+        caller: CallerLink,
+        inputs: Vec<IoTensor>,
+        queued: Option<GaugeGuard>,
+    ) -> Result<(Instant, InvocationOutput)> {
         let ctx = InvocationContext {
             queue: function.placement.queue().clone(),
             account: MemoryAccount::new("invocation", None, Some(tenant_rt.account.clone())),
-            scheduling: SchedulingInfo {
-                tenant: tenant.into(),
-                function: name.into(),
-                class: scheduling_class(clamp_class(
-                    tenant_rt.policy.max_priority,
-                    function.version.options.priority,
-                    options.priority,
-                )),
-                weight: clamp_weight(tenant_rt.policy.weight, function.version.options.weight),
-            },
-            timeout: options.timeout,
+            scheduling,
+            timeout,
             caller,
         };
-        // The guest runs on a host thread of its class's OS priority (see `guest_threads`).
         let class = ctx.scheduling.class;
         let (platform, f, handle) = (self.clone(), function.clone(), tokio::runtime::Handle::current());
         let (started, result) = self
             .guest_threads
             .run(class, move || {
-                let _running = queued.running();
+                let _running = queued.map(GaugeGuard::running);
                 let started = Instant::now();
                 (started, handle.block_on(platform.engine.invoke(&f.image, ctx, &inputs)))
             })
             .await
             .map_err(|e| PlatformError::internal("running an invocation", e))?;
-        let output = result?;
-        Ok(Invocation { function, output, queue: started - received })
+        Ok((started, result?))
+    }
+
+    /// Joins the request to its batch ([`super::batcher`]) and waits for its rows of the
+    /// batch's outputs, for at most the time limit the request asks for. Dropping this
+    /// future leaves the batch (before it starts) or drops this request's answer.
+    #[allow(clippy::too_many_arguments)]
+    async fn invoke_batched(
+        self: &Arc<Self>,
+        tenant_rt: &Arc<TenantRuntime>,
+        function: Arc<LoadedFunction>,
+        policy: Batching,
+        scheduling: SchedulingInfo,
+        inputs: Vec<IoTensor>,
+        timeout: Option<Duration>,
+        queued: GaugeGuard,
+        received: Instant,
+    ) -> Result<Invocation> {
+        let name = &function.version.function;
+        let (shape, rows) = batch_shape(&inputs)
+            .map_err(|e| InvokeError::InvalidInput { function: name.clone(), message: e.to_string() })?;
+        let key = BatchKey { version: Arc::as_ptr(&function) as usize, class: scheduling.class, shape };
+        let runner = || -> BatchRunner {
+            let (platform, f, tenant_rt) = (self.clone(), function.clone(), tenant_rt.clone());
+            Box::new(move |inputs, cancel| {
+                Box::pin(async move {
+                    // Each request's gauge is its own (the batcher moves it to running).
+                    let caller = CallerLink { sink: None, cancel };
+                    platform.run_guest(&f, &tenant_rt, scheduling, None, caller, inputs, None).await
+                })
+            })
+        };
+        let reply = self.batcher.submit(key, name, policy, inputs, rows, Some(queued), runner);
+        let answer = match timeout {
+            None => reply.await,
+            Some(limit) => tokio::time::timeout(limit, reply)
+                .await
+                .map_err(|_| InvokeError::Timeout { function: name.clone(), limit })?,
+        };
+        let batched =
+            answer.map_err(|_| PlatformError::internal("a batched invocation", "its batch ended unanswered"))??;
+        let queue = batched.started.saturating_duration_since(received);
+        Ok(Invocation { function, output: batched.output, queue, batch: batched.requests })
     }
 }

@@ -35,6 +35,8 @@
 //! the blocking pool. Errors are [`PlatformError`]s with stable codes.
 
 mod admission;
+mod batch_tensors;
+mod batcher;
 pub mod bundle;
 mod cache;
 mod error;
@@ -359,6 +361,8 @@ pub struct Platform {
     revocations: AtomicU64,
     watching: watching::Watching,
     host_memory: host_memory::HostBudgets,
+    /// Requests of batched functions waiting for their batch.
+    batcher: Arc<batcher::Batcher>,
 }
 
 impl Platform {
@@ -401,6 +405,7 @@ impl Platform {
             global: ConcurrencyLimit::new(LimitScope::Global, config.max_concurrency),
             watching: watching::Watching::new(config.watch),
             host_memory: host_memory::HostBudgets::new(config.host_memory),
+            batcher: Arc::default(),
             config,
             functions: FunctionCache::default(),
             tenants: Mutex::new(HashMap::new()),

@@ -14,12 +14,12 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sluice_registry::{FunctionOptions, FunctionVersion, PriorityClass};
+use sluice_registry::{Batching, FunctionOptions, FunctionVersion, PriorityClass};
 
 use super::auth::TenantCaller;
 use super::error::{HttpError, blocking};
 use crate::oip;
-use crate::platform::Platform;
+use crate::platform::{Platform, PlatformError};
 
 /// Deploy options, as query parameters. The body is the component (`application/wasm`;
 /// the content type is not enforced, the bytes are checked). `staged=true` makes a
@@ -35,6 +35,10 @@ pub struct DeployQuery {
     weight: Option<u32>,
     timeout_ms: Option<u64>,
     memory_limit_bytes: Option<u64>,
+    /// Dynamic batching: the most rows in one batched invocation.
+    max_batch_size: Option<u32>,
+    /// Dynamic batching: how long a request may wait for its batch to fill (µs).
+    max_queue_delay_us: Option<u64>,
 }
 
 /// The JSON view of one version.
@@ -71,7 +75,9 @@ pub async fn deploy(
 ) -> Result<Response, HttpError> {
     let Query(q) = query?;
     let wasm = body?;
-    let options = FunctionOptions::given(q.priority, q.weight, q.timeout_ms, q.memory_limit_bytes);
+    let batching = Batching::given(q.max_batch_size, q.max_queue_delay_us).map_err(PlatformError::from)?;
+    let options =
+        FunctionOptions::given(q.priority, q.weight, q.timeout_ms, q.memory_limit_bytes).with_batching(batching);
     if q.staged {
         let v = blocking(move || platform.stage(&tenant, &name, &wasm, options)).await?;
         return Ok(created(&v));
@@ -237,6 +243,7 @@ pub async fn run(
     h.insert("x-sluice-instantiate-us", us(result.timing.instantiate));
     h.insert("x-sluice-instance", HeaderValue::from_static(if result.timing.warm { "warm" } else { "fresh" }));
     h.insert("x-sluice-execute-us", us(result.timing.execute));
+    h.insert("x-sluice-batch-size", HeaderValue::from(result.timing.batch.max(1)));
     if let Some(v) = result.model_version.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
         h.insert("x-sluice-function-version", v);
     }

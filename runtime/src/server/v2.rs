@@ -88,9 +88,10 @@ pub async fn version_metadata(
     metadata(platform, tenant, name, Some(v)).await
 }
 
-/// Triton's model configuration, as far as sluice can answer it truthfully: no batching
-/// by the server (`max_batch_size` 0: a function batches inside its own tensors), and
-/// the inputs and outputs of the function's signature (none when it declares none).
+/// Triton's model configuration, as far as sluice can answer it truthfully: the
+/// version's dynamic batching (`max_batch_size` and `dynamic_batching`, dims without the
+/// batch axis; `max_batch_size` 0 when it runs each request alone), and the inputs and
+/// outputs of the function's signature (none when it declares none).
 async fn config(
     platform: Arc<Platform>,
     tenant: String,
@@ -99,11 +100,13 @@ async fn config(
 ) -> Result<Json<Value>, HttpError> {
     let info = oip::model(&platform, &tenant, &name, v).await?;
     let signature = info.signature.unwrap_or_default();
+    let max_batch_size = oip::triton_max_batch_size(&info.version);
     let tensors = |specs: &[TensorSpec], inputs: bool| -> Vec<Value> {
         specs
             .iter()
             .map(|s| {
-                let mut t = json!({ "name": s.name, "data_type": oip::triton_data_type(&s.datatype), "dims": s.shape });
+                let dims = oip::triton_dims(&s.shape, max_batch_size);
+                let mut t = json!({ "name": s.name, "data_type": oip::triton_data_type(&s.datatype), "dims": dims });
                 if inputs {
                     t["optional"] = json!(s.optional);
                 }
@@ -111,15 +114,19 @@ async fn config(
             })
             .collect()
     };
-    Ok(Json(json!({
+    let mut config = json!({
         "name": name,
         "platform": "sluice_wasm_component",
         "backend": "sluice",
         "version_policy": { "specific": { "versions": [info.version.version] } },
-        "max_batch_size": 0,
+        "max_batch_size": max_batch_size,
         "input": tensors(&signature.inputs, true),
         "output": tensors(&signature.outputs, false),
-    })))
+    });
+    if let Some(b) = info.version.options.batching {
+        config["dynamic_batching"] = json!({ "max_queue_delay_microseconds": b.max_queue_delay_us });
+    }
+    Ok(Json(config))
 }
 
 pub async fn model_config(

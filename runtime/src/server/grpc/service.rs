@@ -74,23 +74,25 @@ fn model_statistics(name: String, s: FunctionStats) -> ModelStatistics {
     }
 }
 
-/// The configuration Triton's tooling reads, as far as sluice knows it: a function does
-/// not batch across requests (max batch size 0, so dims are full shapes), and its
-/// inputs and outputs are its declared signature (none declared: empty lists).
+/// The configuration Triton's tooling reads, as far as sluice knows it: the version's
+/// dynamic batch size (0 when it runs each request alone, and then dims are full
+/// shapes), and its inputs and outputs are its declared signature (none declared:
+/// empty lists).
 fn model_config(name: String, info: &ModelInfo) -> ModelConfig {
     let signature = info.signature.clone().unwrap_or_default();
+    let max_batch_size = crate::oip::triton_max_batch_size(&info.version);
     ModelConfig {
         name,
         platform: PLATFORM.into(),
         backend: "sluice".into(),
-        max_batch_size: 0,
+        max_batch_size: max_batch_size as i32,
         input: signature
             .inputs
             .iter()
             .map(|s| ModelInput {
                 name: s.name.clone(),
                 data_type: triton_type(&s.datatype).into(),
-                dims: s.shape.clone(),
+                dims: crate::oip::triton_dims(&s.shape, max_batch_size),
                 optional: s.optional,
             })
             .collect(),
@@ -100,7 +102,7 @@ fn model_config(name: String, info: &ModelInfo) -> ModelConfig {
             .map(|s| ModelOutput {
                 name: s.name.clone(),
                 data_type: triton_type(&s.datatype).into(),
-                dims: s.shape.clone(),
+                dims: crate::oip::triton_dims(&s.shape, max_batch_size),
             })
             .collect(),
     }
