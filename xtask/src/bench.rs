@@ -13,8 +13,9 @@
 //! SmolLM2's shapes beside f32. Extra
 //! arguments go to `cargo bench`. Then the Open Inference Protocol's transports through
 //! a real server (`cargo run --release -p sluice-tests --bin oip-bench`: JSON HTTP, binary
-//! HTTP and gRPC on `echo` and MiniLM batch 32, with the server's decode and encode time).
-//! Results are recorded by hand in `bench/RESULTS.md`.
+//! HTTP and gRPC on `echo` and MiniLM batch 32, with the server's decode and encode time),
+//! and dynamic batching (`--bin batch-bench`: MiniLM one sentence per request at 1, 4 and
+//! 16 clients, unbatched and batched). Results are recorded by hand in `bench/RESULTS.md`.
 
 use anyhow::Result;
 
@@ -42,6 +43,12 @@ pub fn run(args: &[String]) -> Result<()> {
         cmd::cargo()
             .current_dir(cmd::repo_root())
             .args(["run", "--release", "-q", "-p", "sluice-tests", "--bin", "oip-bench"])
+            .env("SLUICE_MODEL_DIR", &model_dir),
+    )?;
+    cmd::run(
+        cmd::cargo()
+            .current_dir(cmd::repo_root())
+            .args(["run", "--release", "-q", "-p", "sluice-tests", "--bin", "batch-bench"])
             .env("SLUICE_MODEL_DIR", &model_dir),
     )
 }

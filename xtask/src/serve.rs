@@ -6,8 +6,9 @@
 //! `demo`, deploys `echo`, `mlp`, `minilm-embed` (with its weights, vocabulary and
 //! config), `gemm-burn` (batch class), `mnist` (the digit classifier, with its
 //! converted weights) and the Python functions `echo-py`, `mlp-py` and
-//! `minilm-embed-py`, and `smollm2-chat` (SmolLM2 with its GGUF file, when `cargo xtask
-//! fetch-llm` has fetched it) unless they are already there, prints a key
+//! `minilm-embed-py`, and `smollm2-chat` (SmolLM2 with its GGUF file, fetched once
+//! and sha256-checked like `cargo xtask fetch-llm` does) unless they are already there,
+//! prints a key
 //! and a few curl commands, and then runs until Ctrl-C.
 //!
 //! `--addr`, `--grpc-listen`, `--data-dir` and `--device` are passed to `sluice serve`
@@ -151,10 +152,23 @@ pub fn run(args: &[String]) -> Result<()> {
         ("mlp-py", vec![wasm("mlp_py")]),
         ("minilm-embed-py", minilm("minilm_embed_py")),
     ];
-    // The LLM only once its model is fetched (98 MB; `cargo xtask fetch-llm`).
-    let llm = fetch_llm::fetched();
-    match &llm {
-        Some(gguf) => examples.push((
+    // The LLM's model is fetched on the first run (98 MB, sha256-checked; then cached).
+    // Without it (no network on a first run) the other examples still serve.
+    let llm = match fetch_llm::fetched() {
+        Some(gguf) => Some(gguf),
+        None => {
+            eprintln!("xtask: fetching SmolLM2-135M-Instruct (98 MB, once) for smollm2-chat ...");
+            match fetch_llm::fetch() {
+                Ok(dir) => Some(dir.join(fetch_llm::FILE)),
+                Err(e) => {
+                    eprintln!("xtask: could not fetch SmolLM2 ({e:#}); smollm2-chat is not deployed");
+                    None
+                }
+            }
+        }
+    };
+    if let Some(gguf) = &llm {
+        examples.push((
             "smollm2-chat",
             vec![
                 wasm("smollm2_chat"),
@@ -163,8 +177,7 @@ pub fn run(args: &[String]) -> Result<()> {
                 "--artifact".into(),
                 format!("model={}", gguf.display()),
             ],
-        )),
-        None => eprintln!("xtask: no SmolLM2 model (`cargo xtask fetch-llm` fetches it): smollm2-chat is not deployed"),
+        ));
     }
     for (name, rest) in &examples {
         if client(&sluice, &url, &key, &["functions", "get", name]).is_some() {

@@ -137,7 +137,33 @@ impl<T: Tensor> Bert<T> {
     /// The L2-normalised mean-pooled embedding of every row of `batch`, row-major
     /// `[batch.batch, hidden_size]` f32. `batch.seq_len` must not exceed the model's
     /// positions; an empty batch makes no host call.
+    ///
+    /// Rows of very different lengths run in separate forward passes
+    /// ([`length_groups`]), so a batch of one long text and many short ones (a server's
+    /// dynamic batch, say) does not pad every short one to the long one's length.
     pub fn embed<D: Device<Tensor = T, Error = T::Error>>(&self, dev: &D, batch: &Batch) -> Result<Vec<f32>, T::Error> {
+        let groups = length_groups(&batch.lengths);
+        if groups.len() <= 1 {
+            return self.embed_padded(dev, batch);
+        }
+        let hidden = self.cfg.hidden_size as usize;
+        let mut out = vec![0f32; batch.batch * hidden];
+        for rows in groups {
+            let part = sub_batch(batch, &rows);
+            let embedded = self.embed_padded(dev, &part)?;
+            for (&row, e) in rows.iter().zip(embedded.chunks_exact(hidden)) {
+                out[row * hidden..(row + 1) * hidden].copy_from_slice(e);
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`Bert::embed`] in one forward pass, every row padded to `batch.seq_len`.
+    fn embed_padded<D: Device<Tensor = T, Error = T::Error>>(
+        &self,
+        dev: &D,
+        batch: &Batch,
+    ) -> Result<Vec<f32>, T::Error> {
         if batch.batch == 0 || batch.seq_len == 0 {
             return Ok(Vec::new());
         }
@@ -196,5 +222,89 @@ impl<T: Tensor> Bert<T> {
 
     fn to_f32(&self, t: T) -> Result<T, T::Error> {
         if self.precision == Precision::F32 { Ok(t) } else { t.cast(Precision::F32) }
+    }
+}
+
+/// Padding a group may add beyond its rows' own tokens: a quarter of them, plus this
+/// many tokens (below which a separate pass's launches cost more than the padding).
+const PADDING_SLACK_TOKENS: usize = 32;
+
+/// Splits rows into groups of similar lengths, each run as one padded forward pass:
+/// rows in ascending length join a group while its padded size stays within 1.25× its
+/// tokens plus [`PADDING_SLACK_TOKENS`]. Row indices per group, in ascending length.
+fn length_groups(lengths: &[usize]) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..lengths.len()).collect();
+    order.sort_by_key(|&i| lengths[i]);
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut tokens = 0;
+    for i in order {
+        let len = lengths[i];
+        let fits = groups.last().is_some_and(|g| {
+            let padded = (g.len() + 1) * len;
+            4 * padded <= 5 * (tokens + len) + 4 * PADDING_SLACK_TOKENS
+        });
+        if fits {
+            groups.last_mut().expect("a group").push(i);
+            tokens += len;
+        } else {
+            groups.push(vec![i]);
+            tokens = len;
+        }
+    }
+    groups
+}
+
+/// The rows `rows` of `batch`, padded to the longest of them.
+fn sub_batch(batch: &Batch, rows: &[usize]) -> Batch {
+    let seq_len = rows.iter().map(|&r| batch.lengths[r]).max().unwrap_or(0);
+    let mut part = Batch {
+        batch: rows.len(),
+        seq_len,
+        ids: Vec::with_capacity(rows.len() * seq_len),
+        attention_mask: Vec::with_capacity(rows.len() * seq_len),
+        lengths: Vec::with_capacity(rows.len()),
+    };
+    for &r in rows {
+        // Rows are left-aligned: the first `seq_len` positions hold every real token.
+        let start = r * batch.seq_len;
+        part.ids.extend_from_slice(&batch.ids[start..start + seq_len]);
+        part.attention_mask.extend_from_slice(&batch.attention_mask[start..start + seq_len]);
+        part.lengths.push(batch.lengths[r]);
+    }
+    part
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn similar_lengths_share_a_pass_and_outliers_get_their_own() {
+        // The reference sentences' token counts.
+        let lengths = [5, 2, 9, 9, 12, 18, 37, 23, 41, 18, 12, 11, 16, 9, 133, 256];
+        let groups = length_groups(&lengths);
+        let lens: Vec<Vec<usize>> = groups.iter().map(|g| g.iter().map(|&i| lengths[i]).collect()).collect();
+        assert_eq!(lens, [vec![2, 5, 9, 9, 9, 11, 12, 12], vec![16, 18, 18, 23], vec![37, 41], vec![133, 256]]);
+        let mut all: Vec<usize> = groups.concat();
+        all.sort();
+        assert_eq!(all, (0..lengths.len()).collect::<Vec<_>>(), "every row once");
+        assert_eq!(length_groups(&[7]), [vec![0]]);
+        assert_eq!(length_groups(&[128, 128, 128]), [vec![0, 1, 2]], "equal lengths never split");
+    }
+
+    #[test]
+    fn a_sub_batch_keeps_its_rows_tokens_and_pads_to_its_longest() {
+        let batch = Batch {
+            batch: 3,
+            seq_len: 4,
+            ids: vec![1, 2, 0, 0, 3, 4, 5, 6, 7, 0, 0, 0],
+            attention_mask: vec![1, 1, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0],
+            lengths: vec![2, 4, 1],
+        };
+        let part = sub_batch(&batch, &[2, 0]);
+        assert_eq!((part.batch, part.seq_len), (2, 2));
+        assert_eq!(part.ids, [7, 0, 1, 2]);
+        assert_eq!(part.attention_mask, [1, 0, 1, 1]);
+        assert_eq!(part.lengths, [1, 2]);
     }
 }

@@ -28,7 +28,6 @@ use tokio::sync::oneshot;
 
 use super::Result;
 use super::batch_tensors::{BatchShape, concat, split};
-use super::metrics::GaugeGuard;
 use crate::engine::{Cancel, InvocationOutput, InvokeError, IoTensor};
 use crate::scheduler::PriorityClass;
 
@@ -59,13 +58,28 @@ pub(crate) struct Batched {
     pub requests: u32,
 }
 
+/// What counts a waiting request (the platform's queued and in-flight gauges): told
+/// when its batch starts, dropped with its answer.
+pub(crate) trait Progress: Send {
+    /// The request's batch has started.
+    fn started(self: Box<Self>) -> Box<dyn Progress>;
+}
+
+/// A request as it joins a batch.
+pub(crate) struct Waiting {
+    pub inputs: Vec<IoTensor>,
+    /// Its first dimension (every input's).
+    pub rows: u64,
+    /// Counts the request as queued, then as running once its batch starts.
+    pub gauge: Option<Box<dyn Progress>>,
+}
+
 /// One request waiting in a batch.
 struct Member {
     inputs: Vec<IoTensor>,
     rows: u64,
     reply: oneshot::Sender<Result<Batched>>,
-    /// Counts the request as queued, then as running once its batch starts.
-    gauge: Option<GaugeGuard>,
+    gauge: Option<Box<dyn Progress>>,
 }
 
 /// A batch that is still taking requests.
@@ -86,19 +100,18 @@ pub(crate) struct Batcher {
 }
 
 impl Batcher {
-    /// Adds a request of `rows` rows to its key's batch (opening one, with `runner` and
-    /// a timer, when none is forming) and returns where its share will come.
+    /// Adds a request to its key's batch (opening one, with `runner` and a timer, when
+    /// none is forming) and returns where its share will come.
     pub(crate) fn submit(
         self: &Arc<Self>,
         key: BatchKey,
         function: &str,
         policy: Batching,
-        inputs: Vec<IoTensor>,
-        rows: u64,
-        gauge: Option<GaugeGuard>,
+        request: Waiting,
         runner: impl FnOnce() -> BatchRunner,
     ) -> oneshot::Receiver<Result<Batched>> {
         let (reply, receiver) = oneshot::channel();
+        let Waiting { inputs, rows, gauge } = request;
         let member = Member { inputs, rows, reply, gauge };
         let max = u64::from(policy.max_batch_size);
         let mut forming = self.forming.lock().expect("batcher lock");
@@ -168,7 +181,7 @@ async fn run_batch(batch: Forming) {
     let rows: Vec<u64> = members.iter().map(|m| m.rows).collect();
     let inputs = concat(members.iter_mut().map(|m| std::mem::take(&mut m.inputs)).collect());
     for m in &mut members {
-        m.gauge = m.gauge.take().map(GaugeGuard::running);
+        m.gauge = m.gauge.take().map(Progress::started);
     }
     let cancel = Cancel::default();
     let invocation = run(inputs, cancel.clone());
@@ -265,6 +278,10 @@ mod tests {
         }
     }
 
+    fn waiting(inputs: Vec<IoTensor>, rows: u64) -> Waiting {
+        Waiting { inputs, rows, gauge: None }
+    }
+
     fn batcher() -> Arc<Batcher> {
         Arc::default()
     }
@@ -285,9 +302,7 @@ mod tests {
             key(PriorityClass::Latency, 1),
             "f",
             POLICY,
-            row(3.0),
-            1,
-            None,
+            waiting(row(3.0), 1),
             echo(&log, origin, Duration::ZERO),
         );
         let got = rx.await.unwrap().unwrap();
@@ -306,9 +321,7 @@ mod tests {
                 k.clone(),
                 "f",
                 POLICY,
-                row(i as f32),
-                1,
-                None,
+                waiting(row(i as f32), 1),
                 echo(&log, origin, Duration::ZERO),
             ));
             tokio::time::sleep(Duration::from_micros(1_000)).await;
@@ -327,14 +340,14 @@ mod tests {
         let (b, log, origin) = (batcher(), Log::default(), TokioInstant::now());
         let k = key(PriorityClass::Latency, 1);
         let run = || echo(&log, origin, Duration::ZERO);
-        let first = b.submit(k.clone(), "f", POLICY, row(1.0), 1, None, run());
-        let _three = b.submit(k.clone(), "f", POLICY, [row(2.0), row(3.0), row(4.0)].concat_rows(), 3, None, run());
+        let first = b.submit(k.clone(), "f", POLICY, waiting(row(1.0), 1), run());
+        let _three = b.submit(k.clone(), "f", POLICY, waiting([row(2.0), row(3.0), row(4.0)].concat_rows(), 3), run());
         // Four rows: full, it runs now (no delay).
         first.await.unwrap().unwrap();
         assert_eq!(log.lock().unwrap()[0], (Duration::ZERO, 4));
         // Three rows then two: the second would overflow, so the first leaves alone.
-        let a = b.submit(k.clone(), "f", POLICY, [row(5.0), row(6.0), row(7.0)].concat_rows(), 3, None, run());
-        let c = b.submit(k.clone(), "f", POLICY, [row(8.0), row(9.0)].concat_rows(), 2, None, run());
+        let a = b.submit(k.clone(), "f", POLICY, waiting([row(5.0), row(6.0), row(7.0)].concat_rows(), 3), run());
+        let c = b.submit(k.clone(), "f", POLICY, waiting([row(8.0), row(9.0)].concat_rows(), 2), run());
         assert_eq!(values(&a.await.unwrap().unwrap()), [5.0, -5.0, 6.0, -6.0, 7.0, -7.0]);
         assert_eq!(values(&c.await.unwrap().unwrap()), [8.0, -8.0, 9.0, -9.0]);
         assert_eq!(log.lock().unwrap()[1..], [(Duration::ZERO, 3), (Duration::from_micros(5_000), 2)]);
@@ -344,9 +357,9 @@ mod tests {
     async fn classes_and_versions_never_share_a_batch() {
         let (b, log, origin) = (batcher(), Log::default(), TokioInstant::now());
         let run = || echo(&log, origin, Duration::ZERO);
-        let latency = b.submit(key(PriorityClass::Latency, 1), "f", POLICY, row(1.0), 1, None, run());
-        let batch = b.submit(key(PriorityClass::Batch, 1), "f", POLICY, row(2.0), 1, None, run());
-        let other = b.submit(key(PriorityClass::Latency, 2), "f", POLICY, row(3.0), 1, None, run());
+        let latency = b.submit(key(PriorityClass::Latency, 1), "f", POLICY, waiting(row(1.0), 1), run());
+        let batch = b.submit(key(PriorityClass::Batch, 1), "f", POLICY, waiting(row(2.0), 1), run());
+        let other = b.submit(key(PriorityClass::Latency, 2), "f", POLICY, waiting(row(3.0), 1), run());
         for rx in [latency, batch, other] {
             assert_eq!(rx.await.unwrap().unwrap().requests, 1);
         }
@@ -358,9 +371,9 @@ mod tests {
         let (b, log, origin) = (batcher(), Log::default(), TokioInstant::now());
         let k = key(PriorityClass::Latency, 1);
         let run = || echo(&log, origin, Duration::from_millis(10));
-        let stays = b.submit(k.clone(), "f", POLICY, row(1.0), 1, None, run());
-        let leaves = b.submit(k.clone(), "f", POLICY, row(2.0), 1, None, run());
-        let stays_too = b.submit(k.clone(), "f", POLICY, row(3.0), 1, None, run());
+        let stays = b.submit(k.clone(), "f", POLICY, waiting(row(1.0), 1), run());
+        let leaves = b.submit(k.clone(), "f", POLICY, waiting(row(2.0), 1), run());
+        let stays_too = b.submit(k.clone(), "f", POLICY, waiting(row(3.0), 1), run());
         drop(leaves);
         assert_eq!(values(&stays.await.unwrap().unwrap()), [1.0, -1.0]);
         let last = stays_too.await.unwrap().unwrap();
@@ -374,15 +387,15 @@ mod tests {
         let (b, log, origin) = (batcher(), Log::default(), TokioInstant::now());
         let k = key(PriorityClass::Latency, 1);
         let run = || echo(&log, origin, Duration::from_millis(10));
-        let stays = b.submit(k.clone(), "f", POLICY, row(1.0), 1, None, run());
-        let leaves = b.submit(k.clone(), "f", POLICY, row(2.0), 1, None, run());
+        let stays = b.submit(k.clone(), "f", POLICY, waiting(row(1.0), 1), run());
+        let leaves = b.submit(k.clone(), "f", POLICY, waiting(row(2.0), 1), run());
         // The batch starts at 5 ms and runs for 10: leave in the middle.
         tokio::time::sleep(Duration::from_millis(8)).await;
         drop(leaves);
         assert_eq!(values(&stays.await.unwrap().unwrap()), [1.0, -1.0], "not stopped");
         let before = CANCELLED.load(Ordering::Relaxed);
         // Everyone leaves: the fake sees its cancel raised (and answers no one).
-        let alone = b.submit(k.clone(), "f", POLICY, row(4.0), 1, None, run());
+        let alone = b.submit(k.clone(), "f", POLICY, waiting(row(4.0), 1), run());
         tokio::time::sleep(Duration::from_millis(8)).await;
         drop(alone);
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -244,13 +244,15 @@ mod tests {
             dir.path(),
             MANIFEST,
             "[function]\nname = \"echo\"\ntenant = \"demo\"\npriority = \"batch\"\ntimeout_ms = 500\n\
-             [artifacts]\nmodel = \"w/model.bin\"\n",
+             max_batch_size = 8\n[artifacts]\nmodel = \"w/model.bin\"\n",
         );
         let b = read(dir.path(), None).unwrap();
         assert_eq!((b.name.as_str(), b.tenant.as_str()), ("echo", "demo"));
         assert_eq!(b.component, dir.path().join("echo.wasm"));
         assert_eq!(b.options.priority, PriorityClass::Batch);
         assert_eq!(b.options.timeout_ms, 500);
+        let batching = Batching { max_batch_size: 8, max_queue_delay_us: sluice_registry::DEFAULT_QUEUE_DELAY_US };
+        assert_eq!(b.options.batching, Some(batching));
         assert_eq!(b.artifacts["model"], dir.path().join("w/model.bin"));
         assert_eq!(read(dir.path(), Some("other")).unwrap().name, "other");
     }
@@ -260,12 +262,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let manifest = dir.path().join(MANIFEST);
         assert!(matches!(read(dir.path(), None), Err(BundleError::Missing { what: "the manifest", .. })));
-        let cases: [(&str, &str); 6] = [
+        let cases: [(&str, &str); 8] = [
             ("[function]\ntenant = \"demo\"\nextra = 1\n", "unknown field"),
             ("[function]\n", "missing field"),
             ("[function]\ntenant = \"Demo!\"\n", "tenant"),
             ("[function]\ntenant = \"demo\"\ncomponent = \"../x.wasm\"\n", "relative path"),
             ("[function]\ntenant = \"demo\"\ntimeout_ms = 0\n", "timeout_ms"),
+            ("[function]\ntenant = \"demo\"\nmax_queue_delay_us = 5\n", "needs max_batch_size"),
+            ("[function]\ntenant = \"demo\"\nmax_batch_size = 0\n", "max_batch_size must be"),
             ("[function\n", "line 1: unclosed table"),
         ];
         for (text, expected) in cases {

@@ -17,8 +17,7 @@ use sluice_registry::Batching;
 
 use super::admission::admit;
 use super::batch_tensors::batch_shape;
-use super::batcher::{BatchKey, BatchRunner};
-use super::metrics::GaugeGuard;
+use super::batcher::{BatchKey, BatchRunner, Progress, Waiting};
 use super::policy::{clamp_class, clamp_weight, scheduling_class};
 use super::{LoadedFunction, Platform, PlatformError, Result, TenantRuntime};
 use crate::engine::{
@@ -175,8 +174,9 @@ impl Platform {
             Some(sink) => CallerLink::streaming(sink.clone(), cancel),
             None => CallerLink { sink: None, cancel },
         };
-        let (started, output) =
-            self.run_guest(&function, &tenant_rt, scheduling, options.timeout, caller, inputs, Some(queued)).await?;
+        let (started, output) = self
+            .run_guest(&function, &tenant_rt, scheduling, options.timeout, caller, inputs, Some(Box::new(queued)))
+            .await?;
         Ok(Invocation { function, output, queue: started - received, batch: 1 })
     }
 
@@ -191,7 +191,7 @@ impl Platform {
         timeout: Option<Duration>,
         caller: CallerLink,
         inputs: Vec<IoTensor>,
-        queued: Option<GaugeGuard>,
+        queued: Option<Box<dyn Progress>>,
     ) -> Result<(Instant, InvocationOutput)> {
         let ctx = InvocationContext {
             queue: function.placement.queue().clone(),
@@ -205,7 +205,7 @@ impl Platform {
         let (started, result) = self
             .guest_threads
             .run(class, move || {
-                let _running = queued.map(GaugeGuard::running);
+                let _running = queued.map(Progress::started);
                 let started = Instant::now();
                 (started, handle.block_on(platform.engine.invoke(&f.image, ctx, &inputs)))
             })
@@ -226,7 +226,7 @@ impl Platform {
         scheduling: SchedulingInfo,
         inputs: Vec<IoTensor>,
         timeout: Option<Duration>,
-        queued: GaugeGuard,
+        queued: impl Progress + 'static,
         received: Instant,
     ) -> Result<Invocation> {
         let name = &function.version.function;
@@ -243,7 +243,8 @@ impl Platform {
                 })
             })
         };
-        let reply = self.batcher.submit(key, name, policy, inputs, rows, Some(queued), runner);
+        let request = Waiting { inputs, rows, gauge: Some(Box::new(queued)) };
+        let reply = self.batcher.submit(key, name, policy, request, runner);
         let answer = match timeout {
             None => reply.await,
             Some(limit) => tokio::time::timeout(limit, reply)

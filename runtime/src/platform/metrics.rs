@@ -176,6 +176,12 @@ impl GaugeGuard {
     }
 }
 
+impl super::batcher::Progress for GaugeGuard {
+    fn started(self: Box<Self>) -> Box<dyn super::batcher::Progress> {
+        Box::new(self.running())
+    }
+}
+
 impl Drop for GaugeGuard {
     fn drop(&mut self) {
         self.gauge.dec();

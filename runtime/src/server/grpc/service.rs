@@ -173,6 +173,7 @@ impl GrpcInferenceService for InferenceService {
         metadata.insert("x-sluice-instantiate-us", us(timing.instantiate));
         metadata.insert("x-sluice-execute-us", us(timing.execute));
         metadata.insert("x-sluice-instance", MetadataValue::from_static(if timing.warm { "warm" } else { "fresh" }));
+        metadata.insert("x-sluice-batch-size", MetadataValue::from(timing.batch.max(1)));
         Ok(response)
     }
 
