@@ -9,7 +9,7 @@
 
 use serde_json::{Value, json};
 use sluice_tests::minilm::{check, floats, output, reference};
-use sluice_tests::{Resp, Server};
+use sluice_tests::{ADMIN_KEY, Resp, Server};
 
 /// A delay long enough that concurrent requests fill their batch on any machine; a
 /// full batch runs at once, so the tests do not wait for it.
@@ -73,6 +73,13 @@ fn a_batched_echo_answers_each_request_with_its_own_rows_and_batches_never_mix_t
     assert_eq!(config["max_batch_size"], 8, "{config}");
     assert_eq!(config["dynamic_batching"]["max_queue_delay_microseconds"], LONG_DELAY_US, "{config}");
     let info = server.get("/v1/functions/echo", &keys[0]).expect(200);
+    // Every request observed the size of its batch.
+    let metrics = String::from_utf8(server.get("/metrics", ADMIN_KEY).body).unwrap();
+    let count = metrics
+        .lines()
+        .find(|l| l.starts_with("sluice_batch_size_count{tenant=\"acme\",function=\"echo\"}"))
+        .unwrap_or_else(|| panic!("no batch size series for acme/echo in {metrics}"));
+    assert!(count.ends_with(" 4"), "{count}");
     assert_eq!(info["options"]["batching"], json!({ "max_batch_size": 8, "max_queue_delay_us": LONG_DELAY_US }));
 }
 

@@ -13,7 +13,8 @@
 //! waits: a request whose caller goes away before its batch starts is left out; one that
 //! goes while the batch runs only loses its answer, and the batch is stopped only when
 //! every one of its callers has gone. Each request gets its own rows of every output
-//! ([`super::batch_tensors::split`]) and the invocation's timings.
+//! ([`super::batch_tensors::split`]), the invocation's timings, and its share of the
+//! kernels launched and the guest's CPU time.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -204,8 +205,13 @@ async fn run_batch(batch: Forming) {
     match result {
         Ok((started, mut output)) => match split(std::mem::take(&mut output.outputs), &rows) {
             Ok(shares) => {
-                for (m, outputs) in members.into_iter().zip(shares) {
-                    let output = InvocationOutput { outputs, ..output.clone() };
+                let n = u64::from(requests);
+                for (i, (m, outputs)) in (0u64..).zip(members.into_iter().zip(shares)) {
+                    // Counts of work are shared out (they add up to the batch's); times
+                    // are each request's own wait.
+                    let launches = output.launches / n + u64::from(i < output.launches % n);
+                    let guest_cpu = output.guest_cpu / requests;
+                    let output = InvocationOutput { outputs, launches, guest_cpu, ..output.clone() };
                     let _ = m.reply.send(Ok(Batched { output, started, requests }));
                 }
             }

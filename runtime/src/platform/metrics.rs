@@ -112,6 +112,13 @@ fn duration_histogram() -> Histogram {
     Histogram::new(DURATION_BUCKETS)
 }
 
+/// Powers of two up to the largest batch size.
+const BATCH_BUCKETS: [f64; 11] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
+
+fn batch_histogram() -> Histogram {
+    Histogram::new(BATCH_BUCKETS)
+}
+
 /// The platform's invocation metrics. Cheap to update from many threads at once.
 #[derive(Debug)]
 pub struct Metrics {
@@ -127,6 +134,9 @@ pub struct Metrics {
     function_queued: Family<FunctionLabels, Gauge>,
     time_to_first_token: Histograms,
     time_per_output_token: Histograms,
+    /// Requests that shared each successful request's invocation, for functions deployed
+    /// with batching.
+    batch_size: Histograms,
     /// tenant → every `(function, outcome)` with a series, to remove them on delete
     /// (a `Family` cannot be iterated). Written only when a series is created.
     series: Mutex<HashMap<String, HashSet<(String, &'static str)>>>,
@@ -148,6 +158,7 @@ impl Default for Metrics {
             function_queued: Family::default(),
             time_to_first_token: histograms(),
             time_per_output_token: histograms(),
+            batch_size: Histograms::new_with_constructor(batch_histogram as fn() -> Histogram),
             series: Mutex::new(HashMap::new()),
             stats: StatsTable::default(),
         }
@@ -199,6 +210,9 @@ impl Metrics {
         self.instantiate_duration.get_or_create(&labels).observe(out.instantiate.as_secs_f64());
         self.execute_duration.get_or_create(&labels).observe(out.execute.as_secs_f64());
         self.kernel_launches.get_or_create(&labels).inc_by(out.launches);
+        if invocation.function.version.options.batching.is_some() {
+            self.batch_size.get_or_create(&labels).observe(f64::from(invocation.batch));
+        }
         self.stats.record_ok(tenant, function, total, invocation.queue, out.instantiate + out.execute);
         self.count(labels, "ok");
     }
@@ -260,6 +274,7 @@ impl Metrics {
             let labels = FunctionLabels { tenant: tenant.to_owned(), function };
             let histograms = [&self.invocation_duration, &self.queue_duration, &self.instantiate_duration];
             let streaming = [&self.execute_duration, &self.time_to_first_token, &self.time_per_output_token];
+            self.batch_size.remove(&labels);
             for family in histograms.into_iter().chain(streaming) {
                 family.remove(&labels);
             }
@@ -291,6 +306,8 @@ impl Metrics {
             r.register_with_unit(name, help, Unit::Seconds, family.clone());
         }
         r.register("kernel_launches", "Ops launched by successful invocations", self.kernel_launches.clone());
+        let help = "Requests that shared a successful request's invocation (functions deployed with batching)";
+        r.register("batch_size", help, self.batch_size.clone());
         r.register("function_in_flight", "Invocations of a function running now", self.function_in_flight.clone());
         let help = "Invocations of a function admitted and waiting for a guest thread";
         r.register("function_queued", help, self.function_queued.clone());
