@@ -7,7 +7,7 @@
 //! [`sluice::gpu::ops::Op`] with [`crate::launch`]).
 //!
 //! Layout (generated): [`Guest`] is the world's export trait;
-//! `sluice::gpu::{types, tensors, ops, fused, artifacts, io, streaming}` mirror the WIT interfaces.
+//! `sluice::gpu::{types, tensors, ops, fused, artifacts, io, streaming, requests}` mirror the WIT interfaces.
 
 #![allow(missing_docs, clippy::all)]
 

@@ -35,7 +35,8 @@
 //! A function may stream its output while it runs ([`streaming::emit`], e.g. a
 //! generation's tokens) and learn that its caller has gone ([`streaming::caller_gone`]);
 //! `docs/generation.md` is the contract the server's generate and OpenAI-compatible
-//! endpoints expect of a text-generation function.
+//! endpoints expect of a text-generation function. A function may also serve many
+//! requests at once from a host queue ([`serving`], continuous batching).
 //!
 //! A function may declare its signature (input and output names, datatypes, shapes)
 //! with [`signature!`]; the host then reports it and refuses requests that do not match
@@ -59,6 +60,7 @@ mod error;
 mod fused;
 mod io;
 mod ops;
+pub mod serving;
 pub mod signature;
 pub mod streaming;
 mod tensor;

@@ -140,6 +140,7 @@ impl Bench {
             },
             timeout: None,
             caller: Default::default(),
+            serving: None,
         };
         self.rt.block_on(engine.invoke(image, ctx, inputs)).unwrap_or_else(|e| panic!("{}: {e}", image.name()))
     }

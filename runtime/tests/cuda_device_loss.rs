@@ -36,6 +36,7 @@ fn an_invocation_that_loses_the_gpu_fails_and_the_next_ones_run() {
             scheduling: common::scheduling(),
             timeout: None,
             caller: Default::default(),
+            serving: None,
         };
         rt.block_on(common::host().engine.invoke(&image, ctx, &input))
     };

@@ -293,6 +293,7 @@ async fn a_tenant_over_its_memory_quota_fails_alone() {
         scheduling: common::scheduling(),
         timeout: None,
         caller: Default::default(),
+        serving: None,
     };
     let (a, b) = tokio::join!(
         host().engine.invoke(&image, ctx(&tenant_a), &input),

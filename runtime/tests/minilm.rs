@@ -69,6 +69,7 @@ async fn embed(image: &FunctionImage, texts: &[&str]) -> (Vec<f32>, Vec<i64>, u6
         scheduling: common::scheduling(),
         timeout: None,
         caller: Default::default(),
+        serving: None,
     };
     let inputs = vec![
         IoTensor {

@@ -52,6 +52,7 @@ fn mlp_on_scratch_hungry_device(quota: Option<u64>) -> (Result<Vec<IoTensor>, In
         scheduling: common::scheduling(),
         timeout: None,
         caller: Default::default(),
+        serving: None,
     };
     let image = common::prepare("mlp", FunctionLimits::default());
     let input = [IoTensor { name: "input".into(), shape: vec![4, 16], data: IoData::F32(vec![0.5; 64]) }];

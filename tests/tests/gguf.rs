@@ -207,6 +207,7 @@ fn a_guest_reads_the_metadata_and_runs_linears_on_quantized_weights() {
             scheduling,
             timeout: None,
             caller: Default::default(),
+            serving: None,
         };
         let out = rt.block_on(engine.invoke(&image, ctx, &inputs)).unwrap_or_else(|e| panic!("{name}: {e:?}"));
         assert_eq!(account.used(), 0, "{name}: the cache and its writes are given back");

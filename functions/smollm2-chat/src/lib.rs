@@ -26,8 +26,15 @@
 //! from) and `prompt_ids` INT32 `[p]` (the prompt's tokens), for tests.
 //!
 //! Generation: the prompt in one step (prefill), then one step per token over the
-//! per-layer KV caches (`model.rs`). Each new piece of text is emitted as a chunk
-//! ([`on_text`]): a streaming caller gets the tokens as they are made.
+//! sequence's per-layer KV caches (`model.rs`). Each new piece of text is emitted as a
+//! chunk: a streaming caller gets the tokens as they are made.
+//!
+//! Continuous batching: the function is a serving function ([`sluice_guest::serving`]).
+//! Its serving invocation takes requests from the host's queue between steps, prefills
+//! each new one alone, and runs one decode step for every active sequence at once
+//! ([`Model::step_many`]: one pass over the weights), up to [`MAX_SEQUENCES`]; a
+//! sequence leaves when it ends or its caller goes. A plain invocation (the function
+//! run outside a serving invocation, e.g. by `sluice run`) generates its one request.
 //! What the metadata gives (tokenizer, template, hyper-parameters) is built once per
 //! instance ([`setup`]); warm instances keep it, never tensor handles.
 
@@ -38,23 +45,47 @@ mod tokenizer;
 use std::sync::OnceLock;
 
 use serde_json::Value;
-use sluice_guest::{Error, Function, Inputs, IoTensor, Result, artifacts, streaming};
+use std::time::Duration;
+
+use sluice_guest::serving;
+use sluice_guest::{Error, Function, Inputs, IoTensor, Result, Tensor, artifacts, streaming};
 use tokenizers::Tokenizer;
 
-use model::{ARTIFACT, Config, Model};
+use model::{ARTIFACT, Cache, Config, Model};
 
 /// Tokens generated when the request does not say.
 const DEFAULT_MAX_TOKENS: i32 = 128;
 
-/// Sends the text a generated token added (when it is sendable: not an incomplete
-/// character, not the possible start of a stop string) to a streaming caller as a
-/// `text_output` chunk (a one-shot caller's chunks are dropped). Fails with `cancelled` once the caller has
-/// gone, which ends the generation at this step.
-fn on_text(piece: &str) -> Result<()> {
-    if piece.is_empty() {
-        return Ok(());
+/// Sequences one serving invocation decodes together at most.
+pub const MAX_SEQUENCES: u32 = 8;
+
+/// How long an idle serving invocation waits for a request before it returns.
+const IDLE_WAIT: Duration = Duration::from_millis(200);
+
+/// Where a sequence's chunks and answer go.
+enum Caller {
+    /// The invocation's own caller (a plain invocation): chunks by `streaming::emit`,
+    /// the answer is `run`'s result.
+    Invocation,
+    /// A request of a serving invocation.
+    Served(serving::Request),
+}
+
+impl Caller {
+    /// Sends the text a generated token added (when it is sendable: not an incomplete
+    /// character, not the possible start of a stop string) as a `text_output` chunk (a
+    /// one-shot caller's chunks are dropped). Fails with `cancelled` once the caller
+    /// has gone, which ends the generation at this step.
+    fn on_text(&self, piece: &str) -> Result<()> {
+        if piece.is_empty() {
+            return Ok(());
+        }
+        let chunk = [IoTensor::text("text_output", &[piece])];
+        match self {
+            Caller::Invocation => streaming::emit(&chunk),
+            Caller::Served(r) => r.emit(&chunk),
+        }
     }
-    streaming::emit(&[IoTensor::text("text_output", &[piece])])
 }
 
 /// What a request asks for.
@@ -154,100 +185,206 @@ struct Generated {
     finish: &'static str,
 }
 
-struct Chat;
+/// One sequence being generated: its request, caches and text so far, and the logits
+/// its next token is chosen from.
+struct Sequence {
+    caller: Caller,
+    request: Request,
+    prompt: Vec<u32>,
+    max_tokens: u32,
+    cache: Cache,
+    g: Generated,
+    text_ids: Vec<u32>,
+    /// Bytes of `g.text` already sent to the caller.
+    emitted: usize,
+    logits: Tensor,
+}
 
-impl Function for Chat {
-    fn run(inputs: Inputs) -> Result<Vec<IoTensor>> {
-        let setup = setup()?;
-        let request = Request::parse(&inputs, setup)?;
-        let (config, tokenizer, eos) = (setup.config.clone(), &setup.tokenizer, setup.eos);
-        let mut prompt = tokenizer::encode(tokenizer, &request.prompt)?;
+impl Sequence {
+    /// Parses and tokenizes a request and prefills its prompt; on an error the caller
+    /// comes back with it, to be answered.
+    fn start(
+        model: &Model,
+        setup: &Setup,
+        inputs: &Inputs,
+        caller: Caller,
+    ) -> std::result::Result<Sequence, (Caller, Error)> {
+        match Self::prefill(model, setup, inputs) {
+            Ok((request, prompt, max_tokens, cache, logits)) => {
+                let g = Generated { ids: Vec::new(), logits: Vec::new(), text: String::new(), finish: "length" };
+                let text_ids = Vec::new();
+                Ok(Sequence { caller, request, prompt, max_tokens, cache, g, text_ids, emitted: 0, logits })
+            }
+            Err(e) => Err((caller, e)),
+        }
+    }
+
+    /// The request, its prompt's tokens, its token budget, and its caches and logits
+    /// after the prompt.
+    fn prefill(model: &Model, setup: &Setup, inputs: &Inputs) -> Result<(Request, Vec<u32>, u32, Cache, Tensor)> {
+        let request = Request::parse(inputs, setup)?;
+        let context = setup.config.context;
+        let mut prompt = tokenizer::encode(&setup.tokenizer, &request.prompt)?;
         if let Some(bos) = setup.bos {
             prompt.insert(0, bos);
         }
-        if prompt.is_empty() || prompt.len() >= config.context as usize {
+        if prompt.is_empty() || prompt.len() >= context as usize {
             return Err(Error::invalid_input(format!(
                 "the prompt is {} tokens; it must hold 1 to {} (the context)",
                 prompt.len(),
-                config.context - 1
+                context - 1
             )));
         }
-        let max_tokens = (request.max_tokens as u32).min(config.context - prompt.len() as u32);
-        let mut model = Model::load(config, prompt.len() as u32 + max_tokens)?;
-        let generated = generate(&mut model, tokenizer, &prompt, max_tokens, eos, &request)?;
-        let n = generated.ids.len();
-        let mut out = vec![
-            IoTensor::text("text_output", &[&generated.text]),
-            IoTensor::text("finish_reason", &[generated.finish]),
-            IoTensor::i32("prompt_tokens", &[1], vec![prompt.len() as i32]),
-            IoTensor::i32("completion_tokens", &[1], vec![n as i32]),
-            IoTensor::i32("token_ids", &[n as u64], generated.ids.iter().map(|&t| t as i32).collect()),
-        ];
-        if request.return_logits {
-            let vocab = generated.logits.len().checked_div(n).unwrap_or(0);
-            out.push(IoTensor::f32("logits", &[n as u64, vocab as u64], generated.logits));
-            out.push(IoTensor::i32("prompt_ids", &[prompt.len() as u64], prompt.iter().map(|&t| t as i32).collect()));
-        }
-        Ok(out)
+        let max_tokens = (request.max_tokens as u32).min(context - prompt.len() as u32);
+        let mut cache = model.cache(prompt.len() as u32 + max_tokens)?;
+        let logits = model.step(&mut cache, &prompt)?;
+        Ok((request, prompt, max_tokens, cache, logits))
     }
-}
 
-/// Prefill, then decode steps until the end-of-sequence token, a stop string,
-/// `max_tokens`, or the caller has gone ([`on_text`] fails).
-fn generate(
-    model: &mut Model,
-    tokenizer: &Tokenizer,
-    prompt: &[u32],
-    max_tokens: u32,
-    eos: Option<u32>,
-    request: &Request,
-) -> Result<Generated> {
-    let mut g = Generated { ids: Vec::new(), logits: Vec::new(), text: String::new(), finish: "length" };
-    let mut text_ids: Vec<u32> = Vec::new();
-    // Bytes of `g.text` already sent to the caller.
-    let mut emitted = 0;
-    let mut logits = model.step(prompt)?;
-    while g.ids.len() < max_tokens as usize {
-        let row = if request.return_logits { logits.to_vec_f32()? } else { Vec::new() };
+    /// Chooses the next token from the logits and sends its text: `Some(token)` when
+    /// the sequence goes on (the token is to be run), `None` when it has ended (the
+    /// end-of-sequence token, a stop string, `max_tokens`, or its caller has gone).
+    fn choose(&mut self, setup: &Setup) -> Result<Option<u32>> {
+        let request = &self.request;
+        let row = if request.return_logits { self.logits.to_vec_f32()? } else { Vec::new() };
         let chosen = if request.temperature > 0.0 {
-            let seed = request.seed.wrapping_add(g.ids.len() as u64);
-            logits.sample(request.temperature, 0, request.top_p, seed)?
+            let seed = request.seed.wrapping_add(self.g.ids.len() as u64);
+            self.logits.sample(request.temperature, 0, request.top_p, seed)?
         } else {
-            logits.argmax()?
+            self.logits.argmax()?
         };
         let next = chosen.to_vec_i64()?[0] as u32;
-        g.ids.push(next);
+        self.g.ids.push(next);
         if request.return_logits {
-            g.logits.extend_from_slice(&row);
+            self.g.logits.extend_from_slice(&row);
         }
-        if Some(next) == eos {
-            g.finish = "stop";
-            break;
+        if Some(next) == setup.eos {
+            self.g.finish = "stop";
+            return Ok(None);
         }
-        text_ids.push(next);
-        let text = tokenizer::decode(tokenizer, &text_ids)?;
+        self.text_ids.push(next);
+        let text = tokenizer::decode(&setup.tokenizer, &self.text_ids)?;
         if let Some(cut) = request.stop.iter().filter_map(|s| text.find(s.as_str())).min() {
-            g.text = text[..cut].to_owned();
-            g.finish = "stop";
-            break;
+            self.g.text = text[..cut].to_owned();
+            self.g.finish = "stop";
+            return Ok(None);
         }
         // A character still incomplete (a byte-level token ends inside it) waits, and so
         // does text that may be the start of a stop string.
         if !text.ends_with('\u{fffd}') {
             let sendable = text.len() - stop_prefix_len(&text, &request.stop);
-            if sendable > emitted {
-                on_text(&text[emitted..sendable])?;
-                emitted = sendable;
+            if sendable > self.emitted {
+                self.caller.on_text(&text[self.emitted..sendable])?;
+                self.emitted = sendable;
             }
-            g.text = text;
+            self.g.text = text;
         }
-        if g.ids.len() == max_tokens as usize {
-            break;
-        }
-        logits = model.step(&[next])?;
+        Ok((self.g.ids.len() < self.max_tokens as usize).then_some(next))
     }
-    on_text(g.text.get(emitted..).unwrap_or(""))?;
-    Ok(g)
+
+    /// Sends what text is left and returns the outputs.
+    fn outputs(self) -> (Caller, Result<Vec<IoTensor>>) {
+        let Sequence { caller, request, prompt, g, emitted, .. } = self;
+        if let Err(e) = caller.on_text(g.text.get(emitted..).unwrap_or("")) {
+            return (caller, Err(e));
+        }
+        let n = g.ids.len();
+        let mut out = vec![
+            IoTensor::text("text_output", &[&g.text]),
+            IoTensor::text("finish_reason", &[g.finish]),
+            IoTensor::i32("prompt_tokens", &[1], vec![prompt.len() as i32]),
+            IoTensor::i32("completion_tokens", &[1], vec![n as i32]),
+            IoTensor::i32("token_ids", &[n as u64], g.ids.iter().map(|&t| t as i32).collect()),
+        ];
+        if request.return_logits {
+            let vocab = g.logits.len().checked_div(n).unwrap_or(0);
+            out.push(IoTensor::f32("logits", &[n as u64, vocab as u64], g.logits));
+            out.push(IoTensor::i32("prompt_ids", &[prompt.len() as u64], prompt.iter().map(|&t| t as i32).collect()));
+        }
+        (caller, Ok(out))
+    }
+}
+
+/// Answers a served sequence (a plain invocation's answer is `run`'s result).
+fn answer(caller: Caller, result: Result<Vec<IoTensor>>) {
+    if let Caller::Served(request) = caller {
+        request.finish(result);
+    }
+}
+
+struct Chat;
+
+impl Function for Chat {
+    fn run(inputs: Inputs) -> Result<Vec<IoTensor>> {
+        let setup = setup()?;
+        let model = Model::load(setup.config.clone())?;
+        if serving::serving() {
+            serve(&model, setup)?;
+            return Ok(Vec::new());
+        }
+        // A plain invocation: prefill, then decode steps until the sequence ends.
+        let mut seq = Sequence::start(&model, setup, &inputs, Caller::Invocation).map_err(|(_, e)| e)?;
+        while let Some(next) = seq.choose(setup)? {
+            seq.logits = model.step(&mut seq.cache, &[next])?;
+        }
+        seq.outputs().1
+    }
+}
+
+/// The serving loop: take requests between steps, prefill each, then one decode step
+/// for every active sequence; answer each as it ends; return once idle.
+fn serve(model: &Model, setup: &Setup) -> Result<()> {
+    let mut active: Vec<Sequence> = Vec::new();
+    loop {
+        // Wait for work only when nothing runs: a step is never held for new requests.
+        let wait = if active.is_empty() { IDLE_WAIT } else { Duration::ZERO };
+        let arrived = serving::next(MAX_SEQUENCES - active.len() as u32, wait);
+        if arrived.is_empty() && active.is_empty() {
+            return Ok(());
+        }
+        for request in arrived {
+            let inputs = request.inputs();
+            let caller = Caller::Served(request);
+            match Sequence::start(model, setup, &inputs, caller) {
+                Ok(seq) => active.push(seq),
+                Err((caller, e)) => answer(caller, Err(e)),
+            }
+        }
+        // Each sequence's next token; those that end leave.
+        let mut going = Vec::with_capacity(active.len());
+        let mut tokens = Vec::with_capacity(active.len());
+        for mut seq in active.drain(..) {
+            let gone = matches!(&seq.caller, Caller::Served(r) if r.gone());
+            match if gone { Ok(None) } else { seq.choose(setup) } {
+                Ok(Some(next)) => {
+                    tokens.push(next);
+                    going.push(seq);
+                }
+                Ok(None) if gone => {} // its caller has gone: dropped unanswered
+                Ok(None) => {
+                    let (caller, result) = seq.outputs();
+                    answer(caller, result);
+                }
+                Err(e) => answer(seq.caller, Err(e)),
+            }
+        }
+        if going.is_empty() {
+            continue;
+        }
+        // One step for all of them: one pass over the weights.
+        let logits = {
+            let mut caches: Vec<&mut Cache> = going.iter_mut().map(|s| &mut s.cache).collect();
+            model.step_many(&mut caches, &tokens)?
+        };
+        if let [seq] = going.as_mut_slice() {
+            seq.logits = logits;
+        } else {
+            for (i, seq) in (0u32..).zip(going.iter_mut()) {
+                seq.logits = logits.slice(0, i, i + 1)?;
+            }
+        }
+        active = going;
+    }
 }
 
 /// The length of the longest end of `text` that is the start of a stop string (and so
@@ -260,3 +397,4 @@ fn stop_prefix_len(text: &str, stop: &[String]) -> usize {
 }
 
 sluice_guest::export!(Chat);
+sluice_guest::serving_function!();

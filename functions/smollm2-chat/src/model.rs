@@ -72,14 +72,18 @@ struct Block {
     down: Tensor,
 }
 
-/// The model's weights and the invocation's KV caches.
+/// The model's weights (loaded once by the host and shared).
 pub struct Model {
     config: Config,
     embed: Tensor,
     blocks: Vec<Block>,
     out_norm: Tensor,
-    caches: Vec<(Tensor, Tensor)>,
-    /// Positions of the caches filled so far.
+}
+
+/// One sequence's KV caches (one pair per block) and how many positions they hold.
+pub struct Cache {
+    layers: Vec<(Tensor, Tensor)>,
+    /// Positions filled so far.
     pub pos: u32,
 }
 
@@ -88,9 +92,8 @@ fn weight(name: &str) -> Result<Tensor> {
 }
 
 impl Model {
-    /// Loads the weights (shared by the host between invocations) and allocates KV
-    /// caches of `ctx` positions.
-    pub fn load(config: Config, ctx: u32) -> Result<Model> {
+    /// Loads the weights (shared by the host between invocations).
+    pub fn load(config: Config) -> Result<Model> {
         let blocks = (0..config.blocks)
             .map(|b| {
                 let w = |t: &str| weight(&format!("blk.{b}.{t}.weight"));
@@ -107,48 +110,103 @@ impl Model {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let shape = [ctx, config.kv_heads, config.head_dim()];
-        let caches = (0..config.blocks)
-            .map(|_| Ok((Tensor::zeros(DType::F32, &shape)?, Tensor::zeros(DType::F32, &shape)?)))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Model {
-            embed: weight("token_embd.weight")?,
-            out_norm: weight("output_norm.weight")?,
-            blocks,
-            caches,
-            config,
-            pos: 0,
-        })
+        Ok(Model { embed: weight("token_embd.weight")?, out_norm: weight("output_norm.weight")?, blocks, config })
     }
 
-    /// Runs `tokens` at the next positions and returns the logits `[1, vocab]` of the
-    /// last one (queued on the device; nothing is read back).
-    pub fn step(&mut self, tokens: &[u32]) -> Result<Tensor> {
+    /// Fresh KV caches of `ctx` positions for one sequence.
+    pub fn cache(&self, ctx: u32) -> Result<Cache> {
         let c = &self.config;
+        let shape = [ctx, c.kv_heads, c.head_dim()];
+        let layers = (0..c.blocks)
+            .map(|_| Ok((Tensor::zeros(DType::F32, &shape)?, Tensor::zeros(DType::F32, &shape)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Cache { layers, pos: 0 })
+    }
+
+    /// Runs `tokens` of one sequence at its next positions and returns the logits
+    /// `[1, vocab]` of the last one (queued on the device; nothing is read back).
+    pub fn step(&self, cache: &mut Cache, tokens: &[u32]) -> Result<Tensor> {
         let s = tokens.len() as u32;
-        let (d, kv) = (c.head_dim(), c.kv_heads * c.head_dim());
         let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
         let mut x = Tensor::embedding(&self.embed, &Tensor::from_i32(&[s], &ids)?)?;
-        let scale = 1.0 / (d as f32).sqrt();
-        for (b, (k_cache, v_cache)) in self.blocks.iter().zip(&self.caches) {
-            let h = x.rms_norm(&b.attn_norm, c.eps)?;
-            let q = h.linear(&b.q, None, true, None)?.reshape(&[s, c.heads, d])?.rope(c.rope_base, self.pos)?;
-            let k = h.linear(&b.k, None, true, None)?.reshape(&[s, c.kv_heads, d])?.rope(c.rope_base, self.pos)?;
-            let v = h.linear(&b.v, None, true, None)?.reshape(&[s, c.kv_heads, d])?;
-            debug_assert_eq!(kv, c.kv_heads * d);
-            k_cache.write_rows(self.pos, &k)?;
-            v_cache.write_rows(self.pos, &v)?;
-            let att = Tensor::gqa_attention(&q, k_cache, v_cache, self.pos + s, scale)?;
-            let o = att.reshape(&[s, c.hidden])?.linear(&b.out, None, true, None)?;
-            x = x.add(&o)?;
-            let h = x.rms_norm(&b.ffn_norm, c.eps)?;
-            let gate = h.linear(&b.gate, None, true, Some(UnaryOp::Silu))?;
-            let up = h.linear(&b.up, None, true, None)?;
-            let f = gate.mul(&up)?.linear(&b.down, None, true, None)?;
-            x = x.add(&f)?;
+        for (b, block) in self.blocks.iter().enumerate() {
+            x = self.block(block, &x, |q, k, v| self.attend(&mut cache.layers[b], cache.pos, q, k, v))?;
         }
-        self.pos += s;
+        cache.pos += s;
         let last = if s > 1 { x.slice(0, s - 1, s)? } else { x };
-        last.rms_norm(&self.out_norm, c.eps)?.linear(&self.embed, None, true, None)
+        self.head(&last)
+    }
+
+    /// One decode step of many sequences at once: `tokens[i]` is the next token of
+    /// `caches[i]`. Every weight is read once for all of them (the linears run on
+    /// `[n, hidden]`); attention runs per sequence over its own cache. Returns the
+    /// logits `[n, vocab]`, row `i` sequence `i`'s. Each row is computed as
+    /// [`Model::step`] computes it for that sequence alone.
+    pub fn step_many(&self, caches: &mut [&mut Cache], tokens: &[u32]) -> Result<Tensor> {
+        let c = &self.config;
+        let n = tokens.len() as u32;
+        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+        let mut x = Tensor::embedding(&self.embed, &Tensor::from_i32(&[n], &ids)?)?;
+        for b in 0..self.blocks.len() {
+            x = self.block(&self.blocks[b], &x, |q, k, v| {
+                let out = Tensor::zeros(DType::F32, &[n, c.heads, c.head_dim()])?;
+                for (i, cache) in caches.iter_mut().enumerate() {
+                    let i = i as u32;
+                    let row = |t: &Tensor| t.slice(0, i, i + 1);
+                    let pos = cache.pos;
+                    let att = self.attend(&mut cache.layers[b], pos, &row(q)?, &row(k)?, &row(v)?)?;
+                    out.write_rows(i, &att)?;
+                }
+                Ok(out)
+            })?;
+        }
+        for cache in caches.iter_mut() {
+            cache.pos += 1;
+        }
+        self.head(&x)
+    }
+
+    /// One block on `x [s, hidden]`; `attend` turns the projections `q [s, heads·d]`,
+    /// `k` and `v [s, kv_heads·d]` into the attention output `[s, heads, d]`.
+    fn block(
+        &self,
+        b: &Block,
+        x: &Tensor,
+        attend: impl FnOnce(&Tensor, &Tensor, &Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let s = x.shape()[0];
+        let h = x.rms_norm(&b.attn_norm, c.eps)?;
+        let q = h.linear(&b.q, None, true, None)?;
+        let k = h.linear(&b.k, None, true, None)?;
+        let v = h.linear(&b.v, None, true, None)?;
+        let att = attend(&q, &k, &v)?;
+        let o = att.reshape(&[s, c.hidden])?.linear(&b.out, None, true, None)?;
+        let x = x.add(&o)?;
+        let h = x.rms_norm(&b.ffn_norm, c.eps)?;
+        let gate = h.linear(&b.gate, None, true, Some(UnaryOp::Silu))?;
+        let up = h.linear(&b.up, None, true, None)?;
+        let f = gate.mul(&up)?.linear(&b.down, None, true, None)?;
+        x.add(&f)
+    }
+
+    /// Attention of `s` new positions of one sequence at `pos`: RoPE on `q` and `k`,
+    /// the new keys and values written into the sequence's caches, then causal
+    /// grouped-query attention over the first `pos + s` positions; `[s, heads, d]`.
+    fn attend(&self, cache: &mut (Tensor, Tensor), pos: u32, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
+        let c = &self.config;
+        let d = c.head_dim();
+        let s = q.shape()[0];
+        let q = q.reshape(&[s, c.heads, d])?.rope(c.rope_base, pos)?;
+        let k = k.reshape(&[s, c.kv_heads, d])?.rope(c.rope_base, pos)?;
+        let v = v.reshape(&[s, c.kv_heads, d])?;
+        cache.0.write_rows(pos, &k)?;
+        cache.1.write_rows(pos, &v)?;
+        Tensor::gqa_attention(&q, &cache.0, &cache.1, pos + s, 1.0 / (d as f32).sqrt())
+    }
+
+    /// The final norm and the tied output head: logits `[s, vocab]`.
+    fn head(&self, x: &Tensor) -> Result<Tensor> {
+        x.rms_norm(&self.out_norm, self.config.eps)?.linear(&self.embed, None, true, None)
     }
 }

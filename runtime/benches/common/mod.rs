@@ -129,6 +129,7 @@ pub fn ctx(queue: &DeviceQueue, tenant: &str, class: PriorityClass) -> Invocatio
         scheduling: SchedulingInfo { tenant: tenant.into(), function: "f".into(), class, weight: 1 },
         timeout: None,
         caller: Default::default(),
+        serving: None,
     }
 }
 

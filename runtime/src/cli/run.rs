@@ -68,6 +68,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         scheduling,
         timeout: None,
         caller: Default::default(),
+        serving: None,
     };
     let output = rt.block_on(engine.invoke(&image, ctx, &request.inputs))?;
     let outputs = oip::select_outputs(output.outputs, &request.outputs)?;

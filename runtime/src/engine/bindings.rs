@@ -3,7 +3,8 @@
 //! Every import may trap (resource-table faults are sandbox violations). The imports
 //! that wait are async: `tensor.read` waits for the device, and the ones that queue
 //! work (uploads, `zeros`, `write-rows` and launches) wait for room in the invocation's queue
-//! (backpressure), and `streaming.emit` waits for room in its caller's chunk channel. Imports
+//! (backpressure), `streaming.emit` (and a served request's `emit`) waits for room in its
+//! caller's chunk channel, and `requests.next` waits for a request. Imports
 //! that return the WIT
 //! `result<_, error>` return `Result<_, HostError>` instead (`trappable_error_type`):
 //! [`super::host_error::HostError`] decides whether the guest gets the `error` or traps.
@@ -22,6 +23,8 @@ wasmtime::component::bindgen!({
         "sluice:gpu/ops.launch": async | trappable,
         "sluice:gpu/fused.launch": async | trappable,
         "sluice:gpu/streaming.emit": async | trappable,
+        "sluice:gpu/requests.next": async | trappable,
+        "sluice:gpu/requests.[method]request.emit": async | trappable,
         default: trappable,
     },
     exports: { default: async },
@@ -31,6 +34,7 @@ wasmtime::component::bindgen!({
     },
     with: {
         "sluice:gpu/tensors.tensor": super::handle::TensorHandle,
+        "sluice:gpu/requests.request": super::request_handle::RequestHandle,
     },
 });
 

@@ -64,6 +64,8 @@ pub struct FunctionImage {
     pub(super) artifacts: Arc<ArtifactSet>,
     pub(super) limits: FunctionLimits,
     pub(super) warm: Arc<WarmPool>,
+    /// Whether it imports the `requests` interface (a serving function does).
+    pub(super) serves: bool,
 }
 
 impl FunctionImage {
@@ -81,6 +83,25 @@ impl FunctionImage {
     pub fn warm_instances(&self) -> usize {
         self.warm.len()
     }
+
+    /// Whether it can be a serving function: it imports `sluice:gpu/requests` (a
+    /// serving function also declares itself one, `super::declares_serving`).
+    pub fn imports_requests(&self) -> bool {
+        self.serves
+    }
+
+    /// Its time limit.
+    pub fn timeout(&self) -> Duration {
+        self.limits.timeout
+    }
+}
+
+/// Whether `component` imports the `requests` interface (any version).
+fn imports_requests(engine: &wasmtime::Engine, component: &Component) -> bool {
+    component
+        .component_type()
+        .imports(engine)
+        .any(|(name, _)| name.split_once('@').map_or(name, |(interface, _version)| interface) == "sluice:gpu/requests")
 }
 
 impl Engine {
@@ -150,6 +171,7 @@ impl Engine {
         let pre = self.check_world(component)?;
         limits.sandbox.memory_bytes = limits.sandbox.memory_bytes.min(self.config().max_memory_bytes);
         let warm = WarmPool::new(self.config().warm_instances_per_function, &self.warm, tenant);
-        Ok(FunctionImage { name, pre, artifacts, limits, warm })
+        let serves = imports_requests(self.wasmtime(), component);
+        Ok(FunctionImage { name, pre, artifacts, limits, warm, serves })
     }
 }

@@ -78,7 +78,7 @@ impl InvocationState {
     }
 
     /// A host import that may take time is entered (see [`super::guest_cpu`]).
-    fn enter_host(&mut self) {
+    pub(super) fn enter_host(&mut self) {
         self.guest_cpu.enter_host(&self.queue, self.invocation);
     }
 

@@ -18,6 +18,7 @@ use super::Engine;
 use super::bindings::{IoData, IoTensor, RunError};
 use super::caller::{CallerLink, CallerState, ChunkTimes};
 use super::component::{FunctionImage, FunctionLimits};
+use super::serving::ServingLink;
 use super::state::{InvocationState, Limiter};
 use super::warm::WarmInstance;
 use crate::scheduler::{DeviceQueue, InvocationGuard, MemoryAccount, PriorityClass, SchedulingInfo};
@@ -37,6 +38,8 @@ pub struct InvocationContext {
     /// Where emitted chunks go and whether the caller has gone (default: a one-shot
     /// caller that stays).
     pub caller: CallerLink,
+    /// For a serving invocation, its queue (see `serving`); `None` for an ordinary one.
+    pub serving: Option<ServingLink>,
 }
 
 /// The outputs of a successful invocation and what it cost.
@@ -175,6 +178,7 @@ impl Engine {
                 state.launches = 0;
                 state.quota_refusal = None;
                 state.caller = CallerState::new(ctx.caller);
+                state.serving = ctx.serving;
                 (store, Some(instance))
             }
             None => (self.new_store(image, ctx, &stream), None),
@@ -229,7 +233,8 @@ impl Engine {
         store.data_mut().caller = CallerState::default();
         let state = store.data();
         let store_quota_refusal = state.quota_refusal.clone();
-        if state.live_tensors == 0 && state.stderr.contents().len() + STDERR_ROOM_TO_KEEP <= STDERR_CAPTURE_BYTES {
+        let clean = state.live_tensors == 0 && state.served.is_empty();
+        if clean && state.stderr.contents().len() + STDERR_ROOM_TO_KEEP <= STDERR_CAPTURE_BYTES {
             image.warm.give_back(WarmInstance { store, instance }, finished);
         }
         // A guest that fails after a quota refusal failed because of it: the quota's
@@ -290,6 +295,9 @@ impl Engine {
             guest_cpu: Default::default(),
             caller: CallerState::new(ctx.caller),
             deadline: Instant::now(),
+            serving: ctx.serving,
+            served: Default::default(),
+            next_served: 0,
         };
         let mut store = Store::new(self.wasmtime(), state);
         store.limiter(|s| &mut s.limiter);

@@ -93,6 +93,13 @@ pub struct InvocationState {
     pub(crate) caller: CallerState,
     /// When the invocation's time limit is up (checked at every epoch tick).
     pub(crate) deadline: std::time::Instant,
+    /// The queue of a serving invocation (`None` for an ordinary one).
+    pub(crate) serving: Option<super::serving::ServingLink>,
+    /// The requests a serving invocation holds, by the id its guest's handles carry: a
+    /// store that holds any is never kept warm, and dropping one answers it.
+    pub(crate) served: std::collections::HashMap<u64, super::serving::ServedRequest>,
+    /// The id of the next request handed to the guest.
+    pub(crate) next_served: u64,
 }
 
 impl Drop for InvocationState {

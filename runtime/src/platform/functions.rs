@@ -33,7 +33,9 @@ use super::cache::{self, Versioned};
 pub(super) type LoadTicket<'a> = cache::LoadTicket<'a, LoadedFunction>;
 use super::weights::WeightCharge;
 use super::{Platform, PlatformError, Result};
-use crate::engine::{ArtifactSet, ArtifactStats, FunctionImage, FunctionLimits, Signature, read_signature};
+use crate::engine::{
+    ArtifactSet, ArtifactStats, FunctionImage, FunctionLimits, Signature, declares_serving, read_signature,
+};
 use crate::scheduler::Placement;
 
 /// A version of a function, ready to run.
@@ -48,6 +50,9 @@ pub struct LoadedFunction {
     pub(crate) placement: Placement,
     /// Its weight bytes, charged to its tenant's ledger while it is placed.
     pub(crate) weights: WeightCharge,
+    /// A serving function (continuous batching): it declares itself one and imports
+    /// `sluice:gpu/requests`; its requests go to its serving invocations (`serving`).
+    pub(crate) serves: bool,
 }
 
 impl LoadedFunction {
@@ -392,7 +397,10 @@ impl Platform {
     /// Pre-instantiates `component` as version `v`, with one artifact set (shared weights)
     /// charged to the tenant; `serving`: it is to replace the serving version.
     fn load(&self, v: &FunctionVersion, component: Component, serving: bool) -> Result<Arc<LoadedFunction>> {
-        let signature = read_signature(&self.registry.read_blob(&v.component.digest)?)?.map(Arc::new);
+        let wasm = self.registry.read_blob(&v.component.digest)?;
+        let signature = read_signature(&wasm)?.map(Arc::new);
+        let declares_serving = declares_serving(&wasm);
+        drop(wasm);
         let tenant = self.tenant_runtime(&v.tenant)?;
         let files: HashMap<_, _> =
             v.artifacts.iter().map(|(name, blob)| (name.clone(), self.registry.blob_path(&blob.digest))).collect();
@@ -417,7 +425,8 @@ impl Platform {
             FunctionLimits { timeout: Duration::from_millis(v.options.timeout_ms), ..FunctionLimits::default() };
         limits.sandbox.memory_bytes = usize::try_from(v.options.memory_limit_bytes).unwrap_or(usize::MAX);
         let image = self.engine.prepare_for_tenant(&v.tenant, v.function.clone(), &component, artifacts, limits)?;
-        Ok(Arc::new(LoadedFunction { version: v.clone(), signature, component, image, placement, weights }))
+        let serves = declares_serving && image.imports_requests();
+        Ok(Arc::new(LoadedFunction { version: v.clone(), signature, component, image, placement, weights, serves }))
     }
 
     /// Reclaims unreferenced blobs; failures are only logged.

@@ -1,6 +1,7 @@
 //! Invocations: admission control ([`super::admission`]), then the version's load if it
 //! is not loaded, then one run in a fresh or warm instance, alone or, for a version
-//! deployed with batching, in a batch with other requests ([`super::batcher`]).
+//! deployed with batching, in a batch with other requests ([`super::batcher`]); a
+//! serving function's requests go to its serving invocation ([`super::serving`]).
 //!
 //! Admission takes a permit from the tenant's limit and then from the server's without
 //! waiting, so a full server answers "retry later" (429) at once rather than building
@@ -22,6 +23,7 @@ use super::policy::{clamp_class, clamp_weight, scheduling_class};
 use super::{LoadedFunction, Platform, PlatformError, Result, TenantRuntime};
 use crate::engine::{
     CallerLink, Cancel, CancelOnDrop, ChunkSink, InvocationContext, InvocationOutput, InvokeError, IoTensor,
+    ServingLink,
 };
 use crate::scheduler::{MemoryAccount, SchedulingInfo};
 
@@ -37,7 +39,9 @@ pub struct Invocation {
     /// From admission to the start of instantiation (thread hand-off, waits, and the
     /// wait for a batch to fill).
     pub queue: Duration,
-    /// Requests that shared the invocation (1 when it ran alone; see `batcher`).
+    /// Requests that shared the invocation (1 when it ran alone; see `batcher`); for a
+    /// serving function, the most requests its serving invocation held at once while it
+    /// held this one (see `serving`).
     pub batch: u32,
 }
 
@@ -159,14 +163,6 @@ impl Platform {
             )),
             weight: clamp_weight(tenant_rt.policy.weight, function.version.options.weight),
         };
-        let batching = function.version.options.batching.filter(|b| b.max_batch_size > 1);
-        if let Some(policy) = batching
-            && options.stream.is_none()
-        {
-            return self
-                .invoke_batched(&tenant_rt, function, policy, scheduling, inputs, options.timeout, queued, received)
-                .await;
-        }
         // Dropping this future (its caller went away) stops the invocation.
         let cancel = Cancel::default();
         let _cancel_on_drop = CancelOnDrop(cancel.clone());
@@ -174,16 +170,33 @@ impl Platform {
             Some(sink) => CallerLink::streaming(sink.clone(), cancel),
             None => CallerLink { sink: None, cancel },
         };
-        let (started, output) = self
-            .run_guest(&function, &tenant_rt, scheduling, options.timeout, caller, inputs, Some(Box::new(queued)))
-            .await?;
+        let batching = function.version.options.batching;
+        if function.serves && batching.is_none_or(|b| b.max_batch_size > 1) {
+            // Continuous batching: the function's serving invocation takes it from a queue.
+            let _running = queued.running();
+            let served = self
+                .invoke_served(&tenant_rt, &function, scheduling, inputs, caller, options.timeout, received)
+                .await?;
+            return Ok(Invocation { function, output: served.output, queue: served.queue, batch: served.peers });
+        }
+        if let Some(policy) = batching.filter(|b| b.max_batch_size > 1)
+            && options.stream.is_none()
+        {
+            return self
+                .invoke_batched(&tenant_rt, function, policy, scheduling, inputs, options.timeout, queued, received)
+                .await;
+        }
+        let queued = Some(Box::new(queued) as Box<dyn Progress>);
+        let (started, output) =
+            self.run_guest(&function, &tenant_rt, scheduling, options.timeout, caller, inputs, queued, None).await?;
         Ok(Invocation { function, output, queue: started - received, batch: 1 })
     }
 
     /// Runs `function` once in a guest on a host thread of its class's OS priority (see
-    /// `guest_threads`), charged to its tenant; returns when the guest started and its output.
+    /// `guest_threads`), charged to its tenant; returns when the guest started and its
+    /// output. With `serving`, it is a serving invocation of that queue (`serving`).
     #[allow(clippy::too_many_arguments)]
-    async fn run_guest(
+    pub(super) async fn run_guest(
         self: &Arc<Self>,
         function: &Arc<LoadedFunction>,
         tenant_rt: &TenantRuntime,
@@ -192,6 +205,7 @@ impl Platform {
         caller: CallerLink,
         inputs: Vec<IoTensor>,
         queued: Option<Box<dyn Progress>>,
+        serving: Option<ServingLink>,
     ) -> Result<(Instant, InvocationOutput)> {
         let ctx = InvocationContext {
             queue: function.placement.queue().clone(),
@@ -199,6 +213,7 @@ impl Platform {
             scheduling,
             timeout,
             caller,
+            serving,
         };
         let class = ctx.scheduling.class;
         let (platform, f, handle) = (self.clone(), function.clone(), tokio::runtime::Handle::current());
@@ -239,7 +254,7 @@ impl Platform {
                 Box::pin(async move {
                     // Each request's gauge is its own (the batcher moves it to running).
                     let caller = CallerLink { sink: None, cancel };
-                    platform.run_guest(&f, &tenant_rt, scheduling, None, caller, inputs, None).await
+                    platform.run_guest(&f, &tenant_rt, scheduling, None, caller, inputs, None, None).await
                 })
             })
         };

@@ -135,7 +135,7 @@ pub struct Metrics {
     time_to_first_token: Histograms,
     time_per_output_token: Histograms,
     /// Requests that shared each successful request's invocation, for functions deployed
-    /// with batching.
+    /// with batching and serving functions.
     batch_size: Histograms,
     /// tenant → every `(function, outcome)` with a series, to remove them on delete
     /// (a `Family` cannot be iterated). Written only when a series is created.
@@ -210,7 +210,7 @@ impl Metrics {
         self.instantiate_duration.get_or_create(&labels).observe(out.instantiate.as_secs_f64());
         self.execute_duration.get_or_create(&labels).observe(out.execute.as_secs_f64());
         self.kernel_launches.get_or_create(&labels).inc_by(out.launches);
-        if invocation.function.version.options.batching.is_some() {
+        if invocation.function.version.options.batching.is_some() || invocation.function.serves {
             self.batch_size.get_or_create(&labels).observe(f64::from(invocation.batch));
         }
         self.stats.record_ok(tenant, function, total, invocation.queue, out.instantiate + out.execute);
@@ -306,7 +306,7 @@ impl Metrics {
             r.register_with_unit(name, help, Unit::Seconds, family.clone());
         }
         r.register("kernel_launches", "Ops launched by successful invocations", self.kernel_launches.clone());
-        let help = "Requests that shared a successful request's invocation (functions deployed with batching)";
+        let help = "Requests that shared a successful request's invocation (batching and serving functions)";
         r.register("batch_size", help, self.batch_size.clone());
         r.register("function_in_flight", "Invocations of a function running now", self.function_in_flight.clone());
         let help = "Invocations of a function admitted and waiting for a guest thread";

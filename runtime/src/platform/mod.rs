@@ -51,6 +51,7 @@ mod metrics;
 mod policy;
 mod repository;
 mod revocation;
+mod serving;
 mod stats;
 mod tenants;
 mod uploads;
@@ -363,6 +364,8 @@ pub struct Platform {
     host_memory: host_memory::HostBudgets,
     /// Requests of batched functions waiting for their batch.
     batcher: Arc<batcher::Batcher>,
+    /// The queues of serving functions (continuous batching).
+    serving: serving::ServingQueues,
 }
 
 impl Platform {
@@ -406,6 +409,7 @@ impl Platform {
             watching: watching::Watching::new(config.watch),
             host_memory: host_memory::HostBudgets::new(config.host_memory),
             batcher: Arc::default(),
+            serving: Default::default(),
             config,
             functions: FunctionCache::default(),
             tenants: Mutex::new(HashMap::new()),

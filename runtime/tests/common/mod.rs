@@ -57,6 +57,7 @@ pub fn context() -> (InvocationContext, Arc<MemoryAccount>) {
             scheduling: scheduling(),
             timeout: None,
             caller: Default::default(),
+            serving: None,
         },
         account,
     )

@@ -2,11 +2,11 @@
 //! dequantization, quantization (for casts and tests), and the quantized linear
 //! `y = x · Wᵀ` with f32 activations, dequantizing the weight on the fly.
 //!
-//! The linear takes two paths. For few rows of `x` (decode: one token) each output is a
-//! dot product of an x row with a weight row, computed block by block straight from
-//! the packed bytes ([`dot_rows`], vectorised by [`multiversion!`] over [`LANES`]
-//! fixed lanes, so every vector width gives the same bits); weight rows are split over
-//! rayon. For more rows (a prompt) panels of weight rows are dequantized into f32 and
+//! The linear takes two paths. For few rows of `x` (decode: one token per sequence)
+//! each output is a dot product of an x row with a weight row, computed block by block
+//! straight from the packed bytes ([`dot_rows`], vectorised by [`multiversion!`] over
+//! [`LANES`] fixed lanes, so every vector width gives the same bits); chunks of weight
+//! rows are split over rayon, and each chunk serves every x row while it is in cache. For more rows (a prompt) panels of weight rows are dequantized into f32 and
 //! multiplied with the gemm kernels of `matmul.rs`, one panel per rayon task, so the
 //! dequantization is paid once per panel rather than once per x row. Both paths sum in
 //! an order other than a dequantize-then-gemm reference, so results agree with it to
@@ -22,8 +22,9 @@ use crate::KernelError;
 use crate::matmul::gemm_f32;
 use crate::simd::{LANES, multiversion};
 
-/// Rows of `x` up to which the linear takes the dot-product path.
-const DOT_MAX_ROWS: usize = 4;
+/// Rows of `x` up to which the linear takes the dot-product path (a decode step of up
+/// to this many sequences; a serving function's batch is at most 8).
+const DOT_MAX_ROWS: usize = 8;
 /// Weight rows dequantized per panel of the gemm path.
 const PANEL_ROWS: usize = 256;
 /// Multiply-adds below which the work stays on the calling thread.
@@ -111,43 +112,110 @@ pub(crate) fn quantize(dtype: DType, v: &[f32]) -> Arc<[u8]> {
 }
 
 multiversion! {
-    /// `out[r] = Σ_k deq(w_r)[k] · x[k]` for the consecutive packed weight rows `w_r`
-    /// of `w` (each `x.len() / 32` blocks of `dtype`). A Q4_1 block contributes
-    /// `d · Σ q_j x_j + m · Σ x_j`, with `Σ x_j` of each block taken once from `xsums`;
-    /// the products of each block go to [`LANES`] lanes (element j and j + 16 to lane
-    /// j), summed once per row in a fixed order.
-    fn dot_rows(dtype: DType, w: &[u8], x: &[f32], xsums: &[f32], out: &mut [f32]) {
-        let bb = dtype.block_bytes();
-        let row_bytes = x.len() / QUANT_BLOCK * bb;
-        for (o, row) in out.iter_mut().zip(w.chunks_exact(row_bytes)) {
-            let mut acc = [0.0f32; LANES];
-            let mut offsets = 0.0f32;
-            for ((block, xb), &xsum) in row.chunks_exact(bb).zip(x.chunks_exact(QUANT_BLOCK)).zip(xsums) {
-                let d = f16_at(block, 0);
-                let (lo, hi) = xb.split_at(LANES);
-                if dtype == DType::Q4_1 {
-                    let qs: &[u8; 16] = block[4..20].try_into().expect("16 bytes");
-                    for j in 0..LANES {
-                        acc[j] += d * (f32::from(qs[j] & 15) * lo[j] + f32::from(qs[j] >> 4) * hi[j]);
-                    }
-                    offsets += f16_at(block, 2) * xsum;
-                } else {
-                    let qs: &[u8; 32] = block[2..34].try_into().expect("32 bytes");
-                    for j in 0..LANES {
-                        acc[j] += d * (f32::from(qs[j] as i8) * lo[j] + f32::from(qs[j + 16] as i8) * hi[j]);
-                    }
+    /// `out[i·rows + r] = Σ_k deq(w_r)[k] · x_i[k]` for the consecutive packed weight
+    /// rows `w_r` of `w` (`rows` of them, each `k / 32` blocks of `dtype`) and the x rows
+    /// `x_i` of `x` (at most [`DOT_MAX_ROWS`], each `k` long). A Q4_1 block contributes
+    /// `d · Σ q_j x_j + m · Σ x_j`, with `Σ x_j` of each block taken once from `xsums`
+    /// (`k / 32` per x row); the products of each block go to [`LANES`] lanes (element j
+    /// and j + 16 to lane j), summed once per output in a fixed order. Each block's
+    /// quants are widened once for every x row (exactly: the widening does not round),
+    /// so an output has the same bits whatever the number of x rows.
+    fn dot_rows(dtype: DType, w: &[u8], x: &[f32], xsums: &[f32], k: usize, out: &mut [f32]) {
+        match x.len() / k {
+            1 => dot_rows_one(dtype, w, x, xsums, out),
+            2 => dot_rows_of::<2>(dtype, w, x, xsums, k, out),
+            3 => dot_rows_of::<3>(dtype, w, x, xsums, k, out),
+            4 => dot_rows_of::<4>(dtype, w, x, xsums, k, out),
+            5 => dot_rows_of::<5>(dtype, w, x, xsums, k, out),
+            6 => dot_rows_of::<6>(dtype, w, x, xsums, k, out),
+            7 => dot_rows_of::<7>(dtype, w, x, xsums, k, out),
+            _ => dot_rows_of::<8>(dtype, w, x, xsums, k, out),
+        }
+    }
+}
+
+const _: () = assert!(DOT_MAX_ROWS == 8, "dot_rows dispatches on 1 to 8 x rows");
+
+/// [`dot_rows`] for one x row: each block's products straight from its quants (the
+/// same arithmetic as [`dot_rows_of`], without the widened copy).
+#[inline(always)]
+fn dot_rows_one(dtype: DType, w: &[u8], x: &[f32], xsums: &[f32], out: &mut [f32]) {
+    let bb = dtype.block_bytes();
+    let row_bytes = x.len() / QUANT_BLOCK * bb;
+    for (o, row) in out.iter_mut().zip(w.chunks_exact(row_bytes)) {
+        let mut acc = [0.0f32; LANES];
+        let mut offsets = 0.0f32;
+        for ((block, xb), &xsum) in row.chunks_exact(bb).zip(x.chunks_exact(QUANT_BLOCK)).zip(xsums) {
+            let d = f16_at(block, 0);
+            let (lo, hi) = xb.split_at(LANES);
+            if dtype == DType::Q4_1 {
+                let qs: &[u8; 16] = block[4..20].try_into().expect("16 bytes");
+                for j in 0..LANES {
+                    acc[j] += d * (f32::from(qs[j] & 15) * lo[j] + f32::from(qs[j] >> 4) * hi[j]);
+                }
+                offsets += f16_at(block, 2) * xsum;
+            } else {
+                let qs: &[u8; 32] = block[2..34].try_into().expect("32 bytes");
+                for j in 0..LANES {
+                    acc[j] += d * (f32::from(qs[j] as i8) * lo[j] + f32::from(qs[j + 16] as i8) * hi[j]);
                 }
             }
-            *o = acc.iter().sum::<f32>() + offsets;
+        }
+        *o = acc.iter().sum::<f32>() + offsets;
+    }
+}
+
+/// [`dot_rows`] for `M` x rows (a constant, so the compiler unrolls the rows and keeps
+/// the accumulators in registers).
+#[inline(always)]
+fn dot_rows_of<const M: usize>(dtype: DType, w: &[u8], x: &[f32], xsums: &[f32], k: usize, out: &mut [f32]) {
+    let bb = dtype.block_bytes();
+    let blocks = k / QUANT_BLOCK;
+    let rows = out.len() / M;
+    for (r, row) in w.chunks_exact(blocks * bb).enumerate().take(rows) {
+        let mut acc = [[0.0f32; LANES]; M];
+        let mut offsets = [0.0f32; M];
+        for (b, block) in row.chunks_exact(bb).enumerate() {
+            let d = f16_at(block, 0);
+            let mut ql = [0.0f32; LANES];
+            let mut qh = [0.0f32; LANES];
+            if dtype == DType::Q4_1 {
+                let qs: &[u8; 16] = block[4..20].try_into().expect("16 bytes");
+                for j in 0..LANES {
+                    ql[j] = f32::from(qs[j] & 15);
+                    qh[j] = f32::from(qs[j] >> 4);
+                }
+            } else {
+                let qs: &[u8; 32] = block[2..34].try_into().expect("32 bytes");
+                for j in 0..LANES {
+                    ql[j] = f32::from(qs[j] as i8);
+                    qh[j] = f32::from(qs[j + 16] as i8);
+                }
+            }
+            let min = if dtype == DType::Q4_1 { f16_at(block, 2) } else { 0.0 };
+            for i in 0..M {
+                let xb = &x[i * k + b * QUANT_BLOCK..i * k + (b + 1) * QUANT_BLOCK];
+                let (lo, hi) = xb.split_at(LANES);
+                for j in 0..LANES {
+                    acc[i][j] += d * (ql[j] * lo[j] + qh[j] * hi[j]);
+                }
+                if dtype == DType::Q4_1 {
+                    offsets[i] += min * xsums[i * blocks + b];
+                }
+            }
+        }
+        for i in 0..M {
+            out[i * rows + r] = acc[i].iter().sum::<f32>() + offsets[i];
         }
     }
 }
 
 /// The bytes the quantized linear holds besides its output, at most: on the gemm path
-/// one dequantized panel per thread and the product's blocks (the dot path holds none).
+/// one dequantized panel per thread and the product's blocks (the dot path: the
+/// product's chunks).
 pub fn linear_scratch_bytes(m: usize, k: usize, n: usize, threads: usize) -> u64 {
     if m <= DOT_MAX_ROWS {
-        return 0;
+        return (m * n) as u64 * 4;
     }
     let floats = threads.max(1) * PANEL_ROWS.min(n) * k + m * n;
     floats as u64 * 4
@@ -170,18 +238,38 @@ pub(crate) fn linear(dtype: DType, x: &[f32], w: &[u8], m: usize, k: usize, n: u
     }
     let parallel = m * n * k >= PAR_MIN_MACS;
     if m <= DOT_MAX_ROWS {
-        // Output rows of [n], each split into chunks of weight rows.
+        // Chunks of weight rows, each read from memory once and applied to every x row
+        // while it is in cache (decode of several sequences at once reads the weights
+        // once, not once per sequence); each output element is the same dot product as
+        // for that x row alone, so the bits do not depend on m.
         let chunk = if parallel { n.div_ceil(rayon::current_num_threads() * 4).max(16) } else { n };
-        for (xr, yr) in x.chunks_exact(k).zip(y.chunks_exact_mut(n)) {
-            let xsums: Vec<f32> = xr.chunks_exact(QUANT_BLOCK).map(|b| b.iter().sum()).collect();
-            let work = |(i, out): (usize, &mut [f32])| {
+        let xsums: Vec<f32> = x.chunks_exact(QUANT_BLOCK).map(|b| b.iter().sum()).collect();
+        let starts: Vec<usize> = (0..n).step_by(chunk).collect();
+        let work = |&start: &usize| {
+            let rows = chunk.min(n - start);
+            let w_rows = &w[start * row_bytes..(start + rows) * row_bytes];
+            let mut out = vec![0.0f32; m * rows];
+            dot_rows(dtype, w_rows, x, &xsums, k, &mut out);
+            out
+        };
+        if m == 1 {
+            let one = |(i, out): (usize, &mut [f32])| {
                 let w_rows = &w[i * chunk * row_bytes..(i * chunk + out.len()) * row_bytes];
-                dot_rows(dtype, w_rows, xr, &xsums, out);
+                dot_rows(dtype, w_rows, x, &xsums, k, out);
             };
             if parallel {
-                yr.par_chunks_mut(chunk).enumerate().for_each(work);
+                y.par_chunks_mut(chunk).enumerate().for_each(one);
             } else {
-                yr.chunks_mut(chunk).enumerate().for_each(work);
+                y.chunks_mut(chunk).enumerate().for_each(one);
+            }
+            return Ok(y);
+        }
+        let parts: Vec<Vec<f32>> =
+            if parallel { starts.par_iter().map(work).collect() } else { starts.iter().map(work).collect() };
+        for (&start, part) in starts.iter().zip(&parts) {
+            let rows = chunk.min(n - start);
+            for (yr, o) in y.chunks_exact_mut(n).zip(part.chunks_exact(rows)) {
+                yr[start..start + rows].copy_from_slice(o);
             }
         }
         return Ok(y);
@@ -222,6 +310,29 @@ pub(crate) fn gather_rows(dtype: DType, table: &[u8], dim: usize, rows: &[usize]
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_row_of_a_several_row_linear_has_the_bits_of_that_row_alone() {
+        // A decode step of several sequences gives each the bits it gets alone, on
+        // both sides of the parallel threshold.
+        for (k, n) in [(64, 48), (576, 1536)] {
+            let w: Vec<f32> = (0..n * k).map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 997.0).collect();
+            for dtype in [DType::Q4_1, DType::Q8_0] {
+                let packed = quantize(dtype, &w);
+                for m in 1..=DOT_MAX_ROWS {
+                    let x: Vec<f32> = (0..m * k).map(|i| ((i * 104_729 % 811) as f32 - 405.0) / 409.0).collect();
+                    let all = linear(dtype, &x, &packed, m, k, n).unwrap();
+                    for (r, got) in all.chunks_exact(n).enumerate() {
+                        let alone = linear(dtype, &x[r * k..(r + 1) * k], &packed, 1, k, n).unwrap();
+                        assert!(
+                            got.iter().zip(&alone).all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{dtype} m {m} row {r}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn quantize_then_dequantize_is_close_and_exact_on_the_grid() {
