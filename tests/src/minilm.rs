@@ -11,7 +11,12 @@ use crate::{Server, repo_root};
 /// Deploys component `wasm` as `name` for `key`, with the model's weights, vocabulary
 /// and config as the artifacts `model`, `vocab` and `config`.
 pub fn deploy(server: &Server, key: &str, name: &str, wasm: &str) {
-    server.deploy(key, name, wasm, "timeout_ms=60000");
+    deploy_with(server, key, name, wasm, "timeout_ms=60000");
+}
+
+/// [`deploy`] with the deploy's query string `query`.
+pub fn deploy_with(server: &Server, key: &str, name: &str, wasm: &str, query: &str) {
+    server.deploy(key, name, wasm, query);
     let dir = required_model_dir();
     for (artifact, file) in [("model", "model.safetensors"), ("vocab", "vocab.txt"), ("config", "config.json")] {
         let bytes = std::fs::read(dir.join(file)).unwrap();

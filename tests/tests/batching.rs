@@ -125,12 +125,7 @@ fn batched_minilm_matches_unbatched_minilm_request_by_request() {
     sluice_tests::minilm::deploy(&server, &key, "minilm-embed", "minilm_embed");
     // The batched copy: the same component and weights, deployed with batching.
     let q = format!("timeout_ms=60000&max_batch_size=8&max_queue_delay_us={LONG_DELAY_US}");
-    server.deploy(&key, "minilm-batched", "minilm_embed", &q);
-    let dir = sluice_tests::fixtures::required_model_dir();
-    for (artifact, file) in [("model", "model.safetensors"), ("vocab", "vocab.txt"), ("config", "config.json")] {
-        let bytes = std::fs::read(dir.join(file)).unwrap();
-        server.put_bytes(&format!("/v1/functions/minilm-batched/artifacts/{artifact}"), &key, bytes).expect(201);
-    }
+    sluice_tests::minilm::deploy_with(&server, &key, "minilm-batched", "minilm_embed", &q);
 
     let records = reference();
     let texts: Vec<&str> = records.iter().take(8).map(|r| r["text"].as_str().unwrap()).collect();

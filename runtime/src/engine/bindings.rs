@@ -41,6 +41,18 @@ wasmtime::component::bindgen!({
 pub use sluice::gpu::io::IoData;
 pub use sluice::gpu::types::{Dtype as WitDtype, Error as WitError};
 
+/// The elements of `data`, whatever their type.
+pub fn element_count(data: &IoData) -> usize {
+    match data {
+        IoData::F32(v) => v.len(),
+        IoData::F16(v) | IoData::Bf16(v) => v.len(),
+        IoData::I32(v) => v.len(),
+        IoData::I64(v) => v.len(),
+        IoData::U8(v) => v.len(),
+        IoData::Bytes(v) => v.len(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// The literal given to `bindgen!` above, relative to this crate.

@@ -116,14 +116,7 @@ mod tests {
             let mut out = vec![9];
             let n = encode(&data, &mut out);
             assert_eq!(n, out.len() - 1);
-            let count = match &data {
-                IoData::F32(v) => v.len(),
-                IoData::F16(v) | IoData::Bf16(v) => v.len(),
-                IoData::I32(v) => v.len(),
-                IoData::I64(v) => v.len(),
-                IoData::U8(v) => v.len(),
-                IoData::Bytes(v) => v.len(),
-            };
+            let count = crate::engine::element_count(&data);
             assert_eq!(decode(datatype, count as u64, &out[1..]).unwrap(), data, "{datatype}");
         }
     }

@@ -29,7 +29,7 @@ use super::{InferRequest, InferResponse, OipError, ParamValue, Parameters, binar
 pub const BINARY_DATA: &str = "binary_data";
 /// A request parameter: return every output as binary data unless it says otherwise.
 pub const BINARY_DATA_OUTPUT: &str = "binary_data_output";
-use crate::engine::IoData;
+use crate::engine::{IoData, element_count};
 
 /// Parses a JSON request body (no binary tensor data).
 pub fn parse_request(body: &[u8]) -> Result<InferRequest, OipError> {
@@ -153,18 +153,6 @@ pub fn data_json_bound(data: &IoData) -> u64 {
         IoData::I64(_) => n * 21,
         IoData::U8(_) => n * 4,
         IoData::Bytes(v) => v.iter().map(|b| 3 + 6 * b.len() as u64).sum(),
-    }
-}
-
-/// Elements of `data`.
-fn element_count(data: &IoData) -> usize {
-    match data {
-        IoData::F32(v) => v.len(),
-        IoData::F16(v) | IoData::Bf16(v) => v.len(),
-        IoData::I32(v) => v.len(),
-        IoData::I64(v) => v.len(),
-        IoData::U8(v) => v.len(),
-        IoData::Bytes(v) => v.len(),
     }
 }
 

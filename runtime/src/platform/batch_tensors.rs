@@ -8,7 +8,7 @@
 //! first axis does not hold one row per input row cannot be split: the batch fails with
 //! a message saying so, since the function broke its batching contract.
 
-use crate::engine::{IoData, IoTensor};
+use crate::engine::{IoData, IoTensor, element_count};
 
 /// The part of a request's inputs a batch must agree on: each input's name, data type
 /// and dimensions after the first, in request order.
@@ -95,17 +95,6 @@ pub(crate) fn concat(requests: Vec<Vec<IoTensor>>) -> Vec<IoTensor> {
     joined
 }
 
-fn elements(data: &IoData) -> usize {
-    match data {
-        IoData::F32(v) => v.len(),
-        IoData::F16(v) | IoData::Bf16(v) => v.len(),
-        IoData::I32(v) => v.len(),
-        IoData::I64(v) => v.len(),
-        IoData::U8(v) => v.len(),
-        IoData::Bytes(v) => v.len(),
-    }
-}
-
 /// Cuts `data` into consecutive pieces of `counts` elements.
 fn cut(data: IoData, counts: &[usize]) -> Vec<IoData> {
     fn pieces<T>(v: Vec<T>, counts: &[usize]) -> Vec<Vec<T>> {
@@ -138,7 +127,7 @@ pub(crate) fn split(outputs: Vec<IoTensor>, rows: &[u64]) -> Result<Vec<Vec<IoTe
             ));
         }
         let per_row: u64 = t.shape[1..].iter().product();
-        if (elements(&t.data) as u64) != total * per_row {
+        if (element_count(&t.data) as u64) != total * per_row {
             return Err(format!("output {:?} holds fewer or more elements than its shape {:?}", t.name, t.shape));
         }
         let counts: Vec<usize> = rows.iter().map(|&r| (r * per_row) as usize).collect();

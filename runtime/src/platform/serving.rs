@@ -1,5 +1,6 @@
 //! Continuous batching, the platform's half: requests of a serving function (one that
-//! imports `sluice:gpu/requests`) go to a queue per loaded version and priority class,
+//! declares itself one, `sluice_guest::serving_function!`, and imports
+//! `sluice:gpu/requests`) go to a queue per loaded version and priority class,
 //! and one serving invocation at a time takes them from it (`engine::ServingQueue`).
 //!
 //! A request keeps everything an ordinary invocation has: its admission permits (held
@@ -8,8 +9,10 @@
 //! (its caller's going makes it `gone` and its `emit` fail). A serving invocation is
 //! started when a request finds none running, and again when one ends while requests
 //! wait; it takes no new request after half the function's time limit, so none
-//! outlives the limit. One that fails, or returns without taking a request while
-//! requests wait, fails the waiting requests rather than being restarted in a loop.
+//! outlives the limit. One that fails, or two in a row that return without taking a
+//! request while requests wait, fail the waiting requests rather than being restarted
+//! in a loop (one idle return is the normal race of a request arriving as an idle
+//! invocation ends).
 //!
 //! A serving function deployed with `max_batch_size` N holds at most N requests at once
 //! (N = 1 turns continuous batching off: each request is then an ordinary invocation,
@@ -132,6 +135,7 @@ impl Platform {
         let platform = self.clone();
         tokio::spawn(async move {
             let class = scheduling.class;
+            let mut idle_runs = 0;
             loop {
                 let taken_before = queue.taken();
                 let accept_until = Instant::now() + function.image.timeout() / 2;
@@ -141,11 +145,11 @@ impl Platform {
                 let result = platform
                     .run_guest(&function, &tenant_rt, scheduling.clone(), None, caller, Vec::new(), None, Some(link))
                     .await;
-                let idle = queue.taken() == taken_before;
+                idle_runs = if queue.taken() == taken_before { idle_runs + 1 } else { 0 };
                 if let Err(e) = &result {
                     tracing::warn!(function = %function.version.function, error = %e, "a serving invocation failed");
                 }
-                if result.is_err() || idle {
+                if result.is_err() || idle_runs >= 2 {
                     // Restarting would fail (or idle) again: the waiting requests fail now.
                     for pending in queue.take_all() {
                         let _ = pending.reply.send(Err(ServedError::Dropped));

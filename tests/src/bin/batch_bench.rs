@@ -91,12 +91,7 @@ fn main() {
     let key = server.create_tenant("bench");
     sluice_tests::minilm::deploy(&server, &key, "minilm-embed", "minilm_embed");
     let q = format!("timeout_ms=60000&max_batch_size={max_batch}&max_queue_delay_us={delay_us}");
-    server.deploy(&key, "minilm-batched", "minilm_embed", &q);
-    let dir = sluice_tests::fixtures::required_model_dir();
-    for (artifact, file) in [("model", "model.safetensors"), ("vocab", "vocab.txt"), ("config", "config.json")] {
-        let bytes = std::fs::read(dir.join(file)).unwrap();
-        server.put_bytes(&format!("/v1/functions/minilm-batched/artifacts/{artifact}"), &key, bytes).expect(201);
-    }
+    sluice_tests::minilm::deploy_with(&server, &key, "minilm-batched", "minilm_embed", &q);
 
     // Correctness first: every reference sentence through both, checked.
     let records = reference();
