@@ -65,7 +65,7 @@ pub struct FunctionImage {
     pub(super) limits: FunctionLimits,
     pub(super) warm: Arc<WarmPool>,
     /// Whether it imports the `requests` interface (a serving function does).
-    pub(super) serves: bool,
+    pub(super) imports_requests: bool,
 }
 
 impl FunctionImage {
@@ -87,7 +87,7 @@ impl FunctionImage {
     /// Whether it can be a serving function: it imports `sluice:gpu/requests` (a
     /// serving function also declares itself one, `super::declares_serving`).
     pub fn imports_requests(&self) -> bool {
-        self.serves
+        self.imports_requests
     }
 
     /// Its time limit.
@@ -171,7 +171,7 @@ impl Engine {
         let pre = self.check_world(component)?;
         limits.sandbox.memory_bytes = limits.sandbox.memory_bytes.min(self.config().max_memory_bytes);
         let warm = WarmPool::new(self.config().warm_instances_per_function, &self.warm, tenant);
-        let serves = imports_requests(self.wasmtime(), component);
-        Ok(FunctionImage { name, pre, artifacts, limits, warm, serves })
+        let imports_requests = imports_requests(self.wasmtime(), component);
+        Ok(FunctionImage { name, pre, artifacts, limits, warm, imports_requests })
     }
 }

@@ -50,9 +50,7 @@ pub use component::{FunctionImage, FunctionLimits};
 pub use component_error::ComponentError;
 pub use invoke::{InvocationContext, InvocationOutput, InvokeError};
 pub use pool::PoolStatus;
-pub use serving::{
-    Pending, SERVING_SECTION, Served, ServedError, ServedOutput, ServingLink, ServingQueue, declares_serving,
-};
+pub use serving::{Pending, SERVING_SECTION, ServedError, ServingLink, ServingQueue, declares_serving};
 pub use signature::{DATATYPES, SIGNATURE_SECTION, Signature, TensorSpec, read_signature};
 pub use state::SandboxLimits;
 pub use stream_room::{Held, ITEM_OVERHEAD, Stalled, StreamCounters, StreamRoom, tensors_bytes};
