@@ -18,7 +18,9 @@ impl Tensor {
     /// A dense layer, `activation(self · W + bias)`, in one launch: `self [..., k]` (every
     /// leading axis a row), `w [k, n]`, or `[n, k]` (PyTorch's `nn.Linear` layout) with
     /// `transpose_w`; optional `bias [n]`; the output is `[..., n]`. The same as
-    /// `matmul` + `add` + the activation's method, with the same rounding.
+    /// `matmul` + `add` + the activation's method, with the same rounding. With a
+    /// block-quantized `w` (`Q4_1`/`Q8_0`, transposed) `self` is first rounded to Q8
+    /// blocks, as llama.cpp does (the host API's `linear-args` says exactly how).
     pub fn linear(
         &self,
         w: &Tensor,

@@ -11,8 +11,9 @@
 //! process on loopback, `POST /v2/models/smollm2-chat/generate_stream`, the arrival time
 //! of each server-sent event at the client. Correctness: sluice's greedy tokens are
 //! held to an independent NumPy model by `tests/tests/smollm2.rs`; here the leading
-//! tokens the sides agree on are printed (llama.cpp's own Q8 activations round
-//! differently, so the two may part after a while).
+//! tokens the sides agree on are printed (both quantize activations to Q8 blocks, and
+//! the different orders of their f32 sums move a value across a rounding boundary now
+//! and then, so at a near tie the two may part).
 //!
 //! `cargo bench -p sluice-runtime --bench llm [-- --runs R --warmup W]`; needs `cargo
 //! xtask build-functions` and `cargo xtask fetch-llm`; `SLUICE_BENCH_PEERS=0` skips

@@ -167,6 +167,19 @@ fn dequantize(dtype: DType, bytes: &[u8]) -> Vec<f64> {
     out
 }
 
+/// Activations as a quantized linear multiplies them (the host API's `linear-args`): per
+/// block of 32 the scale `d = max|x| / 127` and each value `d · q`, `q` the nearest
+/// integer to `x · (1 / d)` (ties to even), computed in f32 as the host does.
+fn q8_blocks(x: &[f32]) -> Vec<f64> {
+    x.chunks(32)
+        .flat_map(|block| {
+            let d = block.iter().map(|v| v.abs()).fold(0.0f32, f32::max) / 127.0;
+            let inverse = if d == 0.0 { 0.0 } else { 1.0 / d };
+            block.iter().map(move |&v| f64::from(d) * f64::from((v * inverse).round_ties_even()))
+        })
+        .collect()
+}
+
 #[test]
 fn a_guest_reads_the_metadata_and_runs_linears_on_quantized_weights() {
     use sluice_runtime::engine::{Engine, EngineConfig, FunctionLimits, InvocationContext, IoData, IoTensor};
@@ -239,11 +252,13 @@ fn a_guest_reads_the_metadata_and_runs_linears_on_quantized_weights() {
         }
         let IoData::F32(y) = find("y") else { panic!("y is not FP32") };
         assert_eq!(y.len(), m * n);
-        // Against dequantize-then-f64; the bound scales with the sum of |terms|.
+        // Against dequantize-then-f64, with x as the linear multiplies it (its Q8
+        // blocks); the bound scales with the sum of |terms|.
         let w = dequantize(dtype, g.data(&bytes, info));
+        let xq = q8_blocks(&x);
         for (i, &got) in y.iter().enumerate() {
             let (r, c) = (i / n, i % n);
-            let terms = (0..576).map(|p| f64::from(x[r * 576 + p]) * w[c * 576 + p]);
+            let terms = (0..576).map(|p| xq[r * 576 + p] * w[c * 576 + p]);
             let (want, mag) = terms.fold((0.0, 0.0), |(s, a), t| (s + t, a + t.abs()));
             assert!((f64::from(got) - want).abs() <= 1e-5 * mag.max(1e-3), "{name}[{r}, {c}]: got {got}, want {want}");
         }

@@ -14,12 +14,15 @@
 //! arguments go to `cargo bench`. Then the Open Inference Protocol's transports through
 //! a real server (`cargo run --release -p sluice-tests --bin oip-bench`: JSON HTTP, binary
 //! HTTP and gRPC on `echo` and MiniLM batch 32, with the server's decode and encode time),
-//! and dynamic batching (`--bin batch-bench`: MiniLM one sentence per request at 1, 4 and
-//! 16 clients, unbatched and batched). Results are recorded by hand in `bench/RESULTS.md`.
+//! dynamic batching (`--bin batch-bench`: MiniLM one sentence per request at 1, 4 and
+//! 16 clients, unbatched and batched) and continuous batching (`--bin llm-batch-bench`:
+//! SmolLM2 at 1, 4 and 8 streams, unbatched, batched and llama.cpp's batched decode; the
+//! GGUF fetched first, llama-cpp-python built once by `bench/llm/run_peer.sh`). Results
+//! are recorded by hand in `bench/RESULTS.md`.
 
 use anyhow::Result;
 
-use crate::{build_functions, cmd, fetch_model};
+use crate::{build_functions, cmd, fetch_llm, fetch_model};
 
 pub fn run(args: &[String]) -> Result<()> {
     build_functions::run(&[])?;
@@ -50,5 +53,12 @@ pub fn run(args: &[String]) -> Result<()> {
             .current_dir(cmd::repo_root())
             .args(["run", "--release", "-q", "-p", "sluice-tests", "--bin", "batch-bench"])
             .env("SLUICE_MODEL_DIR", &model_dir),
+    )?;
+    let llm_dir = fetch_llm::fetch()?;
+    cmd::run(
+        cmd::cargo()
+            .current_dir(cmd::repo_root())
+            .args(["run", "--release", "-q", "-p", "sluice-tests", "--bin", "llm-batch-bench"])
+            .env(fetch_llm::DIR_VAR, &llm_dir),
     )
 }

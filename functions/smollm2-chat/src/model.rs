@@ -141,8 +141,13 @@ impl Model {
     /// `caches[i]`. Every weight is read once for all of them (the linears run on
     /// `[n, hidden]`); attention runs per sequence over its own cache. Returns the
     /// logits `[n, vocab]`, row `i` sequence `i`'s. Each row is computed as
-    /// [`Model::step`] computes it for that sequence alone.
+    /// [`Model::step`] computes it for that sequence alone; one sequence goes through
+    /// [`Model::step`] itself (without the per-sequence slices and row writes, ~150
+    /// launches a token).
     pub fn step_many(&self, caches: &mut [&mut Cache], tokens: &[u32]) -> Result<Tensor> {
+        if let ([cache], [_]) = (&mut *caches, tokens) {
+            return self.step(cache, tokens);
+        }
         let c = &self.config;
         let n = tokens.len() as u32;
         let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();

@@ -2,18 +2,21 @@
 //! `sluice serve`, at 1, 4 and 8 concurrent generations, with continuous batching (the
 //! serving function's default) and without (the same component deployed with
 //! `max_batch_size=1`: each request its own invocation, run concurrently as any
-//! function's are).
+//! function's are), beside llama.cpp decoding as many streams at once in one context
+//! (`bench/llm/llama_cpp_batched.py` through `bench/llm/run_peer.sh`, which builds
+//! llama-cpp-python from PyPI once; `SLUICE_BENCH_PEERS=0` skips it).
 //!
 //! `cargo run --release -p sluice-tests --bin llm-batch-bench [-- --tokens T --runs R]`
 //! (needs `cargo xtask build-functions` and `cargo xtask fetch-llm`). Each client sends
 //! one greedy `/v2` request of T tokens (default 64; `max_tokens`, and the prompts are
 //! the three visible SmolLM2 reference prompts in turn); a row is the median of R runs
 //! (default 3) of all clients at once: aggregate generated tokens per second of wall
-//! time (prefill included) and the slowest request's time. Checked: every response
-//! has T tokens or ends on the end-of-sequence token, and its tokens are compared with
-//! the same prompt run alone first (the count that match exactly is printed: rows of
-//! more than 4 sequences go through the CPU's batched quantized GEMM, whose rounding
-//! differs from the one-row dot products, so a near tie may pick another token).
+//! time (prefill included) and the slowest request's time. llama.cpp's rows are
+//! measured the same way, in-process, on the same prompts' token ids, threads and file.
+//! Checked on both sides: every generation has T tokens or ends on the end-of-sequence
+//! token, and its tokens are compared with the same prompt run alone (the count that
+//! match exactly is printed; sluice's must all match: a sequence's rows are computed
+//! with the arithmetic of that row alone, the Q8 activations included).
 
 use std::time::{Duration, Instant};
 
@@ -65,6 +68,43 @@ fn run(
     (outs.iter().map(Vec::len).sum(), wall, matches)
 }
 
+/// Cores for the server's device and for llama.cpp alike: all of them.
+fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// llama.cpp's batched decode of the same prompts at each stream count; `None` (the
+/// reason on stderr) when skipped.
+fn peer(gguf: &std::path::Path, streams: &[usize], tokens: i32, runs: usize) -> Option<Value> {
+    if std::env::var("SLUICE_BENCH_PEERS").is_ok_and(|v| v == "0") {
+        eprintln!("llm-batch-bench: SLUICE_BENCH_PEERS=0: llama.cpp skipped");
+        return None;
+    }
+    let root = sluice_tests::repo_root();
+    let script = root.join("bench/llm/run_peer.sh");
+    let streams = streams.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+    let out = std::process::Command::new(&script)
+        .args(["--script", "llama_cpp_batched.py", "--gguf"])
+        .arg(gguf)
+        .arg("--prompts")
+        .arg(root.join("tests/data/smollm2_ref_visible.json"))
+        .args(["--streams", &streams, "--tokens", &tokens.to_string(), "--runs", &runs.to_string()])
+        .args(["--threads", &threads().to_string()])
+        .stderr(std::process::Stdio::inherit())
+        .output();
+    match out {
+        Ok(out) if out.status.success() => serde_json::from_slice(&out.stdout).ok(),
+        Ok(out) => {
+            eprintln!("llm-batch-bench: {} failed ({}): llama.cpp skipped", script.display(), out.status);
+            None
+        }
+        Err(e) => {
+            eprintln!("llm-batch-bench: {}: {e}: llama.cpp skipped", script.display());
+            None
+        }
+    }
+}
+
 fn main() {
     let tokens = arg("--tokens", 64) as i32;
     let runs = arg("--runs", 3).max(1) as usize;
@@ -72,6 +112,9 @@ fn main() {
         eprintln!("llm-batch-bench: no SmolLM2 model (`cargo xtask fetch-llm` fetches it)");
         std::process::exit(2);
     };
+    let streams = [1usize, 4, 8];
+    // First, with nothing else running: llama.cpp, each prompt's alone tokens checked there.
+    let llama = peer(&gguf, &streams, tokens, runs);
     let server = Server::start_with(ServerOptions {
         args: vec!["--tenant-max-concurrency".into(), "64".into()],
         ..ServerOptions::default()
@@ -91,10 +134,10 @@ fn main() {
 
     println!(
         "SmolLM2-135M-Instruct Q4_1, greedy, {tokens} tokens per request, /v2 over HTTP, {} CPUs, median of {runs}",
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        threads()
     );
     println!("{:<8} {:<34} {:>12} {:>12} {:>16}", "streams", "sluice", "tokens/s", "slowest s", "same as alone");
-    for clients in [1usize, 4, 8] {
+    for clients in streams {
         let mut rates = Vec::new();
         for (function, label) in
             [("chat-alone", "without batching (max_batch_size=1)"), ("chat", "continuous batching")]
@@ -111,5 +154,25 @@ fn main() {
             println!("{clients:<8} {label:<34} {rate:>12.1} {:>12.2} {:>13}/{clients}", wall.as_secs_f64(), matches);
         }
         println!("{clients:<8} {:<34} {:>11.2}×", "continuous / without", rates[1] / rates[0]);
+        let theirs = llama.as_ref().and_then(|l| {
+            l["rows"].as_array()?.iter().find(|r| r["streams"].as_u64() == Some(clients as u64)).cloned()
+        });
+        if let Some(row) = theirs {
+            let rate = row["tokens_per_s"].as_f64().unwrap_or(f64::NAN);
+            println!(
+                "{clients:<8} {:<34} {rate:>12.1} {:>12.2} {:>13}/{clients}",
+                "llama.cpp, batched in one context",
+                row["wall_s"].as_f64().unwrap_or(f64::NAN),
+                row["same_as_alone"].as_u64().unwrap_or(0),
+            );
+            println!("{clients:<8} {:<34} {:>11.2}×", "continuous / llama.cpp", rates[1] / rate);
+        }
+    }
+    if let Some(l) = &llama {
+        println!(
+            "llama.cpp: llama-cpp-python {}, {} threads, the same prompts' token ids, greedy",
+            l["llama_cpp_python"].as_str().unwrap_or("?"),
+            l["threads"]
+        );
     }
 }

@@ -47,6 +47,7 @@ mod matmul;
 mod nn;
 mod packed;
 mod panel_gemm;
+mod q8;
 mod quant;
 mod reduce;
 mod simd;

@@ -1,16 +1,19 @@
 //! The block-quantized weight formats (ggml's Q4_1 and Q8_0, see [`DType::Q4_1`]):
 //! dequantization, quantization (for casts and tests), and the quantized linear
-//! `y = x · Wᵀ` with f32 activations, dequantizing the weight on the fly.
+//! `y = x · Wᵀ`.
 //!
-//! The linear takes two paths. For few rows of `x` (decode: one token per sequence)
-//! each output is a dot product of an x row with a weight row, computed block by block
-//! straight from the packed bytes ([`dot_rows`], vectorised by [`multiversion!`] over
-//! [`LANES`] fixed lanes, so every vector width gives the same bits); chunks of weight
-//! rows are split over rayon, and each chunk serves every x row while it is in cache. For more rows (a prompt) panels of weight rows are dequantized into f32 and
-//! multiplied with the gemm kernels of `matmul.rs`, one panel per rayon task, so the
-//! dequantization is paid once per panel rather than once per x row. Both paths sum in
-//! an order other than a dequantize-then-gemm reference, so results agree with it to
-//! f32 rounding (the conformance tests bound the difference), not bit for bit.
+//! The linear multiplies the weights with the activations quantized to Q8 blocks, as
+//! ggml does (`q8.rs`: 32 signed bytes and a scale per block of 32), on both of its
+//! paths, so its result depends on neither the path nor the number of rows. For few rows
+//! of `x` (decode: one token per sequence) each output is a dot product of an x row with
+//! a weight row, summed exactly in integers block by block straight from the packed
+//! bytes ([`q8::dot_rows`]); chunks of weight rows are split over rayon, and each chunk
+//! serves every x row while it is in cache. For more rows (a prompt) panels of weight
+//! rows are dequantized into f32 and multiplied with the gemm kernels of `matmul.rs`
+//! (with x as its Q8 blocks stand for), one panel per rayon task, so the dequantization
+//! is paid once per panel rather than once per x row. The two paths sum in different
+//! orders, so they agree to f32 rounding (the conformance tests bound the difference
+//! against a reference that quantizes x the same way), not bit for bit.
 
 use std::sync::Arc;
 
@@ -20,22 +23,20 @@ use sluice_host_api::{DType, QUANT_BLOCK};
 
 use crate::KernelError;
 use crate::matmul::gemm_f32;
-use crate::simd::{LANES, multiversion};
+use crate::q8;
 
 /// Rows of `x` up to which the linear takes the dot-product path (a decode step of up
 /// to this many sequences; a serving function's batch is at most 8).
-const DOT_MAX_ROWS: usize = 8;
+const DOT_MAX_ROWS: usize = q8::MAX_ROWS;
 /// Weight rows dequantized per panel of the gemm path.
 const PANEL_ROWS: usize = 256;
 /// Multiply-adds below which the work stays on the calling thread.
 const PAR_MIN_MACS: usize = 1 << 16;
 
-const _: () = assert!(QUANT_BLOCK == 2 * LANES, "the kernels take a block as two halves of LANES lanes");
-
 /// The little-endian f16 at `b[at..at + 2]`, widened exactly (bit arithmetic the
 /// compiler inlines into the vector kernels; `half`'s conversion is an out-of-line call).
 #[inline(always)]
-fn f16_at(b: &[u8], at: usize) -> f32 {
+pub(crate) fn f16_at(b: &[u8], at: usize) -> f32 {
     f16_bits_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
 }
 
@@ -111,114 +112,17 @@ pub(crate) fn quantize(dtype: DType, v: &[f32]) -> Arc<[u8]> {
     out.into()
 }
 
-multiversion! {
-    /// `out[i·rows + r] = Σ_k deq(w_r)[k] · x_i[k]` for the consecutive packed weight
-    /// rows `w_r` of `w` (`rows` of them, each `k / 32` blocks of `dtype`) and the x rows
-    /// `x_i` of `x` (at most [`DOT_MAX_ROWS`], each `k` long). A Q4_1 block contributes
-    /// `d · Σ q_j x_j + m · Σ x_j`, with `Σ x_j` of each block taken once from `xsums`
-    /// (`k / 32` per x row); the products of each block go to [`LANES`] lanes (element j
-    /// and j + 16 to lane j), summed once per output in a fixed order. Each block's
-    /// quants are widened once for every x row (exactly: the widening does not round),
-    /// so an output has the same bits whatever the number of x rows.
-    fn dot_rows(dtype: DType, w: &[u8], x: &[f32], xsums: &[f32], k: usize, out: &mut [f32]) {
-        match x.len() / k {
-            1 => dot_rows_one(dtype, w, x, xsums, out),
-            2 => dot_rows_of::<2>(dtype, w, x, xsums, k, out),
-            3 => dot_rows_of::<3>(dtype, w, x, xsums, k, out),
-            4 => dot_rows_of::<4>(dtype, w, x, xsums, k, out),
-            5 => dot_rows_of::<5>(dtype, w, x, xsums, k, out),
-            6 => dot_rows_of::<6>(dtype, w, x, xsums, k, out),
-            7 => dot_rows_of::<7>(dtype, w, x, xsums, k, out),
-            _ => dot_rows_of::<8>(dtype, w, x, xsums, k, out),
-        }
-    }
-}
-
-const _: () = assert!(DOT_MAX_ROWS == 8, "dot_rows dispatches on 1 to 8 x rows");
-
-/// [`dot_rows`] for one x row: each block's products straight from its quants (the
-/// same arithmetic as [`dot_rows_of`], without the widened copy).
-#[inline(always)]
-fn dot_rows_one(dtype: DType, w: &[u8], x: &[f32], xsums: &[f32], out: &mut [f32]) {
-    let bb = dtype.block_bytes();
-    let row_bytes = x.len() / QUANT_BLOCK * bb;
-    for (o, row) in out.iter_mut().zip(w.chunks_exact(row_bytes)) {
-        let mut acc = [0.0f32; LANES];
-        let mut offsets = 0.0f32;
-        for ((block, xb), &xsum) in row.chunks_exact(bb).zip(x.chunks_exact(QUANT_BLOCK)).zip(xsums) {
-            let d = f16_at(block, 0);
-            let (lo, hi) = xb.split_at(LANES);
-            if dtype == DType::Q4_1 {
-                let qs: &[u8; 16] = block[4..20].try_into().expect("16 bytes");
-                for j in 0..LANES {
-                    acc[j] += d * (f32::from(qs[j] & 15) * lo[j] + f32::from(qs[j] >> 4) * hi[j]);
-                }
-                offsets += f16_at(block, 2) * xsum;
-            } else {
-                let qs: &[u8; 32] = block[2..34].try_into().expect("32 bytes");
-                for j in 0..LANES {
-                    acc[j] += d * (f32::from(qs[j] as i8) * lo[j] + f32::from(qs[j + 16] as i8) * hi[j]);
-                }
-            }
-        }
-        *o = acc.iter().sum::<f32>() + offsets;
-    }
-}
-
-/// [`dot_rows`] for `M` x rows (a constant, so the compiler unrolls the rows and keeps
-/// the accumulators in registers).
-#[inline(always)]
-fn dot_rows_of<const M: usize>(dtype: DType, w: &[u8], x: &[f32], xsums: &[f32], k: usize, out: &mut [f32]) {
-    let bb = dtype.block_bytes();
-    let blocks = k / QUANT_BLOCK;
-    let rows = out.len() / M;
-    for (r, row) in w.chunks_exact(blocks * bb).enumerate().take(rows) {
-        let mut acc = [[0.0f32; LANES]; M];
-        let mut offsets = [0.0f32; M];
-        for (b, block) in row.chunks_exact(bb).enumerate() {
-            let d = f16_at(block, 0);
-            let mut ql = [0.0f32; LANES];
-            let mut qh = [0.0f32; LANES];
-            if dtype == DType::Q4_1 {
-                let qs: &[u8; 16] = block[4..20].try_into().expect("16 bytes");
-                for j in 0..LANES {
-                    ql[j] = f32::from(qs[j] & 15);
-                    qh[j] = f32::from(qs[j] >> 4);
-                }
-            } else {
-                let qs: &[u8; 32] = block[2..34].try_into().expect("32 bytes");
-                for j in 0..LANES {
-                    ql[j] = f32::from(qs[j] as i8);
-                    qh[j] = f32::from(qs[j + 16] as i8);
-                }
-            }
-            let min = if dtype == DType::Q4_1 { f16_at(block, 2) } else { 0.0 };
-            for i in 0..M {
-                let xb = &x[i * k + b * QUANT_BLOCK..i * k + (b + 1) * QUANT_BLOCK];
-                let (lo, hi) = xb.split_at(LANES);
-                for j in 0..LANES {
-                    acc[i][j] += d * (ql[j] * lo[j] + qh[j] * hi[j]);
-                }
-                if dtype == DType::Q4_1 {
-                    offsets[i] += min * xsums[i * blocks + b];
-                }
-            }
-        }
-        for i in 0..M {
-            out[i * rows + r] = acc[i].iter().sum::<f32>() + offsets[i];
-        }
-    }
-}
-
-/// The bytes the quantized linear holds besides its output, at most: on the gemm path
-/// one dequantized panel per thread and the product's blocks (the dot path: the
-/// product's chunks).
+/// The bytes the quantized linear holds besides its output, at most: x as Q8 blocks
+/// (a byte per element and two f32s per block), and on the gemm path also x's
+/// dequantized copy, one dequantized panel per thread and the product's blocks (the dot
+/// path: the product's chunks).
 pub fn linear_scratch_bytes(m: usize, k: usize, n: usize, threads: usize) -> u64 {
+    let q8 = (m * k + m * k.div_ceil(QUANT_BLOCK) * 8) as u64;
     if m <= DOT_MAX_ROWS {
-        return (m * n) as u64 * 4;
+        return q8 + (m * n) as u64 * 4;
     }
-    let floats = threads.max(1) * PANEL_ROWS.min(n) * k + m * n;
-    floats as u64 * 4
+    let floats = m * k + threads.max(1) * PANEL_ROWS.min(n) * k + m * n;
+    q8 + floats as u64 * 4
 }
 
 /// `y = x · Wᵀ` for `x` `[m, k]` f32 and the block-format weight `w` `[n, k]` (packed
@@ -243,19 +147,19 @@ pub(crate) fn linear(dtype: DType, x: &[f32], w: &[u8], m: usize, k: usize, n: u
         // once, not once per sequence); each output element is the same dot product as
         // for that x row alone, so the bits do not depend on m.
         let chunk = if parallel { n.div_ceil(rayon::current_num_threads() * 4).max(16) } else { n };
-        let xsums: Vec<f32> = x.chunks_exact(QUANT_BLOCK).map(|b| b.iter().sum()).collect();
+        let xq = q8::quantize_rows(x);
         let starts: Vec<usize> = (0..n).step_by(chunk).collect();
         let work = |&start: &usize| {
             let rows = chunk.min(n - start);
             let w_rows = &w[start * row_bytes..(start + rows) * row_bytes];
             let mut out = vec![0.0f32; m * rows];
-            dot_rows(dtype, w_rows, x, &xsums, k, &mut out);
+            q8::dot_rows(dtype, w_rows, &xq, k, &mut out);
             out
         };
         if m == 1 {
             let one = |(i, out): (usize, &mut [f32])| {
                 let w_rows = &w[i * chunk * row_bytes..(i * chunk + out.len()) * row_bytes];
-                dot_rows(dtype, w_rows, x, &xsums, k, out);
+                q8::dot_rows(dtype, w_rows, &xq, k, out);
             };
             if parallel {
                 y.par_chunks_mut(chunk).enumerate().for_each(one);
@@ -274,7 +178,9 @@ pub(crate) fn linear(dtype: DType, x: &[f32], w: &[u8], m: usize, k: usize, n: u
         }
         return Ok(y);
     }
-    // Panels of dequantized weight rows, each multiplied into its own [m, rows] block.
+    // Panels of dequantized weight rows, each multiplied into its own [m, rows] block,
+    // with x as its Q8 blocks stand for (the dot path's activations).
+    let x = &q8::quantize_rows(x).dequantize();
     let panels: Vec<(usize, usize)> = (0..n).step_by(PANEL_ROWS).map(|s| (s, PANEL_ROWS.min(n - s))).collect();
     let panel = |&(start, rows): &(usize, usize)| {
         let mut wf = vec![0.0f32; rows * k];

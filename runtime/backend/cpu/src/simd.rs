@@ -54,7 +54,7 @@ pub(crate) use multiversion;
 /// The instruction-set level [`multiversion!`] dispatches on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Level {
-    /// AVX-512 F/VL/DQ/BW with AVX2, FMA and BMI2.
+    /// AVX-512 F/VL/DQ/BW with AVX2, FMA, BMI2 and F16C.
     V4,
     /// AVX2, FMA and BMI2.
     V3,
@@ -68,8 +68,10 @@ pub(crate) fn level() -> Level {
     use std::sync::OnceLock;
     static LEVEL: OnceLock<Level> = OnceLock::new();
     *LEVEL.get_or_init(|| {
-        let v3 =
-            is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("bmi2");
+        let v3 = is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("bmi2")
+            && is_x86_feature_detected!("f16c");
         let v4 = is_x86_feature_detected!("avx512f")
             && is_x86_feature_detected!("avx512vl")
             && is_x86_feature_detected!("avx512dq")

@@ -210,6 +210,7 @@ impl Module {
                 }
             }
             Module::Quant => {
+                v.push((Q8_ACTIVATIONS_SYMBOL.to_owned(), format!("Q8_ACTIVATIONS({Q8_ACTIVATIONS_SYMBOL})")));
                 for q in DType::QUANTIZED {
                     let s = qlinear_symbol(q);
                     v.push((s.clone(), format!("QLINEAR({s}, {q:?})")));
@@ -343,7 +344,11 @@ pub fn rope_symbol(d: DType) -> String {
     format!("rope_{d}")
 }
 
-/// The dequantizing linear of a block-format weight (f32 activations and output).
+/// The activations of a quantized linear as their Q8 blocks stand for (f32 in and out).
+pub const Q8_ACTIVATIONS_SYMBOL: &str = "q8_activations";
+
+/// The dequantizing linear of a block-format weight (f32 activations, quantized by
+/// [`Q8_ACTIVATIONS_SYMBOL`] first, and f32 output).
 pub fn qlinear_symbol(w: DType) -> String {
     format!("qlinear_{w}")
 }

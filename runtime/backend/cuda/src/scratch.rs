@@ -2,7 +2,8 @@
 //!
 //! Some ops allocate temporaries from the pool while they are queued: attention its
 //! scores and probabilities (and, over several batch elements, its GEMM pointer table),
-//! a matmul the broadcast copy of a partially broadcast operand, a convolution its
+//! a matmul the broadcast copy of a partially broadcast operand, a quantized linear its
+//! Q8 activations, a convolution its
 //! im2col buffer, an integer division or an embedding its 16-byte fault record (which
 //! stays with the output's lineage). [`scratch_bytes`] says how much, in the pool's
 //! block sizes, from the op and the shapes alone, so the host can charge it to the
@@ -58,6 +59,8 @@ pub fn scratch_bytes(op: &Op, inputs: &[&TensorMeta], out: &TensorMeta) -> u64 {
             let per_image = args.groups as u64 * kg * out.shape[2] as u64 * out.shape[3] as u64;
             block(images_per_chunk(n, per_image * es) * per_image * es)
         }
+        // A quantized linear's activations as their Q8 blocks stand for (f32, x's size).
+        (Op::Linear { .. }, &[x, w, ..]) if w.dtype.is_quantized() => block(x.numel() as u64 * 4),
         (Op::Binary(BinaryOp::Div), &[a, _]) if !a.dtype.is_float() => block(FAULT_RECORD as u64),
         (Op::Embedding, _) => block(FAULT_RECORD as u64),
         _ => 0,

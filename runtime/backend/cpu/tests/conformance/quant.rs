@@ -2,7 +2,9 @@
 //! f32 activations (both of its paths: the per-row dot products for few rows, the
 //! dequantized panels through gemm for more, over odd shapes, bias and activation, and
 //! row blocks), the embedding gather from a quantized table and the cast to f32, each
-//! against dequantize-then-f64 from the format's definition (`reference::dequantize`).
+//! against dequantize-then-f64 from the format's definition (`reference::dequantize`),
+//! the linear's activations rounded to Q8 blocks as the definition says
+//! (`reference::q8_activations`).
 
 use super::*;
 
@@ -37,7 +39,7 @@ fn quantized_linears_match_dequantize_then_f64() {
             let x = random(&mut rng, DType::F32, &[m, k], -2.0, 2.0);
             let w = quantized(&mut rng, dtype, &[n, k]);
             let b = random(&mut rng, DType::F32, &[n], -1.0, 1.0);
-            let (_, want, mags) = r::matmul(&x.vals, &[m, k], &w.vals, &[n, k], false, true);
+            let (_, want, mags) = r::matmul(&r::q8_activations(&x.vals), &[m, k], &w.vals, &[n, k], false, true);
             let ctx = format!("{dtype} linear m={m} k={k} n={n}");
             let op = Op::Linear { transpose_w: true, activation: None };
             let got = values(&run(&op, &[&x, &w], &[m, n]));
@@ -52,7 +54,7 @@ fn quantized_linears_match_dequantize_then_f64() {
         // Leading axes of x are rows.
         let x = random(&mut rng, DType::F32, &[2, 3, 64], -1.0, 1.0);
         let w = quantized(&mut rng, dtype, &[9, 64]);
-        let (_, want, mags) = r::matmul(&x.vals, &[6, 64], &w.vals, &[9, 64], false, true);
+        let (_, want, mags) = r::matmul(&r::q8_activations(&x.vals), &[6, 64], &w.vals, &[9, 64], false, true);
         let got = values(&run(&Op::Linear { transpose_w: true, activation: None }, &[&x, &w], &[2, 3, 9]));
         check(&format!("{dtype} rank-3 linear"), &got, &want, Some(&mags), 1e-5, 1e-6);
     }
@@ -71,7 +73,7 @@ fn quantized_linears_in_row_blocks_concatenate_to_the_whole() {
         for rows in [0..1, 1..6, 6..9] {
             parts.extend(values(&launch_rows(&op, &pairs, &out, rows).unwrap()));
         }
-        let (_, want, mags) = r::matmul(&x.vals, &[9, 128], &w.vals, &[33, 128], false, true);
+        let (_, want, mags) = r::matmul(&r::q8_activations(&x.vals), &[9, 128], &w.vals, &[33, 128], false, true);
         check(&format!("{dtype} row blocks"), &parts, &want, Some(&mags), 1e-5, 1e-6);
         check(&format!("{dtype} whole"), &values(&whole), &want, Some(&mags), 1e-5, 1e-6);
     }

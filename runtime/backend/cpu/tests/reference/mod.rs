@@ -320,3 +320,20 @@ pub fn dequantize(dtype: sluice_host_api::DType, bytes: &[u8]) -> Vec<f64> {
     }
     out
 }
+
+/// Activations as the quantized linear multiplies them, from the definition: per block
+/// of 32, `d = max|x| / 127` and `q = round(x · (1 / d))` to the nearest integer, ties to
+/// even, both in f32 (so the bytes are the backend's), `d = NaN` for a block with a NaN
+/// or an infinity; the values `d · q` in f64.
+pub fn q8_activations(x: &[f64]) -> Vec<f64> {
+    let mut out = Vec::with_capacity(x.len());
+    for block in x.chunks(32) {
+        let block: Vec<f32> = block.iter().map(|&v| v as f32).collect();
+        let finite = block.iter().all(|v| v.is_finite());
+        let amax = block.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        let d = if finite { amax / 127.0 } else { f32::NAN };
+        let inverse = if d != 0.0 { 1.0 / d } else { 0.0 };
+        out.extend(block.iter().map(|&v| f64::from(d) * f64::from((v * inverse).round_ties_even())));
+    }
+    out
+}

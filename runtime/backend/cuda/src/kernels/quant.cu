@@ -1,6 +1,12 @@
 // Block-quantized weights (ggml Q4_1 and Q8_0; `DType::Q4_1` in host-api describes the
-// layouts), dequantized on the fly: the linear y = x · Wᵀ with f32 activations, the
-// embedding gather from a quantized table and the dequantizing cast to f32.
+// layouts), dequantized on the fly: the linear y = x · Wᵀ, the embedding gather from a
+// quantized table and the dequantizing cast to f32.
+//
+// The linear multiplies the weights with the activations quantized to Q8 blocks, as the
+// CPU backend does (its `q8.rs`): per block of 32, d = max|x| / 127 (NaN when the block
+// holds a NaN or an infinity) and q = rint(x / d) computed as rint(x · (1 / d)), so the
+// two backends quantize to the same bytes. `q8_activations` writes the values d · q that
+// `qlinear` then reads as x.
 //
 // Blocks are read byte by byte (a block's f16 scale sits at any 2-byte offset, so no
 // wider loads). The linear gives each output element y[i, j] one warp: lane l reads
@@ -49,6 +55,24 @@ __device__ __forceinline__ void qlinear(const float* __restrict__ x, const u8* _
     }
 }
 
+// One warp per block of 32 activations: its largest magnitude and its non-finite flag
+// (x - x is 0, or NaN for a NaN or an infinity) by shuffles, then d · q per element.
+__device__ __forceinline__ void q8_round(const float* __restrict__ x, float* __restrict__ out, u64 blocks) {
+    const u32 lane = threadIdx.x & 31u;
+    const u64 warps = ((u64)blockDim.x * gridDim.x) >> 5;
+    for (u64 b = ((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; b < blocks; b += warps) {
+        const float v = x[b * 32 + lane];
+        float amax = fabsf(v), bad = v - v;
+        for (int s = 16; s > 0; s >>= 1) {
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, s));
+            bad += __shfl_xor_sync(0xffffffffu, bad, s);
+        }
+        const float d = bad + amax / 127.0f;
+        const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+        out[b * 32 + lane] = d * rintf(v * inverse);
+    }
+}
+
 template <typename Q>
 __device__ __forceinline__ void dequant(const u8* __restrict__ w, float* __restrict__ out, u64 n) {
     GRID_LOOP(i, n) { out[i] = Q::at(w + (i / 32) * Q::BYTES, (u32)(i % 32)); }
@@ -76,6 +100,8 @@ __device__ __forceinline__ void qembedding(const u8* __restrict__ table, const I
     extern "C" __global__ void NAME(const float* x, const u8* w, float* y, u64 m, u64 n, u64 k) { \
         qlinear<Q>(x, w, y, m, n, k); \
     }
+#define Q8_ACTIVATIONS(NAME) \
+    extern "C" __global__ void NAME(const float* x, float* out, u64 blocks) { q8_round(x, out, blocks); }
 #define DEQUANT(NAME, Q) \
     extern "C" __global__ void NAME(const u8* w, float* out, u64 n) { dequant<Q>(w, out, n); }
 #define QEMBEDDING(NAME, Q, I) \

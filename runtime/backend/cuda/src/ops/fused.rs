@@ -2,8 +2,9 @@
 //!
 //! - linear: one cuBLAS GEMM over `x` as an `[m, k]` matrix (any leading axes folded
 //!   into m) and `w` (transposed by the op flag, never copied), or with a
-//!   block-quantized `w` one `qlinear` kernel dequantizing it on the fly (`quant.cu`, a
-//!   warp per output element), then, when there is a bias or an activation, one
+//!   block-quantized `w` a `q8_activations` kernel (x quantized to Q8 blocks, as the
+//!   CPU backend multiplies it) and one `qlinear` kernel dequantizing `w` on the fly
+//!   (`quant.cu`, a warp per output element), then, when there is a bias or an activation, one
 //!   `bias_act` kernel in place on the product;
 //! - add-layer-norm: one `add_layernorm` kernel, one block per row;
 //! - gqa-attention: one `gqa_attention` kernel, a warp per query and head walking the
@@ -94,21 +95,15 @@ pub(crate) fn linear_rows(
                 0
             };
         if wm.dtype.is_quantized() {
-            // One warp per output element (`quant.cu`); `infer` made w `[n, k]`, x f32.
+            // x's Q8 blocks as the values they stand for (one warp per block), then one
+            // warp per output element (`quant.cu`); `infer` made w `[n, k]`, x f32.
+            let xq = dev.alloc((block * k) as usize * 4)?;
+            let (xqp, x_blocks) = (xq.device_ptr(), block * k / 32);
+            let cfg = elementwise_config(x_blocks * 32, dev.launch_sms());
+            launch_kernel!(dev, Module::Quant, kernels::Q8_ACTIVATIONS_SYMBOL, cfg, &x_rows, &xqp, &x_blocks)?;
             let (wp, yp) = (w.device_ptr(), y.device_ptr());
             let cfg = elementwise_config(total * 32, dev.launch_sms());
-            launch_kernel!(
-                dev,
-                Module::Quant,
-                kernels::qlinear_symbol(wm.dtype),
-                cfg,
-                &x_rows,
-                &wp,
-                &yp,
-                &block,
-                &n,
-                &k
-            )?;
+            launch_kernel!(dev, Module::Quant, kernels::qlinear_symbol(wm.dtype), cfg, &xqp, &wp, &yp, &block, &n, &k)?;
         } else {
             gemm(dev, out.dtype, &linear_call(block, n, k, transpose_w), w.device_ptr(), x_rows, y.device_ptr(), 0.0)
                 .map_err(|e| annotate(e, &format!("linear {:?} rows {rows:?} (k = {k}, n = {n})", xm.shape)))?;

@@ -195,7 +195,10 @@ pub fn plan(op: &Op, dtypes: &[DType]) -> Vec<Step> {
         Op::Sample(_) => vec![k(Module::Reduce, kernels::SAMPLE_SYMBOL.to_owned())],
         // A block-format weight: the dequantizing kernel instead of cuBLAS (f32 out).
         Op::Linear { activation, .. } if dtypes.get(1).is_some_and(|w| w.is_quantized()) => {
-            let mut steps = vec![k(Module::Quant, kernels::qlinear_symbol(dtypes[1]))];
+            let mut steps = vec![
+                k(Module::Quant, kernels::Q8_ACTIVATIONS_SYMBOL.to_owned()),
+                k(Module::Quant, kernels::qlinear_symbol(dtypes[1])),
+            ];
             if activation.is_some() || dtypes.len() > 2 {
                 steps.push(k(Module::Fused, kernels::bias_act_symbol(*activation, d)));
             }

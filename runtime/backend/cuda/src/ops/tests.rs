@@ -9,7 +9,7 @@ use sluice_host_api::{
 };
 
 use super::{Step, plan};
-use crate::kernels::Module;
+use crate::kernels::{self, Module};
 
 fn t(d: DType, shape: &[u32]) -> TensorMeta {
     TensorMeta::new(d, shape.to_vec()).unwrap()
@@ -159,13 +159,21 @@ fn block_formats_map_to_the_quant_kernels() {
             infer(&op, &refs).unwrap_or_else(|e| panic!("{op:?} on {metas:?}: {e}"));
             let dtypes: Vec<DType> = metas.iter().map(|m| m.dtype).collect();
             let steps = plan(&op, &dtypes);
-            let Some(Step::Kernel(Module::Quant, symbol)) = steps.first() else {
-                panic!("{op:?} on {dtypes:?} does not start with a quant kernel: {steps:?}")
-            };
-            assert!(defined.contains(symbol), "{symbol} is not defined by quant.cu");
-            let epilogue =
-                matches!(op, Op::Linear { activation: Some(_), .. }) || dtypes.len() > 2 && op.name() == "linear";
-            assert_eq!(steps.len(), 1 + epilogue as usize, "{op:?} on {dtypes:?}: {steps:?}");
+            // A linear quantizes its activations first (`q8_activations`), then the
+            // dequantizing product; gathers and casts are one kernel.
+            let linear = op.name() == "linear";
+            let quant = 1 + linear as usize;
+            for step in &steps[..quant.min(steps.len())] {
+                let Step::Kernel(Module::Quant, symbol) = step else {
+                    panic!("{op:?} on {dtypes:?} does not start with {quant} quant kernels: {steps:?}")
+                };
+                assert!(defined.contains(symbol), "{symbol} is not defined by quant.cu");
+            }
+            if linear {
+                assert_eq!(steps[0], Step::Kernel(Module::Quant, kernels::Q8_ACTIVATIONS_SYMBOL.to_owned()));
+            }
+            let epilogue = matches!(op, Op::Linear { activation: Some(_), .. }) || dtypes.len() > 2 && linear;
+            assert_eq!(steps.len(), quant + epilogue as usize, "{op:?} on {dtypes:?}: {steps:?}");
         }
     }
 }

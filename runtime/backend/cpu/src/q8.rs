@@ -1,0 +1,324 @@
+//! The activations of the quantized linear, quantized to Q8 blocks, and the integer
+//! dot products of a weight block with them.
+//!
+//! The quantized linear multiplies block-quantized weights with activations quantized
+//! the same way, as ggml does: each block of 32 activations becomes 32 signed bytes
+//! `q = round(x / d)` (ties to even) with `d = max|x| / 127`. A block's dot product is
+//! then an exact integer sum (`Σ q_w q_x`), scaled once: `d_w d_x Σ q_w q_x` for Q8_0
+//! and `d_w d_x Σ q_w q_x + m_w d_x Σ q_x` for Q4_1. A block holding a NaN or an
+//! infinity gets `d = NaN`, so the outputs it feeds are NaN rather than silently finite.
+//!
+//! The sums run in [`SUM_LANES`] lanes, lane `l` taking elements `4l..4l + 4` of the
+//! block (the shape of AVX2's byte multiply-add); each lane is scaled and accumulated
+//! in f32 over the even blocks and over the odd ones apart (two independent chains of
+//! adds), the two are added, and the lanes are added in order at the end. The AVX2 kernel
+//! and the portable one compute exactly this, so they give the same bits, and each x
+//! row's result does not depend on how many rows are multiplied together.
+
+use sluice_host_api::{DType, QUANT_BLOCK};
+
+use crate::simd::multiversion;
+
+/// Lanes of a block's integer sum (and of each output's f32 accumulation).
+pub(crate) const SUM_LANES: usize = 8;
+/// Elements of a block each lane sums.
+const PER_LANE: usize = QUANT_BLOCK / SUM_LANES;
+/// x rows one weight row is applied to at once, at most.
+pub(crate) const MAX_ROWS: usize = 8;
+
+/// Rows of f32 activations as Q8 blocks: `q` (one byte per element), and per block its
+/// scale `d` and `s = d · Σ q` (the Q4_1 minimum's factor).
+pub(crate) struct Q8Rows {
+    pub(crate) q: Vec<i8>,
+    pub(crate) d: Vec<f32>,
+    pub(crate) s: Vec<f32>,
+}
+
+const MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23: adding it rounds to an integer, ties to even
+
+multiversion! {
+    /// Quantizes `x` (whole blocks of 32) to Q8 blocks.
+    fn quantize_into(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
+        for (((xb, qb), d), s) in x.chunks_exact(QUANT_BLOCK).zip(q.chunks_exact_mut(QUANT_BLOCK)).zip(d).zip(s) {
+            let amax = xb.iter().fold(0.0f32, |a, &v| a.max(v.abs()));
+            // The sum is NaN exactly when a value is NaN or infinities meet; an infinite
+            // max catches the rest.
+            let finite = !xb.iter().sum::<f32>().is_nan() && amax.is_finite();
+            let scale = if finite { amax / 127.0 } else { f32::NAN };
+            let inverse = if scale != 0.0 { 1.0 / scale } else { 0.0 };
+            let mut total = 0i32;
+            for (q, &v) in qb.iter_mut().zip(xb) {
+                // |v · inverse| ≤ 127 (up to rounding), so the magic number rounds it
+                // exactly; NaN becomes 0 (and the NaN scale carries it).
+                let r = ((v * inverse + MAGIC) - MAGIC) as i8;
+                *q = r;
+                total += i32::from(r);
+            }
+            *d = scale;
+            *s = scale * total as f32;
+        }
+    }
+}
+
+/// `x` (rows of `k`, `k` a multiple of 32) as Q8 blocks.
+pub(crate) fn quantize_rows(x: &[f32]) -> Q8Rows {
+    let blocks = x.len() / QUANT_BLOCK;
+    let mut rows = Q8Rows { q: vec![0; blocks * QUANT_BLOCK], d: vec![0.0; blocks], s: vec![0.0; blocks] };
+    quantize_into(x, &mut rows.q, &mut rows.d, &mut rows.s);
+    rows
+}
+
+impl Q8Rows {
+    /// The values the quantized activations stand for (`d · q`), for the gemm path.
+    pub(crate) fn dequantize(&self) -> Vec<f32> {
+        let mut out = vec![0.0f32; self.q.len()];
+        for ((o, q), &d) in out.chunks_exact_mut(QUANT_BLOCK).zip(self.q.chunks_exact(QUANT_BLOCK)).zip(&self.d) {
+            for (o, &q) in o.iter_mut().zip(q) {
+                *o = d * f32::from(q);
+            }
+        }
+        out
+    }
+}
+
+/// The weight rows `w` (consecutive, `k / 32` blocks of `dtype` each) times every x row
+/// of `x` (at most [`MAX_ROWS`]): `out[i · rows + r]` for x row `i` and weight row `r`.
+pub(crate) fn dot_rows(dtype: DType, w: &[u8], x: &Q8Rows, k: usize, out: &mut [f32]) {
+    let m = x.q.len() / k;
+    debug_assert!((1..=MAX_ROWS).contains(&m) && out.len().is_multiple_of(m));
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::level() != crate::simd::Level::Base {
+        // SAFETY: the level says the CPU has AVX2 and F16C; the kernel's loads stay inside the
+        // slices (checked by the shapes above: whole blocks of `w` and of every x row).
+        unsafe { avx2::dot_rows(dtype, w, x, k, out) };
+        return;
+    }
+    portable_dot_rows(dtype, w, x, k, out);
+}
+
+/// [`dot_rows`] in plain Rust, lane for lane the AVX2 kernel's arithmetic.
+fn portable_dot_rows(dtype: DType, w: &[u8], x: &Q8Rows, k: usize, out: &mut [f32]) {
+    let (bb, blocks) = (dtype.block_bytes(), k / QUANT_BLOCK);
+    let m = x.q.len() / k;
+    let rows = out.len() / m;
+    let mut wq = [0i8; QUANT_BLOCK];
+    let mut wu = [0u8; QUANT_BLOCK];
+    for (r, row) in w.chunks_exact(blocks * bb).enumerate().take(rows) {
+        // [block parity][x row]: the even blocks and the odd ones accumulate apart.
+        let mut acc = [[[0.0f32; SUM_LANES]; MAX_ROWS]; 2];
+        let mut offsets = [[0.0f32; MAX_ROWS]; 2];
+        for (b, block) in row.chunks_exact(bb).enumerate() {
+            let (acc, offsets) = (&mut acc[b & 1], &mut offsets[b & 1]);
+            let dw = crate::quant::f16_at(block, 0);
+            let q4 = dtype == DType::Q4_1;
+            if q4 {
+                for j in 0..16 {
+                    wu[j] = block[4 + j] & 15;
+                    wu[j + 16] = block[4 + j] >> 4;
+                }
+            } else {
+                for (q, &byte) in wq.iter_mut().zip(&block[2..34]) {
+                    *q = byte as i8;
+                }
+            }
+            for i in 0..m {
+                let at = i * blocks + b;
+                let xq = &x.q[at * QUANT_BLOCK..(at + 1) * QUANT_BLOCK];
+                let dd = dw * x.d[at];
+                for (l, acc) in acc[i].iter_mut().enumerate() {
+                    let lane = (l * PER_LANE..(l + 1) * PER_LANE).fold(0i32, |sum, e| {
+                        let wv = if q4 { i32::from(wu[e]) } else { i32::from(wq[e]) };
+                        sum + wv * i32::from(xq[e])
+                    });
+                    *acc += lane as f32 * dd;
+                }
+                if q4 {
+                    offsets[i] += crate::quant::f16_at(block, 2) * x.s[at];
+                }
+            }
+        }
+        for i in 0..m {
+            let lanes: [f32; SUM_LANES] = std::array::from_fn(|l| acc[0][i][l] + acc[1][i][l]);
+            out[i * rows + r] = finish(&lanes, offsets[0][i] + offsets[1][i]);
+        }
+    }
+}
+
+/// An output from its lanes and its Q4_1 offsets: the lanes in order, then the offsets.
+#[inline(always)]
+fn finish(lanes: &[f32; SUM_LANES], offsets: f32) -> f32 {
+    lanes.iter().sum::<f32>() + offsets
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    //! The AVX2 kernel of [`super::dot_rows`]: a weight block's 32 quants in one
+    //! register (Q4_1's nibbles unpacked, low nibbles first), multiplied with each x
+    //! row's bytes by `vpmaddubsw` (unsigned × signed, pairs added into 16 bits: at most
+    //! 2 · 15 · 127 for Q4_1, 2 · 128 · 127 for Q8_0 with its signs moved onto x, so
+    //! nothing saturates) and `vpmaddwd` (pairs into 32 bits: lane `l` holds elements
+    //! `4l..4l + 4`), then scaled and accumulated in f32 per lane.
+
+    use std::arch::x86_64::*;
+
+    use sluice_host_api::{DType, QUANT_BLOCK};
+
+    use super::{MAX_ROWS, Q8Rows, SUM_LANES, finish};
+
+    /// See [`super::dot_rows`].
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and F16C, `w` must hold whole rows of `k / 32` blocks and `x` whole
+    /// rows of `k`.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn dot_rows(dtype: DType, w: &[u8], x: &Q8Rows, k: usize, out: &mut [f32]) {
+        let m = x.q.len() / k;
+        // SAFETY: forwarded (the caller's contract), with M = m ≤ MAX_ROWS.
+        unsafe {
+            match m {
+                1 => rows_of::<1>(dtype, w, x, k, out),
+                2 => rows_of::<2>(dtype, w, x, k, out),
+                3 => rows_of::<3>(dtype, w, x, k, out),
+                4 => rows_of::<4>(dtype, w, x, k, out),
+                5 => rows_of::<5>(dtype, w, x, k, out),
+                6 => rows_of::<6>(dtype, w, x, k, out),
+                7 => rows_of::<7>(dtype, w, x, k, out),
+                _ => rows_of::<8>(dtype, w, x, k, out),
+            }
+        }
+    }
+
+    const _: () = assert!(MAX_ROWS == 8 && SUM_LANES == 8, "one __m256 of lanes per x row, 1 to 8 rows");
+
+    /// The block's leading f16s (Q4_1's scale and minimum, Q8_0's scale and its first
+    /// quants), widened exactly by F16C (the same values as `quant::f16_at`).
+    #[target_feature(enable = "avx2,f16c")]
+    fn scale_and_min(block: &[u8]) -> (f32, f32) {
+        let bits = i32::from_le_bytes([block[0], block[1], block[2], block[3]]);
+        let both = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
+        (_mm_cvtss_f32(both), _mm_cvtss_f32(_mm_movehdup_ps(both)))
+    }
+
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn rows_of<const M: usize>(dtype: DType, w: &[u8], x: &Q8Rows, k: usize, out: &mut [f32]) {
+        let (bb, blocks) = (dtype.block_bytes(), k / QUANT_BLOCK);
+        let rows = out.len() / M;
+        for (r, row) in w.chunks_exact(blocks * bb).enumerate().take(rows) {
+            // The even blocks and the odd ones in two chains of adds, so that a block
+            // does not wait for the previous one's.
+            let (mut even, mut odd) = ([_mm256_setzero_ps(); M], [_mm256_setzero_ps(); M]);
+            let (mut even_offsets, mut odd_offsets) = ([0.0f32; M], [0.0f32; M]);
+            let mut blocks_of_row = row.chunks_exact(bb).enumerate();
+            while let Some((b, block)) = blocks_of_row.next() {
+                // SAFETY: forwarded (the caller's contract).
+                unsafe { accumulate(dtype, block, x, b, blocks, &mut even, &mut even_offsets) };
+                if let Some((b, block)) = blocks_of_row.next() {
+                    // SAFETY: as above.
+                    unsafe { accumulate(dtype, block, x, b, blocks, &mut odd, &mut odd_offsets) };
+                }
+            }
+            for i in 0..M {
+                let mut lanes = [0.0f32; SUM_LANES];
+                // SAFETY: `lanes` is 8 f32s.
+                unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_add_ps(even[i], odd[i])) };
+                out[i * rows + r] = finish(&lanes, even_offsets[i] + odd_offsets[i]);
+            }
+        }
+    }
+
+    /// Adds weight block `block` (block `b` of its row) times block `b` of each x row
+    /// to `acc` (its lanes) and `offsets` (Q4_1's minimum times the x block's sum).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and F16C; `block` must be a whole block of `dtype` and `x`
+    /// hold `M` rows of `blocks` blocks.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn accumulate<const M: usize>(
+        dtype: DType,
+        block: &[u8],
+        x: &Q8Rows,
+        b: usize,
+        blocks: usize,
+        acc: &mut [__m256; M],
+        offsets: &mut [f32; M],
+    ) {
+        let q4 = dtype == DType::Q4_1;
+        let (dw, mw) = scale_and_min(block);
+        // The block's quants, unsigned for Q4_1; Q8_0's magnitudes, with the signs
+        // applied to x below.
+        let (wv, signs) = if q4 {
+            // SAFETY: bytes 4..20 of the block (20 bytes) are in bounds.
+            let packed = unsafe { _mm_loadu_si128(block.as_ptr().add(4).cast()) };
+            let nibbles = _mm_set1_epi8(15);
+            let lo = _mm_and_si128(packed, nibbles);
+            let hi = _mm_and_si128(_mm_srli_epi16(packed, 4), nibbles);
+            (_mm256_set_m128i(hi, lo), _mm256_setzero_si256())
+        } else {
+            // SAFETY: bytes 2..34 of the block (34 bytes) are in bounds.
+            let q = unsafe { _mm256_loadu_si256(block.as_ptr().add(2).cast()) };
+            (_mm256_sign_epi8(q, q), q)
+        };
+        for i in 0..M {
+            let at = i * blocks + b;
+            // SAFETY: block `b` of x row `i` is 32 bytes inside `x.q`.
+            let xq = unsafe { _mm256_loadu_si256(x.q.as_ptr().add(at * QUANT_BLOCK).cast()) };
+            let xs = if q4 { xq } else { _mm256_sign_epi8(xq, signs) };
+            let pairs = _mm256_maddubs_epi16(wv, xs);
+            let lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+            let dd = _mm256_set1_ps(dw * x.d[at]);
+            acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(lanes, dd));
+            if q4 {
+                offsets[i] += mw * x.s[at];
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn weights(dtype: DType, n: usize, k: usize) -> Vec<u8> {
+        let w: Vec<f32> = (0..n * k).map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 997.0).collect();
+        crate::quant::quantize(dtype, &w).to_vec()
+    }
+
+    #[test]
+    fn the_avx2_kernel_and_the_portable_one_give_the_same_bits() {
+        #[cfg(target_arch = "x86_64")]
+        if crate::simd::level() != crate::simd::Level::Base {
+            let (k, n) = (96, 13);
+            for dtype in DType::QUANTIZED {
+                let w = weights(dtype, n, k);
+                for m in 1..=MAX_ROWS {
+                    let x: Vec<f32> = (0..m * k).map(|i| ((i * 104_729 % 811) as f32 - 405.0) / 409.0).collect();
+                    let xq = quantize_rows(&x);
+                    let (mut fast, mut slow) = (vec![0.0; m * n], vec![0.0; m * n]);
+                    // SAFETY: AVX2 checked above; whole blocks.
+                    unsafe { avx2::dot_rows(dtype, &w, &xq, k, &mut fast) };
+                    portable_dot_rows(dtype, &w, &xq, k, &mut slow);
+                    assert!(fast.iter().zip(&slow).all(|(a, b)| a.to_bits() == b.to_bits()), "{dtype} m {m}");
+                }
+            }
+            return;
+        }
+        println!("skipping: no AVX2 here, the portable kernel is the only one");
+    }
+
+    #[test]
+    fn quantization_rounds_to_even_scales_by_the_largest_and_marks_non_finite_blocks() {
+        let mut x = vec![0.0f32; 64];
+        x[0] = 127.0;
+        x[1] = 2.5; // a tie: rounds to 2
+        x[2] = -3.5; // a tie: rounds to -4
+        x[3] = -127.0;
+        x[32] = f32::NAN;
+        let q = quantize_rows(&x);
+        assert_eq!((q.d[0], &q.q[..4]), (1.0, &[127i8, 2, -4, -127][..]));
+        assert_eq!(q.s[0], -2.0);
+        assert!(q.d[1].is_nan() && q.q[32..].iter().all(|&v| v == 0));
+        // An all-zero block has scale 0 and zero quants.
+        assert_eq!(quantize_rows(&[0.0; 32]).d[0], 0.0);
+    }
+}
