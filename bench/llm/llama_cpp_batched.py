@@ -24,7 +24,6 @@ import argparse
 import ctypes
 import json
 import platform
-import statistics
 import sys
 import time
 
@@ -34,14 +33,6 @@ import numpy as np
 
 def log(*a):
     print("llama.cpp batched peer:", *a, file=sys.stderr, flush=True)
-
-
-def first(*names):
-    """The first of llama.cpp's names for a call that this build has (it renamed some)."""
-    for name in names:
-        if hasattr(llama_cpp, name):
-            return getattr(llama_cpp, name)
-    raise AttributeError(f"llama_cpp has none of {names}")
 
 
 @llama_cpp.llama_log_callback
@@ -56,7 +47,7 @@ class Batched:
         llama_cpp.llama_log_set(quiet, ctypes.c_void_p(0))
         llama_cpp.llama_backend_init()
         mparams = llama_cpp.llama_model_default_params()
-        self.model = first("llama_model_load_from_file", "llama_load_model_from_file")(gguf.encode(), mparams)
+        self.model = llama_cpp.llama_model_load_from_file(gguf.encode(), mparams)
         if not self.model:
             raise SystemExit(f"llama.cpp could not load {gguf}")
         cparams = llama_cpp.llama_context_default_params()
@@ -66,19 +57,16 @@ class Batched:
         cparams.n_seq_max = streams
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
-        self.ctx = first("llama_init_from_model", "llama_new_context_with_model")(self.model, cparams)
+        self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             raise SystemExit("llama.cpp could not create a context")
         vocab = llama_cpp.llama_model_get_vocab(self.model)
-        self.n_vocab = first("llama_vocab_n_tokens", "llama_n_vocab")(vocab)
-        self.eos = first("llama_vocab_eos", "llama_token_eos")(vocab)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
+        self.eos = llama_cpp.llama_vocab_eos(vocab)
         self.batch = llama_cpp.llama_batch_init(cparams.n_ctx, 0, streams)
 
     def clear(self):
-        if hasattr(llama_cpp, "llama_memory_clear"):
-            llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self.ctx), True)
-        else:
-            first("llama_kv_self_clear", "llama_kv_cache_clear")(self.ctx)
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self.ctx), True)
 
     def decode(self, entries):
         """entries: (token, position, sequence, wants logits); returns the logits rows' batch indices."""

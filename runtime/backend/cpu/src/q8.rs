@@ -101,6 +101,7 @@ fn portable_dot_rows(dtype: DType, w: &[u8], x: &Q8Rows, k: usize, out: &mut [f3
     let (bb, blocks) = (dtype.block_bytes(), k / QUANT_BLOCK);
     let m = x.q.len() / k;
     let rows = out.len() / m;
+    let q4 = dtype == DType::Q4_1;
     let mut wq = [0i8; QUANT_BLOCK];
     let mut wu = [0u8; QUANT_BLOCK];
     for (r, row) in w.chunks_exact(blocks * bb).enumerate().take(rows) {
@@ -110,7 +111,7 @@ fn portable_dot_rows(dtype: DType, w: &[u8], x: &Q8Rows, k: usize, out: &mut [f3
         for (b, block) in row.chunks_exact(bb).enumerate() {
             let (acc, offsets) = (&mut acc[b & 1], &mut offsets[b & 1]);
             let dw = crate::quant::f16_at(block, 0);
-            let q4 = dtype == DType::Q4_1;
+            let mw = if q4 { crate::quant::f16_at(block, 2) } else { 0.0 };
             if q4 {
                 for j in 0..16 {
                     wu[j] = block[4 + j] & 15;
@@ -133,7 +134,7 @@ fn portable_dot_rows(dtype: DType, w: &[u8], x: &Q8Rows, k: usize, out: &mut [f3
                     *acc += lane as f32 * dd;
                 }
                 if q4 {
-                    offsets[i] += crate::quant::f16_at(block, 2) * x.s[at];
+                    offsets[i] += mw * x.s[at];
                 }
             }
         }

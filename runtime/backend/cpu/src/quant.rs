@@ -4,7 +4,8 @@
 //!
 //! The linear multiplies the weights with the activations quantized to Q8 blocks, as
 //! ggml does (`q8.rs`: 32 signed bytes and a scale per block of 32), on both of its
-//! paths, so its result depends on neither the path nor the number of rows. For few rows
+//! paths, so the values it multiplies depend on neither the path nor the number of rows.
+//! For few rows
 //! of `x` (decode: one token per sequence) each output is a dot product of an x row with
 //! a weight row, summed exactly in integers block by block straight from the packed
 //! bytes ([`q8::dot_rows`]); chunks of weight rows are split over rayon, and each chunk

@@ -56,7 +56,7 @@ pub(crate) use multiversion;
 pub(crate) enum Level {
     /// AVX-512 F/VL/DQ/BW with AVX2, FMA, BMI2 and F16C.
     V4,
-    /// AVX2, FMA and BMI2.
+    /// AVX2, FMA, BMI2 and F16C.
     V3,
     /// Whatever the build targets (SSE2 on x86-64).
     Base,

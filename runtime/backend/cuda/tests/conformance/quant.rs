@@ -1,8 +1,8 @@
 //! Block-quantized weights (Q4_1, Q8_0) on the GPU against the CPU backend (itself
 //! checked against dequantize-then-f64 in `runtime/backend/cpu/tests/conformance/quant.rs`):
-//! the dequantizing linear with Q8 activations over odd shapes (one row, few rows, many; odd n; leading axes;
-//! bias and activation; row blocks), the gather from a quantized table (with the fault
-//! of an id outside it) and the cast to f32.
+//! the dequantizing linear with Q8 activations over odd shapes (one row, few rows,
+//! many; odd n; leading axes; bias and activation; row blocks), the gather from a
+//! quantized table (with the fault of an id outside it) and the cast to f32.
 
 use sluice_backend_cpu::CpuBuffer;
 use sluice_host_api::{DType, Op, TensorMeta, UnaryOp, infer};
