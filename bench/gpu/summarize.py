@@ -124,7 +124,8 @@ def main():
     rows = [["mode", "LS p50", "LS p99", "p99÷solo", "preempt p99", "BE share", "BE TFLOP/s"]]
     notes = []
     names = {"ls-solo": "latency tenant alone", "be-solo": "best-effort alone", "fifo": "co-located, FIFO",
-             "priority": "co-located, priority + preemption", "partition": "co-located, + SM partition"}
+             "priority": "co-located, priority + preemption", "partition": "co-located, + SM partition",
+             "priority-hold": "priority, 50 ms latency hold", "partition-hold": "+ SM partition, 50 ms hold"}
     for r in coloc:
         if r.get("bench") != "sluice-colocation":
             continue

@@ -7,7 +7,8 @@
 //! (batch class) saturating the device, under FIFO and under priority with
 //! preemption, and priority with preemption plus an SM partition (a green context of
 //! `SLUICE_BENCH_RESERVED_SMS` SMs, default 16, for the latency tenant; the CPU has
-//! none). It prints
+//! none); on the GPU, the last two again with a 50 ms latency hold (best-effort work
+//! stays sliced, or on the remainder, between the latency tenant's requests). It prints
 //! the latency tenant's p50/p99, preemption latency (arrival of its first kernel →
 //! that kernel starting, from the scheduler), and the best-effort tenant's GEMM
 //! throughput as a fraction of its solo throughput. All modes run in this one process,
@@ -171,6 +172,9 @@ fn images(engine: &Engine, setup: &Setup) -> Images {
     let weights = MemoryAccount::new("weights", None, None);
     let mut burn_limits = FunctionLimits::default();
     burn_limits.sandbox.memory_bytes = setup.burn_memory;
+    // The burner uploads its whole matrix in one host call (256 MiB at 8192² bf16):
+    // one guest→host transfer may be as large as its sandbox.
+    burn_limits.max_output_bytes = setup.burn_memory;
     Images {
         minilm: engine
             .prepare(
@@ -236,11 +240,18 @@ struct Mode {
     policy: Policy,
     /// Reserve an SM partition for latency work.
     partition: bool,
+    /// `SchedulerConfig::latency_hold`: how long after latency work ends best-effort
+    /// work stays sliced (or on the remainder) as if it were still active.
+    latency_hold: Duration,
 }
 
-const FIFO: Mode = Mode { policy: Policy::Fifo, partition: false };
-const PRIORITY: Mode = Mode { policy: Policy::Priority, partition: false };
-const PARTITIONED: Mode = Mode { policy: Policy::Priority, partition: true };
+const FIFO: Mode = Mode { policy: Policy::Fifo, partition: false, latency_hold: Duration::ZERO };
+const PRIORITY: Mode = Mode { policy: Policy::Priority, partition: false, latency_hold: Duration::ZERO };
+const PARTITIONED: Mode = Mode { policy: Policy::Priority, partition: true, latency_hold: Duration::ZERO };
+
+/// The latency hold of the `+ hold` modes: longer than the latency tenant's think
+/// time, so best-effort work never fills the device between its requests.
+const HOLD: Duration = Duration::from_millis(50);
 
 struct ModeResult {
     p50_ms: f64,
@@ -267,7 +278,7 @@ fn run_mode(
     burn: Option<Burner>,
     rt: &tokio::runtime::Runtime,
 ) -> ModeResult {
-    let config = SchedulerConfig { policy: mode.policy, ..SchedulerConfig::default() };
+    let config = SchedulerConfig { policy: mode.policy, latency_hold: mode.latency_hold, ..SchedulerConfig::default() };
     let queue = DeviceQueue::start_with(setup.open(mode.partition), config);
     let images = Arc::new(images(engine, setup));
     let mut text = vec![common::bytes_input("text", &["The quick brown fox jumps over the lazy dog."])];
@@ -408,9 +419,19 @@ fn colocation(setup: &Setup, rt: &tokio::runtime::Runtime) -> bool {
         eprintln!("scheduling bench: co-located, priority + preemption + {} reserved SMs …", setup.reserved_sms);
         try_mode(&engine, setup, PARTITIONED, (true, Some(Burner::Gemm)), rt)
     });
+    // On the GPU, both again with a latency hold longer than the think time: what
+    // filling the device between two latency requests costs the next one.
+    let held = setup.cuda().then(|| {
+        eprintln!("scheduling bench: co-located, priority + preemption, {} ms latency hold …", HOLD.as_millis());
+        let prio = try_mode(&engine, setup, Mode { latency_hold: HOLD, ..PRIORITY }, (true, Some(Burner::Gemm)), rt);
+        eprintln!("scheduling bench: co-located, + SM partition, {} ms latency hold …", HOLD.as_millis());
+        let part = try_mode(&engine, setup, Mode { latency_hold: HOLD, ..PARTITIONED }, (true, Some(Burner::Gemm)), rt);
+        (prio, part)
+    });
     let failed = [&solo_ls, &solo_be, &fifo, &prio]
         .into_iter()
         .chain(&partitioned)
+        .chain(held.iter().flat_map(|(p, q)| [p, q]))
         .chain(generation.iter().flat_map(|(s, c)| [s, c]))
         .any(|r| r.error.is_some());
     let size = setup.gemm_size;
@@ -503,6 +524,11 @@ fn colocation(setup: &Setup, rt: &tokio::runtime::Runtime) -> bool {
         }
     } else {
         println!("{:<34} n/a on the CPU device (no spatial partitions)", "co-located, + SM partition");
+    }
+    if let Some((prio, part)) = &held {
+        let hold = HOLD.as_millis();
+        row(&format!("priority, {hold} ms latency hold"), "priority-hold", prio, true, true);
+        row(&format!("+ SM partition, {hold} ms hold"), "partition-hold", part, true, true);
     }
     if let Some((solo, colocated)) = &generation {
         match (&solo.error, &colocated.error) {

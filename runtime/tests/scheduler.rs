@@ -14,7 +14,7 @@ use std::task::{Context, Waker};
 use std::time::Duration;
 
 use sluice_host_api::{DType, MatmulArgs, Op, TensorMeta, UnaryOp};
-use sluice_runtime::device::sim::{Gate, SimBuilder, SimDevice, SimLog};
+use sluice_runtime::device::sim::{Gate, SimBuilder, SimDevice, SimLog, Staging};
 use sluice_runtime::scheduler::{
     Clock, DeviceQueue, DeviceStatus, InvocationGuard, Policy, PriorityClass, SchedulerConfig, SchedulingInfo, TensorId,
 };
@@ -32,6 +32,7 @@ struct Sim {
     queue: DeviceQueue,
     log: SimLog,
     gate: Arc<Gate>,
+    staging: Arc<Staging>,
     clock: Clock,
 }
 
@@ -40,9 +41,9 @@ struct Sim {
 fn sim(config: SchedulerConfig, device: impl FnOnce(SimBuilder) -> SimBuilder) -> Sim {
     let clock = Clock::simulated();
     let device: SimDevice = device(SimDevice::builder(clock.clone())).build();
-    let (log, gate) = (device.log(), device.gate());
+    let (log, gate, staging) = (device.log(), device.gate(), device.staging());
     let queue = DeviceQueue::start_with(Box::new(device), SchedulerConfig { clock: clock.clone(), ..config });
-    Sim { queue, log, gate, clock }
+    Sim { queue, log, gate, staging, clock }
 }
 
 fn config(policy: Policy, budget: Duration) -> SchedulerConfig {
@@ -212,6 +213,39 @@ fn sliced_kernels_give_the_same_result_and_bound_the_wait() {
     assert_eq!(sliced, whole, "slicing does not change the result");
     // And the reference: a plain triple loop.
     for (i, got) in whole.iter().enumerate() {
+        let (r, c) = (i / n as usize, i % n as usize);
+        let want: f32 = (0..k as usize).map(|j| a[r * k as usize + j] * b[j * n as usize + c]).sum();
+        assert!((got - want).abs() < 1e-4, "[{r},{c}] {got} vs {want}");
+    }
+}
+
+/// A kernel never run whole is estimated from its family's rate, which a small, slow
+/// kernel may have set far too high; cut to the budget by that estimate, it would run
+/// one row per slice. It is cut into at most 32 row blocks instead.
+#[test]
+fn a_kernel_estimated_far_too_long_is_cut_into_at_most_32_slices() {
+    let (m, k, n) = (256u32, 32u32, 16u32);
+    let a: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0).collect();
+    let b: Vec<f32> = (0..k * n).map(|i| ((i * 5 % 11) as f32 - 5.0) / 3.0).collect();
+    let sim = sim(config(Policy::Priority, Duration::from_micros(500)), |d| d.cost(|op, _| gemm_cost(op)));
+    let queue = &sim.queue;
+    let _ls = stream(queue, "ls", PriorityClass::Latency, 1);
+    let be = stream(queue, "be", PriorityClass::Batch, 1);
+    let matmul = |x: (TensorId, TensorMeta), y: (TensorId, TensorMeta), out: TensorMeta| {
+        let id = queue.new_tensor_id();
+        queue.launch(be.id(), id, Op::Matmul(MatmulArgs::default()), vec![x, y], out.clone());
+        read_f32(queue, &(id, out))
+    };
+    // A 1×1×1 matmul that takes 4 ms: the matmul family's rate is now 4 ms per
+    // multiply-add, and the 256×32×16 GEMM's estimate over 500 s (it takes 4 ms).
+    let one = upload(queue, &be, &[1, 1], &[2.0]);
+    assert_eq!(matmul(one.clone(), one, f32_meta(&[1, 1])), vec![4.0]);
+    let (ta, tb) = (upload(queue, &be, &[m, k], &a), upload(queue, &be, &[k, n], &b));
+    let got = matmul(ta, tb, f32_meta(&[m, n]));
+    let slices: Vec<_> = sim.log.entries().into_iter().filter(|k| k.rows.is_some()).collect();
+    assert_eq!(slices.len(), 32, "256 rows in blocks of 8, not of one");
+    assert!(slices.iter().all(|k| k.rows.as_ref().is_some_and(|r| r.len() == 8)));
+    for (i, got) in got.iter().enumerate() {
         let (r, c) = (i / n as usize, i % n as usize);
         let want: f32 = (0..k as usize).map(|j| a[r * k as usize + j] * b[j * n as usize + c]).sum();
         assert!((got - want).abs() < 1e-4, "[{r},{c}] {got} vs {want}");

@@ -121,6 +121,10 @@ impl Device for CudaDevice {
         r.map(Buffer::Cuda).map_err(|e| self.error(e))
     }
 
+    fn ready(&self, buffer: &Buffer) -> bool {
+        gpu(buffer).map_or(true, |b| !b.staging_pending())
+    }
+
     fn download(&self, buffer: &Buffer, meta: &TensorMeta) -> Result<Vec<u8>, DeviceError> {
         let r = self.inner.read().download(gpu(buffer)?, meta);
         r.map_err(|e| self.error(e))

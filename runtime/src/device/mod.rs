@@ -147,6 +147,16 @@ pub trait Device: Send + Sync + 'static {
     /// metadata is `out` as inferred by [`sluice_host_api::infer`].
     fn launch(&self, op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> Result<Buffer, DeviceError>;
 
+    /// Whether work reading `buffer` can be queued at once. A device that copies large
+    /// uploads on a thread of its own (the CUDA device's stager) says `false` until
+    /// that copy is queued: a [`Device::launch`] reading the buffer before then waits
+    /// on the calling thread, which is the scheduler's, and every tenant would wait
+    /// with it.
+    fn ready(&self, buffer: &Buffer) -> bool {
+        let _ = buffer;
+        true
+    }
+
     /// Waits for the buffer's producers and copies its elements back as
     /// little-endian bytes.
     fn download(&self, buffer: &Buffer, meta: &TensorMeta) -> Result<Vec<u8>, DeviceError>;

@@ -9,7 +9,7 @@ use sluice_host_api::{MatmulArgs, Op, UnaryOp};
 use sluice_runtime::device::{Buffer, Lane};
 use sluice_runtime::scheduler::{Policy, PriorityClass, SchedulerConfig};
 
-use super::{overtaking_costs, read_f32, sim, stream, unary, upload};
+use super::{config, overtaking_costs, read_f32, sim, stream, unary, upload};
 
 /// On a stream device with 40 × 2 ms of best-effort work queued, held after its third
 /// kernel, how long (simulated) a latency kernel submitted then takes to finish.
@@ -115,6 +115,36 @@ fn on_a_partitioned_device_latency_work_runs_beside_best_effort_work() {
         let took = k.end - k.start;
         took == if k.lane == Lane::Remainder { Duration::from_micros(2500) } else { Duration::from_millis(2) }
     }));
+}
+
+/// A best-effort kernel reads a large upload that the device is still copying on a
+/// thread of its own (the CUDA device's stager). The scheduler leaves the kernel queued
+/// until the copy is queued, so latency work arriving meanwhile runs. Launched at once,
+/// the kernel would wait for the copy on the scheduler's thread, and every tenant with
+/// it: on the H200, a 128 MiB upload held latency work for ~25 ms.
+#[test]
+fn latency_work_runs_while_a_best_effort_input_is_still_being_copied() {
+    let config = config(Policy::Priority, Duration::from_micros(100));
+    let sim = sim(config, |d| d.cost(|_, _| Duration::from_micros(50)).streams().staged_uploads(1024));
+    let queue = &sim.queue;
+    let (neg, exp) = (Op::Unary(UnaryOp::Neg), Op::Unary(UnaryOp::Exp));
+    let be = stream(queue, "batch-tenant", PriorityClass::Batch, 1);
+    let big = upload(queue, &be, &[1024], &[1.0; 1024]); // 4 KiB: held until released
+    let negated = unary(queue, &be, UnaryOp::Neg, &big);
+    // The scheduler has picked the best-effort kernel and met its held input.
+    sim.staging.wait_met(1);
+    let ls = stream(queue, "latency-tenant", PriorityClass::Latency, 1);
+    let y = upload(queue, &ls, &[2], &[0.0, 1.0]);
+    let z = unary(queue, &ls, UnaryOp::Exp, &y);
+    // Had the scheduler launched the best-effort kernel, its thread would wait for the
+    // held copy and this would never happen (the wait panics after a minute).
+    sim.log.wait_until(|log| log.iter().any(|k| k.op == exp));
+    assert_eq!(sim.staging.held(), 1, "the latency kernel ran while the upload was still being copied");
+    assert_eq!(read_f32(queue, &z), vec![1.0, std::f32::consts::E]);
+    sim.staging.release();
+    assert_eq!(read_f32(queue, &negated), vec![-1.0; 1024]);
+    let order: Vec<Op> = sim.log.entries().into_iter().map(|k| k.op).collect();
+    assert_eq!(order, [exp, neg], "the latency kernel first, the best-effort one once its input was copied");
 }
 
 /// Abs takes 4 ms on inputs ≥ 100 and 1 ms otherwise, so two tenants running the very

@@ -260,6 +260,22 @@ impl CpuBuffer {
         self.len() == 0
     }
 
+    /// Whether `self` and `other` are the same elements (clones of one buffer).
+    pub fn same_storage(&self, other: &CpuBuffer) -> bool {
+        fn addr<T>(v: &Arc<[T]>) -> *const u8 {
+            v.as_ptr().cast()
+        }
+        let start = |b: &CpuBuffer| match b {
+            CpuBuffer::F32(v) => addr(v),
+            CpuBuffer::F16(v) => addr(v),
+            CpuBuffer::BF16(v) => addr(v),
+            CpuBuffer::I32(v) => addr(v),
+            CpuBuffer::I64(v) => addr(v),
+            CpuBuffer::U8(v) | CpuBuffer::Blocks(_, v) => addr(v),
+        };
+        start(self) == start(other) && self.byte_len() == other.byte_len()
+    }
+
     /// Size of the element data in bytes.
     pub fn byte_len(&self) -> usize {
         match self {

@@ -490,6 +490,13 @@ impl CudaBuffer {
         self.0.staged.get()
     }
 
+    /// Whether this buffer is a large upload whose copy the stager has not queued yet:
+    /// work reading it would wait on the launching thread until it has (see
+    /// [`crate::staging`]). Asks without waiting.
+    pub fn staging_pending(&self) -> bool {
+        self.0.staged.get().is_some_and(|s| !s.is_queued())
+    }
+
     /// Notes that work on stream slot `slot` reads this buffer.
     pub(crate) fn note_use(&self, slot: usize) {
         let bit = 1u8 << slot;

@@ -47,6 +47,11 @@ pub(crate) struct Staged {
 }
 
 impl Staged {
+    /// Whether the stager has queued the copy (or failed to), without waiting.
+    pub(crate) fn is_queued(&self) -> bool {
+        lock(&self.queued).is_some()
+    }
+
     /// Waits until the stager queued the copy; returns the event after it.
     pub(crate) fn queued(&self) -> Result<Event, CudaError> {
         let mut q = lock(&self.queued);

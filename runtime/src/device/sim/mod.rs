@@ -14,7 +14,9 @@
 //!   on the remainder take longer (fewer compute units);
 //! - [`SimBuilder::timed`]: kernels can be timed by the device (GPU events);
 //! - [`SimDevice::loss`]: a chosen launch loses the device (a sticky GPU error) until
-//!   it is reset ([`Loss`]).
+//!   it is reset ([`Loss`]);
+//! - [`SimBuilder::staged_uploads`]: large uploads are copied later, when the test
+//!   releases them ([`Staging`]), like the CUDA device's stager.
 //!
 //! Every kernel is logged ([`Ran`]: op, rows, lane, simulated submission, start and
 //! end), and every launch passes a [`Gate`] the test holds, so a test can stop the
@@ -24,6 +26,7 @@
 mod gate;
 mod loss;
 pub mod profiling;
+mod staging;
 
 use std::ops::Range;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -39,6 +42,7 @@ use crate::clock::Clock;
 
 pub use gate::Gate;
 pub use loss::Loss;
+pub use staging::Staging;
 
 /// What a kernel costs on the simulated device: a function of the op and its inputs.
 pub type CostFn = Arc<dyn Fn(&Op, &[(&Buffer, &TensorMeta)]) -> Duration + Send + Sync>;
@@ -102,6 +106,7 @@ pub struct SimBuilder {
     memory_bytes: Option<u64>,
     cpu_threads: usize,
     scratch: Option<ScratchFn>,
+    staged_min_bytes: usize,
 }
 
 impl SimBuilder {
@@ -144,6 +149,14 @@ impl SimBuilder {
         self
     }
 
+    /// Uploads of at least `min_bytes` are copied only when the test releases them
+    /// ([`SimDevice::staging`]); until then work reading them waits on the launching
+    /// thread, as on the CUDA device.
+    pub fn staged_uploads(mut self, min_bytes: usize) -> Self {
+        self.staged_min_bytes = min_bytes;
+        self
+    }
+
     /// Threads of the CPU device that computes the results (default 1).
     pub fn cpu_threads(mut self, threads: usize) -> Self {
         self.cpu_threads = threads;
@@ -151,6 +164,8 @@ impl SimBuilder {
     }
 
     pub fn build(self) -> SimDevice {
+        let staging = Arc::new(Staging::default());
+        staging.set_min_bytes(self.staged_min_bytes);
         SimDevice {
             cpu: CpuDevice::with_threads(self.cpu_threads),
             clock: self.clock,
@@ -165,6 +180,7 @@ impl SimBuilder {
             log: SimLog::default(),
             gate: Arc::new(Gate::default()),
             loss: Arc::new(Loss::default()),
+            staging,
         }
     }
 }
@@ -187,6 +203,7 @@ pub struct SimDevice {
     log: SimLog,
     gate: Arc<Gate>,
     loss: Arc<Loss>,
+    staging: Arc<Staging>,
 }
 
 /// Which timeline `lane` runs on.
@@ -210,6 +227,7 @@ impl SimDevice {
             memory_bytes: None,
             cpu_threads: 1,
             scratch: None,
+            staged_min_bytes: 0,
         }
     }
 
@@ -221,6 +239,11 @@ impl SimDevice {
     /// The gate launches pass (open until the test closes it).
     pub fn gate(&self) -> Arc<Gate> {
         self.gate.clone()
+    }
+
+    /// The device's held uploads ([`SimBuilder::staged_uploads`]).
+    pub fn staging(&self) -> Arc<Staging> {
+        self.staging.clone()
     }
 
     /// The device's planned loss (none until the test plans one).
@@ -268,6 +291,11 @@ impl SimDevice {
         self.clock.advance_to(end);
     }
 
+    /// Waits, on the launching thread, until no input is a held upload.
+    fn wait_staged(&self, inputs: &[(&Buffer, &TensorMeta)]) {
+        self.staging.wait_for(&inputs.iter().map(|(b, _)| *b).collect::<Vec<_>>());
+    }
+
     /// Launches a whole kernel; returns its output and when it starts and ends.
     fn launch_whole(
         &self,
@@ -276,6 +304,7 @@ impl SimDevice {
         out: &TensorMeta,
     ) -> Result<(Buffer, Duration, Duration), DeviceError> {
         self.loss.launch()?;
+        self.wait_staged(inputs);
         let (start, end) = self.run(op, None, (self.cost)(op, inputs));
         Ok((self.cpu.launch(op, inputs, out)?, start, end))
     }
@@ -293,7 +322,13 @@ impl Device for SimDevice {
 
     fn upload(&self, meta: &TensorMeta, bytes: &[u8]) -> Result<Buffer, DeviceError> {
         self.loss.check()?;
-        self.cpu.upload(meta, bytes)
+        let buffer = self.cpu.upload(meta, bytes)?;
+        self.staging.uploaded(&buffer);
+        Ok(buffer)
+    }
+
+    fn ready(&self, buffer: &Buffer) -> bool {
+        self.staging.ready(buffer)
     }
 
     fn launch(&self, op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> Result<Buffer, DeviceError> {
@@ -354,6 +389,7 @@ impl RowSlicing for SimDevice {
         rows: Range<usize>,
     ) -> Result<Buffer, DeviceError> {
         self.loss.launch()?;
+        self.wait_staged(inputs);
         let total = RowSplit::of(op, out).map_or(1, |s| s.rows.max(1));
         let whole = (self.cost)(op, inputs).as_nanos();
         let cost = Duration::from_nanos((whole * rows.len() as u128 / total as u128) as u64);

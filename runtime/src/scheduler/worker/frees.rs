@@ -9,6 +9,10 @@
 //! of them when it goes idle, and all of them before it reports its status (which then
 //! counts what was freed before it was asked).
 //!
+//! Between steps, an upload still being copied to the device is held back until its
+//! copy is queued (dropping its buffer would wait for the copy); going idle and
+//! reporting status release everything.
+//!
 //! Releasing later changes no account: a tenant's quota and the device's memory
 //! account were given back when the handle was dropped ([`crate::scheduler::TensorLease`]);
 //! only the buffer lives a few steps longer, and no command can name a freed tensor.
@@ -17,6 +21,7 @@ use std::collections::VecDeque;
 
 use super::Actor;
 use crate::scheduler::TensorId;
+use crate::scheduler::tensors::TensorState;
 
 /// Freed tensors released before each step, at most: a fraction of a millisecond of
 /// work on a busy core, while a burst of thousands still clears in a few dozen steps.
@@ -61,10 +66,18 @@ impl PendingFrees {
 impl Actor {
     /// Releases up to [`FREES_PER_STEP`] freed tensors (those no queued kernel still
     /// reads; the rest go when their last reader has run).
+    ///
+    /// An upload the device is still copying ([`Device::ready`](crate::device::Device::ready)) is put back: dropping
+    /// its buffer now would wait for the copy on this thread.
     pub(super) fn release_some_freed(&mut self) {
+        let mut copying = Vec::new();
         for id in self.frees.take(FREES_PER_STEP) {
-            self.tensors.free(id);
+            match self.tensors.state(id) {
+                Some(TensorState::Ready(buffer)) if !self.device.ready(buffer) => copying.push(id),
+                _ => self.tensors.free(id),
+            }
         }
+        self.frees.extend(copying);
     }
 
     /// Releases every freed tensor.

@@ -24,7 +24,7 @@ use sluice_host_api::{ApiError, ErrorCode, RowSplit, TensorMeta};
 use super::cost::{CostModel, KernelKey};
 use super::inflight::InFlight;
 use super::kernels::{KernelLog, Ran};
-use super::queues::Queues;
+use super::queues::{Pick, Queues};
 use super::status::{DeviceStatus, Stats};
 use super::tensors::{ReadOutcome, TensorState, TensorTable, Waiting};
 use super::work::{Queued, Work};
@@ -124,9 +124,9 @@ fn serve(actor: &mut Actor, rx: &Receiver<Command>, published: &Published) {
         actor.release_some_freed();
         let step = actor.step();
         actor.recover_if_lost();
-        if step == Step::LaneBusy {
-            // Best-effort work waits for room on its lane; meanwhile take commands, so
-            // latency work arriving now is not held up by it.
+        if step == Step::NotYet {
+            // The picked work waits (for room on its lane, or for its input's copy);
+            // meanwhile take commands, so latency work arriving now is not held up.
             if let Some(c) = actor.config.clock.recv_timeout(rx, LANE_POLL) {
                 actor.accept(c);
                 actor.recover_if_lost();
@@ -151,8 +151,10 @@ const LANE_POLL: Duration = Duration::from_micros(20);
 enum Step {
     /// Ran a work item (or a slice of one), or found nothing to run.
     Ran,
-    /// The picked best-effort work does not fit on its lane until the lane drains.
-    LaneBusy,
+    /// The picked work cannot be enqueued yet: best-effort work that does not fit on
+    /// its lane until the lane drains, or work reading an upload the device is still
+    /// copying ([`Device::ready`]).
+    NotYet,
 }
 
 /// How long an idle device thread polls for work before it parks. A parked thread
@@ -281,8 +283,8 @@ impl Actor {
             && self.latency_expected()
             && !self.partitioned;
         let lane = self.lane_for(pick, class);
-        if self.asynchronous && !self.room_on(lane, pick, class) {
-            return Step::LaneBusy;
+        if self.asynchronous && (!self.inputs_ready(pick) || !self.room_on(lane, pick, class)) {
+            return Step::NotYet;
         }
         let Some(mut taken) = self.queues.take(pick) else { return Step::Ran };
         if taken.starts_latency_invocation {
@@ -322,6 +324,19 @@ impl Actor {
         self.stats.busy += elapsed;
         self.queues.charge(taken.inv, elapsed, done && is_kernel);
         Step::Ran
+    }
+
+    /// Whether the device can queue the head of `pick`'s queue without waiting on this
+    /// thread: an input still being copied to the device ([`Device::ready`]) would hold
+    /// the scheduler, and every tenant's work, for the whole copy.
+    fn inputs_ready(&self, pick: Pick) -> bool {
+        let Some(Queued { work: Work::Launch { inputs, .. }, .. }) = self.queues.peek(pick) else {
+            return true;
+        };
+        inputs.iter().all(|(id, _)| match self.tensors.state(*id) {
+            Some(TensorState::Ready(buffer)) => self.device.ready(buffer),
+            _ => true,
+        })
     }
 
     /// Whether latency work is active, or ended within the latency hold.

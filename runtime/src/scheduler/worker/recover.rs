@@ -166,6 +166,10 @@ impl Device for Watched {
         note(&self.lost, self.inner.launch(op, inputs, out))
     }
 
+    fn ready(&self, buffer: &Buffer) -> bool {
+        self.inner.ready(buffer)
+    }
+
     fn download(&self, buffer: &Buffer, meta: &TensorMeta) -> Result<Vec<u8>, DeviceError> {
         note(&self.lost, self.inner.download(buffer, meta))
     }

@@ -1,6 +1,15 @@
 //! Slicing: a long best-effort matmul or linear runs as row blocks that each fit the
 //! preemption budget while latency work is active, one block per scheduling step, and
 //! the blocks are concatenated into the result (see `sluice_host_api::RowSplit`).
+//!
+//! A kernel is cut into at most [`MAX_SLICES`] blocks, whatever its estimate says: a
+//! kernel never run whole (best-effort work that only ever ran beside latency work)
+//! is estimated from its family's rate, which small kernels set, and for an 8192³ GEMM
+//! on the H200 that was ~100× its real time. Cut to the budget, it became thousands
+//! of 3-row slices that each read the whole 128 MiB weight: the best-effort tenant
+//! kept 1 % of its throughput, and concatenating the parts held the scheduler for
+//! tens of milliseconds. Row blocks of a 32nd of the kernel keep ≥ 80 % of a whole
+//! GEMM's throughput there (DESIGN.md: M=256 of 8192).
 
 use std::time::Duration;
 
@@ -9,6 +18,9 @@ use sluice_host_api::{ApiError, Op, RowSplit, TensorMeta};
 use super::{Actor, contain};
 use crate::device::Buffer;
 use crate::scheduler::work::SliceProgress;
+
+/// The most row blocks one kernel is cut into.
+pub(super) const MAX_SLICES: usize = 32;
 
 impl Actor {
     /// One slice of a best-effort matmul or linear; `Some` with the whole result once
@@ -35,7 +47,8 @@ impl Actor {
         let left = m - p.next_row;
         let rows = if slice_now {
             let per_row = estimate.as_nanos() as f64 / m as f64;
-            ((self.config.preemption_budget.as_nanos() as f64 / per_row.max(1.0)) as usize).clamp(1, left)
+            let fit = (self.config.preemption_budget.as_nanos() as f64 / per_row.max(1.0)) as usize;
+            fit.max(m.div_ceil(MAX_SLICES)).clamp(1, left)
         } else {
             left
         };

@@ -40,12 +40,14 @@ fn large_uploads_return_before_their_copy_and_every_reader_waits_for_it() {
     let hold = dev.hold_staging().unwrap();
     let big = dev.upload_owned(&m, f32_bytes(&h)).unwrap();
     assert_eq!(dev.staging_stats().uploads, 0, "the upload returned with its copy not made");
+    assert!(big.staging_pending(), "a reader would wait for the held copy: the buffer says so");
     // Meanwhile the caller's thread runs other work: a small upload and a kernel.
     let sm = TensorMeta::new(DType::F32, vec![4]).unwrap();
     let small = dev.upload_owned(&sm, f32_bytes(&[-1.0, 2.0, -3.0, 4.0])).unwrap();
     let y = dev.launch(&Op::Unary(UnaryOp::Relu), &[(&small, &sm)], &sm).unwrap();
     assert_eq!(read(&dev, &y, &sm), [0.0, 2.0, 0.0, 4.0]);
     assert_eq!(dev.staging_stats().uploads, 0, "small uploads are copied at once");
+    assert!(!small.staging_pending(), "a small upload is never pending");
     drop(hold);
 
     // A reader on another lane, one on the uploading lane, and a download.
@@ -53,6 +55,7 @@ fn large_uploads_return_before_their_copy_and_every_reader_waits_for_it() {
     dev.set_lane(Lane::Reserved);
     let y = dev.launch(&Op::Unary(UnaryOp::Relu), &[(&big, &m)], &m).unwrap();
     same(&read(&dev, &y, &m), &relu, "a kernel on another lane");
+    assert!(!big.staging_pending(), "the copy was queued before its first reader launched");
     dev.set_lane(Lane::Whole);
     let y = dev.launch(&Op::Unary(UnaryOp::Relu), &[(&big, &m)], &m).unwrap();
     same(&read(&dev, &y, &m), &relu, "a kernel on the uploading lane");
