@@ -19,9 +19,11 @@ use crate::device::KernelClock;
 
 /// One kernel (or slice of one) in flight.
 struct Flight {
-    /// What the cost model learns the kernel's time under; `None` for a slice of a
-    /// kernel, which is not the kernel's cost.
-    key: Option<KernelKey>,
+    /// What the cost model learns the kernel's time under.
+    key: KernelKey,
+    /// The part of the kernel this is: 1 for a whole kernel, the share of its rows for
+    /// a slice (the cost model learns the slice's time divided by it).
+    share: f64,
     estimate: Duration,
     /// The device's own measurement, when the kernel was timed.
     clock: Option<Box<dyn KernelClock>>,
@@ -66,13 +68,16 @@ impl InFlight {
         tenant: Option<usize>,
         now: Duration,
     ) {
-        self.push(Flight { key: Some(key), estimate, clock, tenant }, now);
+        self.push(Flight { key, share: 1.0, estimate, clock, tenant }, now);
     }
 
-    /// Records a slice of a kernel (some of its rows) enqueued at `now`: it occupies
-    /// the device like a kernel, but what it takes is not the whole kernel's cost.
-    pub fn add_slice(&mut self, estimate: Duration, now: Duration) {
-        self.push(Flight { key: None, estimate, clock: None, tenant: None }, now);
+    /// Records a slice of kernel `key` enqueued at `now`, `share` of its rows: it
+    /// occupies the device like a kernel, and what it takes, scaled up by its share,
+    /// is a measurement of the whole kernel. (A kernel that only ever runs in slices,
+    /// best-effort work beside latency work, is learned so; else its estimate would
+    /// stay its family's rate, which for a large GEMM was ~100× too long on the H200.)
+    pub fn add_slice(&mut self, key: KernelKey, share: f64, estimate: Duration, now: Duration) {
+        self.push(Flight { key, share, estimate, clock: None, tenant: None }, now);
     }
 
     fn push(&mut self, flight: Flight, now: Duration) {
@@ -100,9 +105,7 @@ impl InFlight {
             };
             match measured {
                 Some(t) => {
-                    if let Some(key) = &f.key {
-                        cost.record(key, t);
-                    }
+                    cost.record(&f.key, t.div_f64(f.share));
                     timed += t;
                     if let Some(tenant) = f.tenant {
                         let delta_ns = t.as_nanos() as i64 - f.estimate.as_nanos() as i64;
@@ -119,9 +122,7 @@ impl InFlight {
         let rest = window.saturating_sub(timed);
         let scale = rest.as_secs_f64() / untimed_estimate.as_secs_f64().max(1e-9);
         for f in untimed {
-            if let Some(key) = &f.key {
-                cost.record(key, f.estimate.mul_f64(scale));
-            }
+            cost.record(&f.key, f.estimate.mul_f64(scale / f.share));
         }
         self.estimated = Duration::ZERO;
         corrections
@@ -162,5 +163,18 @@ mod tests {
         assert!(rest.abs_diff(Duration::from_millis(1)) < Duration::from_micros(1), "the rest of the window: {rest:?}");
         assert!(inflight.is_empty());
         assert_eq!(inflight.drained(&mut cost, start), vec![], "nothing in flight, nothing to correct");
+    }
+
+    #[test]
+    fn a_slice_teaches_the_whole_kernel_scaled_by_its_share() {
+        let mut inflight = InFlight::default();
+        let mut cost = CostModel::default();
+        let start = Duration::from_millis(100);
+        // A slice of a 32nd of the rows, estimated (far too long) at 10 ms, alone on
+        // the device for 100 µs: the kernel takes 3.2 ms.
+        inflight.add_slice(key(64), 1.0 / 32.0, Duration::from_millis(10), start);
+        inflight.drained(&mut cost, start + Duration::from_micros(100));
+        let learned = cost.estimate(&key(64));
+        assert!(learned.abs_diff(Duration::from_micros(3200)) < Duration::from_micros(1), "{learned:?}");
     }
 }

@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use sluice_host_api::{MatmulArgs, Op, UnaryOp};
+use sluice_host_api::{MatmulArgs, Op, TensorMeta, UnaryOp};
 use sluice_runtime::device::{Buffer, Lane};
-use sluice_runtime::scheduler::{Policy, PriorityClass, SchedulerConfig};
+use sluice_runtime::scheduler::{Policy, PriorityClass, SchedulerConfig, TensorId};
 
 use super::{config, overtaking_costs, read_f32, sim, stream, unary, upload};
 
@@ -219,4 +219,40 @@ fn on_an_asynchronous_device_the_slices_of_a_sliced_kernel_count_as_work_in_flig
     let queued_behind = slices.iter().map(|k| k.start - k.submitted).max().expect("slices ran");
     eprintln!("{} slices; the longest a slice waited on the stream: {queued_behind:?} (simulated)", slices.len());
     assert!(queued_behind <= budget, "a slice was enqueued behind {queued_behind:?} of earlier work");
+}
+
+/// On an asynchronous device a best-effort GEMM that only ever runs beside latency
+/// work is learned from its slices. Its first estimate comes from the matmul family's
+/// rate, which a 1×1×1 matmul taking 4 ms set to ~500 s for this 256-row GEMM (it takes
+/// 4 ms), so it is cut into the most blocks a kernel gets, 32; each slice, scaled up by
+/// its share of the rows, measures the whole kernel, and the next GEMM is cut to fit
+/// the 500 µs budget (about 8 slices). Without that, every GEMM stays at 32 slices,
+/// each run alone.
+#[test]
+fn on_an_asynchronous_device_a_kernel_run_only_in_slices_is_learned_from_them() {
+    let budget = Duration::from_micros(500);
+    let sim = sim(config(Policy::Priority, budget), |d| d.cost(|op, _| super::gemm_cost(op)).streams());
+    let queue = &sim.queue;
+    let (m, k, n) = (256u32, 32u32, 16u32);
+    let a: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0).collect();
+    let b: Vec<f32> = (0..k * n).map(|i| ((i * 5 % 11) as f32 - 5.0) / 3.0).collect();
+    let _ls = stream(queue, "ls", PriorityClass::Latency, 1);
+    let be = stream(queue, "be", PriorityClass::Batch, 1);
+    let matmul = |x: (TensorId, TensorMeta), y: (TensorId, TensorMeta), out: TensorMeta| {
+        let id = queue.new_tensor_id();
+        queue.launch(be.id(), id, Op::Matmul(MatmulArgs::default()), vec![x, y], out.clone());
+        read_f32(queue, &(id, out))
+    };
+    let one = upload(queue, &be, &[1, 1], &[2.0]);
+    assert_eq!(matmul(one.clone(), one, super::f32_meta(&[1, 1])), vec![4.0]);
+    let (ta, tb) = (upload(queue, &be, &[m, k], &a), upload(queue, &be, &[k, n], &b));
+    let slices_so_far = || sim.log.entries().iter().filter(|k| k.rows.is_some()).count();
+    let first = matmul(ta.clone(), tb.clone(), super::f32_meta(&[m, n]));
+    let first_slices = slices_so_far();
+    let second = matmul(ta, tb, super::f32_meta(&[m, n]));
+    let second_slices = slices_so_far() - first_slices;
+    eprintln!("slices: {first_slices} for the first GEMM, {second_slices} for the second");
+    assert_eq!(first, second);
+    assert!(first_slices < 32, "learned during the first GEMM: {first_slices} slices");
+    assert!((6..=12).contains(&second_slices), "4 ms cut to 500 µs slices: {second_slices}");
 }

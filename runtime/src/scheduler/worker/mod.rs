@@ -381,7 +381,7 @@ impl Actor {
                 let mut clock = None;
                 let sliced = split.is_some();
                 let outcome = if let Some(split) = split {
-                    self.slice_rows(op, &split, &args, out, estimate, slice_now, &mut q.slices)
+                    self.slice_rows(op, &split, &args, out, (key, estimate), slice_now, &mut q.slices)
                 } else if self.asynchronous
                     && (estimate >= TIMED_KERNEL_MIN || !self.cost.knows(&key))
                     && let Some(timing) = self.device.timing()

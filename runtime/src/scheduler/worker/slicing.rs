@@ -9,7 +9,9 @@
 //! of 3-row slices that each read the whole 128 MiB weight: the best-effort tenant
 //! kept 1 % of its throughput, and concatenating the parts held the scheduler for
 //! tens of milliseconds. Row blocks of a 32nd of the kernel keep ≥ 80 % of a whole
-//! GEMM's throughput there (DESIGN.md: M=256 of 8192).
+//! GEMM's throughput there (DESIGN.md: M=256 of 8192). On an asynchronous device each
+//! slice, scaled up by its share of the rows, also teaches the cost model the whole
+//! kernel (`InFlight::add_slice`), so the next slices are cut to the budget.
 
 use std::time::Duration;
 
@@ -17,6 +19,7 @@ use sluice_host_api::{ApiError, Op, RowSplit, TensorMeta};
 
 use super::{Actor, contain};
 use crate::device::Buffer;
+use crate::scheduler::cost::KernelKey;
 use crate::scheduler::work::SliceProgress;
 
 /// The most row blocks one kernel is cut into.
@@ -34,7 +37,7 @@ impl Actor {
         split: &RowSplit,
         inputs: &[(&Buffer, &TensorMeta)],
         out: &TensorMeta,
-        estimate: Duration,
+        (key, estimate): (KernelKey, Duration),
         slice_now: bool,
         progress: &mut Option<SliceProgress>,
     ) -> Option<Result<Buffer, ApiError>> {
@@ -56,7 +59,7 @@ impl Actor {
         let started = self.config.clock.now();
         let Some(slicing) = self.device.rows() else {
             // The device cannot slice: run the rest whole.
-            self.enqueued_slice(estimate.mul_f64(left as f64 / m as f64));
+            self.enqueued_slice(key, left as f64 / m as f64, estimate);
             return Some(
                 contain(&self.faults, "a launch", || self.device.launch(op, inputs, out)).map_err(ApiError::from),
             );
@@ -65,7 +68,7 @@ impl Actor {
             Err(e) => return Some(Err(e.into())),
             Ok(b) => p.parts.push((b, split.block(rows))),
         }
-        self.enqueued_slice(estimate.mul_f64(rows as f64 / m as f64));
+        self.enqueued_slice(key, rows as f64 / m as f64, estimate);
         p.next_row += rows;
         if p.next_row < m {
             p.elapsed += self.config.clock.now().saturating_sub(started);
@@ -84,12 +87,12 @@ impl Actor {
         )
     }
 
-    /// Counts a slice just enqueued on an asynchronous device as work in flight on the
-    /// current lane.
-    fn enqueued_slice(&mut self, estimate: Duration) {
+    /// Counts a slice just enqueued on an asynchronous device, `share` of kernel `key`
+    /// (estimated at `estimate` whole), as work in flight on the current lane.
+    fn enqueued_slice(&mut self, key: KernelKey, share: f64, estimate: Duration) {
         if self.asynchronous {
             let now = self.now();
-            self.inflight[self.lane.index()].add_slice(estimate, now);
+            self.inflight[self.lane.index()].add_slice(key, share, estimate.mul_f64(share), now);
         }
     }
 }
