@@ -172,8 +172,8 @@ fn images(engine: &Engine, setup: &Setup) -> Images {
     let weights = MemoryAccount::new("weights", None, None);
     let mut burn_limits = FunctionLimits::default();
     burn_limits.sandbox.memory_bytes = setup.burn_memory;
-    // The burner uploads its whole matrix in one host call (256 MiB at 8192² bf16):
-    // one guest→host transfer may be as large as its sandbox.
+    // The burner uploads its whole matrix in one host call (256 MiB: 8192² f32, cast
+    // on the device): one guest→host transfer may be as large as its sandbox.
     burn_limits.max_output_bytes = setup.burn_memory;
     Images {
         minilm: engine

@@ -121,7 +121,7 @@ fn on_a_partitioned_device_latency_work_runs_beside_best_effort_work() {
 /// thread of its own (the CUDA device's stager). The scheduler leaves the kernel queued
 /// until the copy is queued, so latency work arriving meanwhile runs. Launched at once,
 /// the kernel would wait for the copy on the scheduler's thread, and every tenant with
-/// it: on the H200, a 128 MiB upload held latency work for ~25 ms.
+/// it: on the H200, a 256 MiB upload held latency work for ~25 ms.
 #[test]
 fn latency_work_runs_while_a_best_effort_input_is_still_being_copied() {
     let config = config(Policy::Priority, Duration::from_micros(100));

@@ -67,8 +67,9 @@ impl Actor {
     /// Releases up to [`FREES_PER_STEP`] freed tensors (those no queued kernel still
     /// reads; the rest go when their last reader has run).
     ///
-    /// An upload the device is still copying ([`Device::ready`](crate::device::Device::ready)) is put back: dropping
-    /// its buffer now would wait for the copy on this thread.
+    /// An upload the device is still copying
+    /// ([`Device::ready`](crate::device::Device::ready)) is put back: dropping its
+    /// buffer now would wait for the copy on this thread.
     pub(super) fn release_some_freed(&mut self) {
         let mut copying = Vec::new();
         for id in self.frees.take(FREES_PER_STEP) {
