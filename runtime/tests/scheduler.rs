@@ -174,6 +174,27 @@ fn weighted_fair_share_lands_within_five_percent() {
     assert!((three - 0.75).abs() <= 0.05 * 0.75, "3:1 gave A {three:.3}");
 }
 
+/// `x · y` launched for `inv`, read back.
+fn matmul(
+    queue: &DeviceQueue,
+    inv: &InvocationGuard,
+    x: (TensorId, TensorMeta),
+    y: (TensorId, TensorMeta),
+    out: TensorMeta,
+) -> Vec<f32> {
+    let id = queue.new_tensor_id();
+    queue.launch(inv.id(), id, Op::Matmul(MatmulArgs::default()), vec![x, y], out.clone());
+    read_f32(queue, &(id, out))
+}
+
+/// Runs a 1×1×1 matmul for `inv`, which takes 4 ms under [`gemm_cost`]: the matmul
+/// family's rate is then 4 ms per multiply-add, and the first estimate of any GEMM
+/// not seen before far too long (over 500 s for 256×32×16, which takes 4 ms).
+fn mislead_the_matmul_rate(queue: &DeviceQueue, inv: &InvocationGuard) {
+    let one = upload(queue, inv, &[1, 1], &[2.0]);
+    assert_eq!(matmul(queue, inv, one.clone(), one, f32_meta(&[1, 1])), vec![4.0]);
+}
+
 fn gemm_cost(op: &Op) -> Duration {
     match op {
         Op::Matmul(_) | Op::Linear { .. } => Duration::from_millis(4),
@@ -231,17 +252,9 @@ fn a_kernel_estimated_far_too_long_is_cut_into_at_most_32_slices() {
     let queue = &sim.queue;
     let _ls = stream(queue, "ls", PriorityClass::Latency, 1);
     let be = stream(queue, "be", PriorityClass::Batch, 1);
-    let matmul = |x: (TensorId, TensorMeta), y: (TensorId, TensorMeta), out: TensorMeta| {
-        let id = queue.new_tensor_id();
-        queue.launch(be.id(), id, Op::Matmul(MatmulArgs::default()), vec![x, y], out.clone());
-        read_f32(queue, &(id, out))
-    };
-    // A 1×1×1 matmul that takes 4 ms: the matmul family's rate is now 4 ms per
-    // multiply-add, and the 256×32×16 GEMM's estimate over 500 s (it takes 4 ms).
-    let one = upload(queue, &be, &[1, 1], &[2.0]);
-    assert_eq!(matmul(one.clone(), one, f32_meta(&[1, 1])), vec![4.0]);
+    mislead_the_matmul_rate(queue, &be);
     let (ta, tb) = (upload(queue, &be, &[m, k], &a), upload(queue, &be, &[k, n], &b));
-    let got = matmul(ta, tb, f32_meta(&[m, n]));
+    let got = matmul(queue, &be, ta, tb, f32_meta(&[m, n]));
     let slices: Vec<_> = sim.log.entries().into_iter().filter(|k| k.rows.is_some()).collect();
     assert_eq!(slices.len(), 32, "256 rows in blocks of 8, not of one");
     assert!(slices.iter().all(|k| k.rows.as_ref().is_some_and(|r| r.len() == 8)));

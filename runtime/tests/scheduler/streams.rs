@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use sluice_host_api::{MatmulArgs, Op, TensorMeta, UnaryOp};
+use sluice_host_api::{MatmulArgs, Op, UnaryOp};
 use sluice_runtime::device::{Buffer, Lane};
-use sluice_runtime::scheduler::{Policy, PriorityClass, SchedulerConfig, TensorId};
+use sluice_runtime::scheduler::{Policy, PriorityClass, SchedulerConfig};
 
 use super::{config, overtaking_costs, read_f32, sim, stream, unary, upload};
 
@@ -238,18 +238,12 @@ fn on_an_asynchronous_device_a_kernel_run_only_in_slices_is_learned_from_them() 
     let b: Vec<f32> = (0..k * n).map(|i| ((i * 5 % 11) as f32 - 5.0) / 3.0).collect();
     let _ls = stream(queue, "ls", PriorityClass::Latency, 1);
     let be = stream(queue, "be", PriorityClass::Batch, 1);
-    let matmul = |x: (TensorId, TensorMeta), y: (TensorId, TensorMeta), out: TensorMeta| {
-        let id = queue.new_tensor_id();
-        queue.launch(be.id(), id, Op::Matmul(MatmulArgs::default()), vec![x, y], out.clone());
-        read_f32(queue, &(id, out))
-    };
-    let one = upload(queue, &be, &[1, 1], &[2.0]);
-    assert_eq!(matmul(one.clone(), one, super::f32_meta(&[1, 1])), vec![4.0]);
+    super::mislead_the_matmul_rate(queue, &be);
     let (ta, tb) = (upload(queue, &be, &[m, k], &a), upload(queue, &be, &[k, n], &b));
     let slices_so_far = || sim.log.entries().iter().filter(|k| k.rows.is_some()).count();
-    let first = matmul(ta.clone(), tb.clone(), super::f32_meta(&[m, n]));
+    let first = super::matmul(queue, &be, ta.clone(), tb.clone(), super::f32_meta(&[m, n]));
     let first_slices = slices_so_far();
-    let second = matmul(ta, tb, super::f32_meta(&[m, n]));
+    let second = super::matmul(queue, &be, ta, tb, super::f32_meta(&[m, n]));
     let second_slices = slices_so_far() - first_slices;
     eprintln!("slices: {first_slices} for the first GEMM, {second_slices} for the second");
     assert_eq!(first, second);
