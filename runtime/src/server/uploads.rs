@@ -10,9 +10,14 @@
 //! cut off (408 `upload_stalled`); it is cut off too when it grows past the size limit
 //! or the disk quota. A refused upload leaves nothing: its temporary file is removed.
 //! A refusal before the end of the body says `Connection: close`, since the rest of
-//! the body is never read.
+//! the body is never kept. What the client has already sent is read and dropped first
+//! (at most [`DISCARD_BYTES`], for at most [`DISCARD_TIME`]): a socket closed with
+//! unread bytes is reset, and a client still writing its body could then lose the
+//! refusal (a `disk.rs` test saw "broken pipe" instead of its 429, once in four runs
+//! on two cores).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Extension;
 use axum::body::Body;
@@ -32,6 +37,13 @@ use crate::platform::{ArtifactUpload, Platform};
 /// Bytes gathered on the async side before they are written on the blocking pool.
 pub const FLUSH_BYTES: usize = 1 << 20;
 
+/// After a refusal in the middle of a body, at most this much more of it is read and
+/// dropped before the response.
+pub const DISCARD_BYTES: u64 = 1 << 20;
+
+/// ... and for at most this long.
+pub const DISCARD_TIME: Duration = Duration::from_secs(1);
+
 pub async fn put_artifact(
     State(platform): State<Arc<Platform>>,
     Extension(limits): Extension<BodyLimits>,
@@ -49,9 +61,13 @@ pub async fn put_artifact(
         Ok(upload) => upload,
         Err(e) => return closing(e.into()),
     };
-    let upload = match receive(upload, body, &limits).await {
+    let mut body = body;
+    let upload = match receive(upload, &mut body, &limits).await {
         Ok(upload) => upload,
-        Err(e) => return closing(e),
+        Err(e) => {
+            discard_sent(&mut body).await;
+            return closing(e);
+        }
     };
     match blocking(move || platform.finish_upload(upload)).await {
         Ok(version) => created(&version),
@@ -61,7 +77,11 @@ pub async fn put_artifact(
 
 /// Reads the whole body into `upload`, or refuses it (dropping `upload`, which removes
 /// its file) when it stalls, trickles, or grows past the size limit or the disk quota.
-async fn receive(mut upload: ArtifactUpload, mut body: Body, limits: &BodyLimits) -> Result<ArtifactUpload, HttpError> {
+async fn receive(
+    mut upload: ArtifactUpload,
+    body: &mut Body,
+    limits: &BodyLimits,
+) -> Result<ArtifactUpload, HttpError> {
     let window = limits.upload_read_timeout;
     // Never 0: a window without a single byte is a stall whatever the rate.
     let min_per_window = ((u128::from(limits.upload_min_bytes_per_s) * window.as_millis() / 1000) as u64).max(1);
@@ -104,6 +124,20 @@ async fn receive(mut upload: ArtifactUpload, mut body: Body, limits: &BodyLimits
         upload = write_off(upload, pending).await?;
     }
     Ok(upload)
+}
+
+/// Reads and drops what is left of a refused body, up to [`DISCARD_BYTES`] and for at
+/// most [`DISCARD_TIME`], so the connection closes without unread bytes (which would
+/// reset it under the response).
+async fn discard_sent(body: &mut Body) {
+    let deadline = Instant::now() + DISCARD_TIME;
+    let mut dropped = 0u64;
+    while dropped < DISCARD_BYTES {
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(Some(Ok(frame))) => dropped += frame.data_ref().map_or(0, |d| d.len() as u64),
+            _ => return,
+        }
+    }
 }
 
 /// Writes `bytes` into the upload on the blocking pool.
