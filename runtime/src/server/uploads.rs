@@ -50,7 +50,7 @@ pub async fn put_artifact(
     TenantCaller(tenant): TenantCaller,
     Path((name, artifact)): Path<(String, String)>,
     headers: HeaderMap,
-    body: Body,
+    mut body: Body,
 ) -> Response {
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limits.artifact_bytes) {
@@ -61,7 +61,6 @@ pub async fn put_artifact(
         Ok(upload) => upload,
         Err(e) => return closing(e.into()),
     };
-    let mut body = body;
     let upload = match receive(upload, &mut body, &limits).await {
         Ok(upload) => upload,
         Err(e) => {

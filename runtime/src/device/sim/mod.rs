@@ -164,8 +164,6 @@ impl SimBuilder {
     }
 
     pub fn build(self) -> SimDevice {
-        let staging = Arc::new(Staging::default());
-        staging.set_min_bytes(self.staged_min_bytes);
         SimDevice {
             cpu: CpuDevice::with_threads(self.cpu_threads),
             clock: self.clock,
@@ -180,7 +178,7 @@ impl SimBuilder {
             log: SimLog::default(),
             gate: Arc::new(Gate::default()),
             loss: Arc::new(Loss::default()),
-            staging,
+            staging: Arc::new(Staging::new(self.staged_min_bytes)),
         }
     }
 }
@@ -291,11 +289,6 @@ impl SimDevice {
         self.clock.advance_to(end);
     }
 
-    /// Waits, on the launching thread, until no input is a held upload.
-    fn wait_staged(&self, inputs: &[(&Buffer, &TensorMeta)]) {
-        self.staging.wait_for(&inputs.iter().map(|(b, _)| *b).collect::<Vec<_>>());
-    }
-
     /// Launches a whole kernel; returns its output and when it starts and ends.
     fn launch_whole(
         &self,
@@ -304,7 +297,7 @@ impl SimDevice {
         out: &TensorMeta,
     ) -> Result<(Buffer, Duration, Duration), DeviceError> {
         self.loss.launch()?;
-        self.wait_staged(inputs);
+        self.staging.wait_for(inputs);
         let (start, end) = self.run(op, None, (self.cost)(op, inputs));
         Ok((self.cpu.launch(op, inputs, out)?, start, end))
     }
@@ -389,7 +382,7 @@ impl RowSlicing for SimDevice {
         rows: Range<usize>,
     ) -> Result<Buffer, DeviceError> {
         self.loss.launch()?;
-        self.wait_staged(inputs);
+        self.staging.wait_for(inputs);
         let total = RowSplit::of(op, out).map_or(1, |s| s.rows.max(1));
         let whole = (self.cost)(op, inputs).as_nanos();
         let cost = Duration::from_nanos((whole * rows.len() as u128 / total as u128) as u64);

@@ -10,10 +10,11 @@
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
+use sluice_host_api::TensorMeta;
+
 use crate::device::{Buffer, CpuBuffer};
 
 /// The held uploads of one simulated device, shared with the test.
-#[derive(Default)]
 pub struct Staging {
     state: Mutex<State>,
     changed: Condvar,
@@ -37,8 +38,9 @@ impl Staging {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(super) fn set_min_bytes(&self, bytes: usize) {
-        self.lock().min_bytes = bytes;
+    /// Holds uploads of at least `min_bytes` (0: none).
+    pub(super) fn new(min_bytes: usize) -> Staging {
+        Staging { state: Mutex::new(State { min_bytes, ..State::default() }), changed: Condvar::new() }
     }
 
     /// Holds the copy of `buffer` if it is large enough.
@@ -67,14 +69,16 @@ impl Staging {
         !held
     }
 
-    /// Waits until none of `inputs` is held (counts the wait when one is).
-    pub(super) fn wait_for(&self, inputs: &[&Buffer]) {
+    /// Waits, on the launching thread, until none of a kernel's `inputs` is held
+    /// (counts the wait when one is).
+    pub(super) fn wait_for(&self, inputs: &[(&Buffer, &TensorMeta)]) {
         let mut s = self.lock();
-        if inputs.iter().any(|b| Self::is_held(&s, b)) {
+        let any_held = |s: &State| inputs.iter().any(|(b, _)| Self::is_held(s, b));
+        if any_held(&s) {
             s.met += 1;
             self.changed.notify_all();
         }
-        while inputs.iter().any(|b| Self::is_held(&s, b)) {
+        while any_held(&s) {
             s = self.changed.wait(s).unwrap_or_else(|e| e.into_inner());
         }
     }
