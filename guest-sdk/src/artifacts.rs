@@ -23,3 +23,10 @@ pub fn load_tensor(artifact: &str, name: &str, as_dtype: Option<DType>) -> Resul
 pub fn metadata(artifact: &str) -> Result<String> {
     Ok(raw::metadata(artifact)?)
 }
+
+/// The names of the artifacts this function version sees, in byte order: how a function
+/// that ships optional files finds which ones were uploaded. Host API 1.1.0 and later
+/// (a component that calls it does not deploy on a 1.0 host).
+pub fn names() -> Vec<String> {
+    raw::names()
+}

@@ -107,11 +107,15 @@ pub enum Code {
     /// `--default-disk-quota-mib`); nothing was stored. 429, like the device-memory
     /// quota: deleting functions or versions (or pruning) makes room.
     DiskQuotaExceeded,
+    /// The component was built against a version of the host API (`sluice:gpu@x.y.z`)
+    /// this host does not offer, or uses something a newer version added; the message
+    /// names the interface and version and what this host offers. Refused at deploy.
+    HostApiUnsupported,
 }
 
 impl Code {
     /// Every code, in declaration order.
-    pub const ALL: [Code; 36] = [
+    pub const ALL: [Code; 37] = [
         Code::InvalidRequest,
         Code::InvalidInput,
         Code::InvalidName,
@@ -148,6 +152,7 @@ impl Code {
         Code::TooManyUploads,
         Code::UploadStalled,
         Code::DiskQuotaExceeded,
+        Code::HostApiUnsupported,
     ];
 
     /// The code as it appears in error bodies and metric labels (snake_case).
@@ -185,6 +190,7 @@ impl Code {
             Code::HostMemoryBudget => "host_memory_budget",
             Code::DecodedTooLarge => "decoded_too_large",
             Code::ComponentLimitExceeded => "component_limit_exceeded",
+            Code::HostApiUnsupported => "host_api_unsupported",
             Code::InstancePoolExhausted => "instance_pool_exhausted",
             Code::TooManyUploads => "too_many_uploads",
             Code::UploadStalled => "upload_stalled",
@@ -197,6 +203,7 @@ impl Code {
         match self {
             Code::InvalidRequest | Code::InvalidInput | Code::InvalidName | Code::InvalidComponent => 400,
             Code::ComponentLimitExceeded => 400,
+            Code::HostApiUnsupported => 400,
             Code::Unauthorized => 401,
             Code::Forbidden => 403,
             Code::NotFound => 404,

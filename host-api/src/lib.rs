@@ -5,7 +5,8 @@
 //! the op catalog ([`Op`]), shape and dtype inference ([`infer`]), the guest-visible
 //! error codes ([`ErrorCode`], [`ApiError`]), the conversions between the WIT's generated
 //! types and these ([`wit_conversions!`], invoked once by the host and once by the guest
-//! SDK), and the HTTP API's stable error codes ([`Code`]). The host checks every launch
+//! SDK), the HTTP API's stable error codes ([`Code`]) and the package's version rules
+//! ([`version`]). The host checks every launch
 //! with [`infer`] before anything is queued; the guest SDK may use the same rules to fail
 //! early. Nothing here allocates device memory or knows about wasmtime.
 
@@ -16,6 +17,7 @@ mod infer;
 mod op;
 mod rows;
 mod shape;
+pub mod version;
 mod wit;
 
 pub use code::Code;

@@ -268,7 +268,8 @@ fn files_that_are_not_inference_components_are_rejected() {
 async fn precompiled_components_load_without_compiling() {
     let engine = &host().engine;
     let compiled = engine.precompile(&common::component("echo")).unwrap();
-    let component = engine.deserialize(&compiled).unwrap();
+    assert_eq!(compiled.host_api, Some(sluice_host_api::version::CURRENT.clone()), "the SDK builds against today's");
+    let component = engine.deserialize(&compiled.bytes).unwrap();
     let image = engine
         .prepare("echo", &component, sluice_runtime::engine::ArtifactSet::empty(), FunctionLimits::default())
         .unwrap();

@@ -1,7 +1,8 @@
 //! Python functions: every `functions/<name>/app.py` is built into a component with
 //! componentize-py (pinned in `guest-sdk/python/requirements-build.txt`, installed once
-//! into a virtual environment in the cache), against the WIT world in `host-api/wit`
-//! and with the Python guest SDK (`guest-sdk/python`) on its path.
+//! into a virtual environment in the cache), against the WIT world in `host-api/wit` (or
+//! the frozen release its `host-api-version` file names) and with the Python guest SDK
+//! (`guest-sdk/python`) on its path.
 //!
 //! Outputs go beside the Rust functions' components:
 //! `functions/target/wasm32-wasip2/<profile>/<name with - as _>.wasm`. A component newer
@@ -20,6 +21,9 @@ use crate::{clients_venv, cmd};
 /// The requirements of the build tool, relative to the repository root.
 pub const REQUIREMENTS: &str = "guest-sdk/python/requirements-build.txt";
 
+/// A file in a function's directory naming the frozen host API version to build against.
+const HOST_API_VERSION: &str = "host-api-version";
+
 /// The module componentize-py imports in each function's directory.
 const APP: &str = "app";
 
@@ -32,12 +36,13 @@ pub fn build(out_dir: &Path) -> Result<Vec<PathBuf>> {
     }
     let python = clients_venv::ensure_venv("componentize-py", REQUIREMENTS)?;
     let tool = python.with_file_name("componentize-py");
-    let (wit, sdk) = (root.join("host-api/wit"), root.join("guest-sdk/python"));
+    let sdk = root.join("guest-sdk/python");
     fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let mut built = Vec::new();
     for dir in functions {
         let name = dir.file_name().and_then(|n| n.to_str()).context("a function directory without a name")?;
         let out = out_dir.join(format!("{}.wasm", name.replace('-', "_")));
+        let wit = wit_of(&root, &dir)?;
         let inputs_changed = newest(&[&dir, &sdk, &wit])?;
         let fresh = fs::metadata(&out).and_then(|m| m.modified()).is_ok_and(|built| built > inputs_changed);
         if !fresh {
@@ -59,6 +64,25 @@ pub fn build(out_dir: &Path) -> Result<Vec<PathBuf>> {
         built.push(out);
     }
     Ok(built)
+}
+
+/// The WIT a function builds against: `host-api/wit`, or the frozen release named by a
+/// `host-api-version` file in its directory (a compatibility fixture).
+fn wit_of(root: &Path, dir: &Path) -> Result<PathBuf> {
+    let pinned = dir.join(HOST_API_VERSION);
+    if !pinned.is_file() {
+        return Ok(root.join("host-api/wit"));
+    }
+    let version = fs::read_to_string(&pinned).with_context(|| format!("reading {}", pinned.display()))?;
+    let wit = root.join("host-api/wit-released").join(version.trim());
+    if !wit.is_dir() {
+        bail!(
+            "{} names {:?}, which is not a released host API version (host-api/wit-released/)",
+            pinned.display(),
+            version.trim()
+        );
+    }
+    Ok(wit)
 }
 
 /// The directories under `functions` that hold an `app.py`, sorted.

@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::blobs::BlobUpload;
 use crate::model::{
-    BlobRef, Digest, FunctionOptions, FunctionRecord, FunctionSummary, FunctionVersion, VersionOrigin, now_ms,
-    validate_artifact_name, validate_function_name, validate_tenant_id,
+    BlobRef, Digest, FunctionOptions, FunctionRecord, FunctionSummary, FunctionVersion, NewVersion, VersionOrigin,
+    now_ms, validate_artifact_name, validate_function_name, validate_tenant_id,
 };
 use crate::retention::{self, StoragePolicy, Written};
 use crate::tenants::keys_under;
@@ -98,10 +98,12 @@ impl Registry {
         options: FunctionOptions,
         staged: bool,
     ) -> Result<FunctionVersion> {
-        Ok(self.deploy_with(tenant, name, component, options, staged, StoragePolicy::UNLIMITED)?.version)
+        let new = NewVersion { staged, host_api: None };
+        Ok(self.deploy_with(tenant, name, component, options, new, StoragePolicy::UNLIMITED)?.version)
     }
 
-    /// Like [`Registry::deploy_as`], under the tenant's storage `policy`: refused
+    /// Like [`Registry::deploy_as`], with what the caller read of the component (`new`),
+    /// under the tenant's storage `policy`: refused
     /// ([`RegistryError::DiskQuotaExceeded`]) if it would take the tenant above its disk
     /// quota; old versions beyond the policy's count are pruned.
     pub fn deploy_with(
@@ -110,7 +112,7 @@ impl Registry {
         name: &str,
         component: &[u8],
         options: FunctionOptions,
-        staged: bool,
+        new: NewVersion,
         policy: StoragePolicy,
     ) -> Result<Written> {
         validate_ids(tenant, name)?;
@@ -136,12 +138,13 @@ impl Registry {
                 artifacts: prev.map(|p| p.artifacts.clone()).unwrap_or_default(),
                 origin: VersionOrigin::Deploy,
                 created_ms: now,
-                staged,
+                staged: new.staged,
                 pinned: false,
+                host_api: new.host_api.clone(),
             })
         })?;
         let v = &w.version;
-        tracing::info!(tenant, function = name, version = v.version, staged, digest = %v.component.digest, pruned = ?w.pruned, "deployed");
+        tracing::info!(tenant, function = name, version = v.version, staged = new.staged, host_api = ?new.host_api, digest = %v.component.digest, pruned = ?w.pruned, "deployed");
         Ok(w)
     }
 
@@ -300,6 +303,7 @@ impl Registry {
             created_ms: 0,
             staged: false,
             pinned: false,
+            host_api: None,
         };
         let used = retention::disk_usage(&tenant_versions);
         let after = retention::after_write(&tenant_versions, &next, policy.keep_versions);

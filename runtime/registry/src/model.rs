@@ -392,6 +392,20 @@ pub struct FunctionVersion {
     /// A pinned version is never pruned by the retention policy (see `retention`).
     #[serde(default)]
     pub pinned: bool,
+    /// The host API version its component was built against (`"1.1.0"` for imports of
+    /// `sluice:gpu/…@1.1.0`), as the engine read it at deploy; absent for a component
+    /// that imports nothing of the host API and for versions stored before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_api: Option<String>,
+}
+
+/// What a deploy says about the version it makes, besides its options.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NewVersion {
+    /// A staged version does not serve until published.
+    pub staged: bool,
+    /// See [`FunctionVersion::host_api`].
+    pub host_api: Option<String>,
 }
 
 /// A function with all its versions (oldest first).

@@ -134,6 +134,7 @@ mod tests {
             created_ms: 0,
             staged: false,
             pinned: false,
+            host_api: None,
         }
     }
 

@@ -6,7 +6,7 @@
 mod common;
 
 use common::with_tenant;
-use sluice_registry::{FunctionOptions, RegistryError, StoragePolicy};
+use sluice_registry::{FunctionOptions, NewVersion, RegistryError, StoragePolicy};
 
 fn temp_files(dir: &std::path::Path) -> usize {
     std::fs::read_dir(dir.join("blobs/sha256"))
@@ -43,11 +43,11 @@ fn the_disk_quota_refuses_what_would_pass_it_after_retention_pruned() {
     let reg = with_tenant(dir.path(), "acme");
     let policy = StoragePolicy { disk_quota_bytes: Some(170), keep_versions: Some(2) };
     let opts = FunctionOptions::default;
-    let v1 = reg.deploy_with("acme", "f", &[1; 40], opts(), false, policy).unwrap();
+    let v1 = reg.deploy_with("acme", "f", &[1; 40], opts(), NewVersion::default(), policy).unwrap();
     assert_eq!((v1.disk_used_bytes, reg.tenant_disk_usage("acme").unwrap()), (40, 40));
     let blobs = || std::fs::read_dir(dir.path().join("blobs/sha256")).unwrap().count();
     let blobs_before = blobs();
-    let too_big = reg.deploy_with("acme", "f", &[2; 140], opts(), false, policy);
+    let too_big = reg.deploy_with("acme", "f", &[2; 140], opts(), NewVersion::default(), policy);
     assert!(matches!(too_big, Err(RegistryError::DiskQuotaExceeded { needed_bytes: 180, .. })), "{too_big:?}");
     assert_eq!(reg.get_function("acme", "f").unwrap().versions.len(), 1, "nothing changed");
     assert_eq!(blobs(), blobs_before, "refused before the bytes were written");
@@ -57,12 +57,12 @@ fn the_disk_quota_refuses_what_would_pass_it_after_retention_pruned() {
     let v2 = reg.put_artifact_upload("acme", "f", "w", upload, policy).unwrap();
     assert_eq!((v2.version.version, v2.pruned.clone(), v2.disk_used_bytes), (2, vec![], 90));
     reg.store_compiled("acme", "f", 1, "engine", b"compiled-1").unwrap();
-    let v3 = reg.deploy_with("acme", "f", &[4; 50], opts(), false, policy).unwrap();
+    let v3 = reg.deploy_with("acme", "f", &[4; 50], opts(), NewVersion::default(), policy).unwrap();
     assert_eq!((v3.version.version, v3.pruned.clone(), v3.disk_used_bytes), (3, vec![1], 140));
     assert!(!matches!(reg.compiled("acme", "f", 1, "engine"), Ok(Some(_))), "pruned with its version");
     // 200 bytes with every version kept; 160 once version 2 (the last to use the first
     // component) is pruned, so it fits.
-    let v4 = reg.deploy_with("acme", "f", &[5; 60], opts(), false, policy).unwrap();
+    let v4 = reg.deploy_with("acme", "f", &[5; 60], opts(), NewVersion::default(), policy).unwrap();
     assert_eq!((v4.version.version, v4.pruned.clone(), v4.disk_used_bytes), (4, vec![2], 160));
     let report = reg.gc().unwrap();
     assert_eq!(report.removed, 2, "the first component and version 1's compiled form: {report:?}");

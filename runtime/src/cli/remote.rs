@@ -242,11 +242,13 @@ pub fn functions(args: FunctionsArgs) -> anyhow::Result<ExitCode> {
         FunctionsAction::List => {
             let v = client.json(Method::GET, "/v1/functions", None)?;
             for f in v["functions"].as_array().into_iter().flatten() {
+                let digest = f["digest"].as_str().unwrap_or("");
                 println!(
-                    "{:<24} v{:<4} {} {}",
+                    "{:<24} v{:<4} {} host-api {:<7} {}",
                     f["name"].as_str().unwrap_or("?"),
                     f["version"],
-                    &f["digest"].as_str().unwrap_or("")[..12.min(f["digest"].as_str().unwrap_or("").len())],
+                    &digest[..12.min(digest.len())],
+                    f["host_api"].as_str().unwrap_or("-"),
                     f["options"]["priority"].as_str().unwrap_or("")
                 );
             }

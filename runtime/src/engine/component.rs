@@ -1,5 +1,5 @@
-//! Loading components: the per-component limits ([`super::footprint`]), validation
-//! against the `inference` world, precompilation and pre-instantiation into a
+//! Loading components: the per-component limits ([`super::footprint`]), the host API
+//! version ([`super::host_api`]), validation against the `inference` world, precompilation and pre-instantiation into a
 //! [`FunctionImage`].
 
 use std::sync::Arc;
@@ -12,23 +12,38 @@ use super::artifacts::ArtifactSet;
 use super::bindings::InferencePre;
 use super::component_error::ComponentError;
 use super::footprint::Footprint;
+use super::host_api::HostApiUse;
 use super::state::SandboxLimits;
 use super::warm::WarmPool;
 
 const COMPONENT_HEADER: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
 const MODULE_HEADER: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00];
 
-pub(super) fn compile(engine: &Engine, wasm: &[u8]) -> Result<Component, ComponentError> {
+pub(super) fn compile(engine: &Engine, wasm: &[u8]) -> Result<(Component, HostApiUse), ComponentError> {
     match wasm.get(..8) {
         Some(h) if h == COMPONENT_HEADER => {}
         Some(h) if h == MODULE_HEADER => return Err(ComponentError::CoreModule),
         _ => return Err(ComponentError::NotWasm),
     }
-    // Before compiling: a component over the limits costs no compilation.
+    // Before compiling: a component over the limits, or of a host API version this host
+    // does not offer, costs no compilation.
     Footprint::of(wasm)?.check(engine.config())?;
+    let used = HostApiUse::of(wasm)?;
+    let wasm = used.renamed(wasm);
     // On background threads: a tenant's deploy must not take a core from another's invocations.
-    crate::background::compile_in_background(|| Component::new(engine.wasmtime(), wasm))
-        .map_err(|e| ComponentError::Invalid(format!("{e:#}")))
+    let component = crate::background::compile_in_background(|| Component::new(engine.wasmtime(), &wasm))
+        .map_err(|e| ComponentError::Invalid(format!("{e:#}")))?;
+    Ok((component, used))
+}
+
+/// A component validated and compiled by [`Engine::precompile`].
+#[derive(Debug)]
+pub struct Precompiled {
+    /// Its compiled form, for [`Engine::deserialize`].
+    pub bytes: Vec<u8>,
+    /// The newest host API version it was built against (`None`: it imports nothing
+    /// of the host API).
+    pub host_api: Option<semver::Version>,
 }
 
 /// Limits of one function's invocations.
@@ -107,10 +122,22 @@ fn imports_requests(engine: &wasmtime::Engine, component: &Component) -> bool {
 impl Engine {
     /// Validates `wasm` and returns its precompiled form, to be stored and later
     /// loaded with [`Engine::deserialize`] without compiling again.
-    pub fn precompile(&self, wasm: &[u8]) -> Result<Vec<u8>, ComponentError> {
-        let component = self.compile(wasm)?;
-        self.check_world(&component)?;
-        component.serialize().map_err(|e| ComponentError::Invalid(format!("{e:#}")))
+    pub fn precompile(&self, wasm: &[u8]) -> Result<Precompiled, ComponentError> {
+        let (component, used) = compile(self, wasm)?;
+        if let Err(e) = self.check_world(&component) {
+            // A component of a newer minor version fails here when it uses what this
+            // host lacks: say so, naming the version, rather than the missing item alone.
+            return Err(match used.newer_than_host(&e.to_string()) {
+                Some(import) => ComponentError::HostApi(format!(
+                    "the component was built against {import}, newer than this server's {}, and uses what it lacks ({e}); this server offers {}",
+                    sluice_host_api::version::CURRENT,
+                    sluice_host_api::version::offered()
+                )),
+                None => e,
+            });
+        }
+        let bytes = component.serialize().map_err(|e| ComponentError::Invalid(format!("{e:#}")))?;
+        Ok(Precompiled { bytes, host_api: used.version().cloned() })
     }
 
     /// Loads a component precompiled by [`Engine::precompile`] of an engine with

@@ -16,13 +16,18 @@ pub enum ComponentError {
     Invalid(String),
     #[error("the component does not implement the sluice:gpu/inference world: {0}")]
     WrongWorld(String),
+    /// Built against a host API version this host does not offer (see
+    /// `docs/host-api.md`); the message names the import and what the host offers.
+    #[error("{0}")]
+    HostApi(String),
     #[error("the component has {count} {what}, more than the {limit} one component may have on this server ({flag})")]
     OverLimit { what: &'static str, count: u64, limit: u32, flag: &'static str },
 }
 
 impl ComponentError {
     /// Stable machine-readable code: [`Code::ComponentLimitExceeded`] for a component
-    /// over a per-component limit, [`Code::InvalidComponent`] for every other.
+    /// over a per-component limit, [`Code::HostApiUnsupported`] for a host API version
+    /// this host does not offer, [`Code::InvalidComponent`] for every other.
     pub fn code(&self) -> Code {
         match self {
             ComponentError::CoreModule
@@ -30,6 +35,7 @@ impl ComponentError {
             | ComponentError::Invalid(_)
             | ComponentError::WrongWorld(_) => Code::InvalidComponent,
             ComponentError::OverLimit { .. } => Code::ComponentLimitExceeded,
+            ComponentError::HostApi(_) => Code::HostApiUnsupported,
         }
     }
 }

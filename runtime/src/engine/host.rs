@@ -250,6 +250,12 @@ impl artifacts::Host for InvocationState {
         Ok(self.artifacts.metadata(&artifact, self.limits.max_artifact_read_bytes)?)
     }
 
+    fn names(&mut self) -> wasmtime::Result<Vec<String>> {
+        let mut names: Vec<String> = self.artifacts.names().map(str::to_owned).collect();
+        names.sort_unstable();
+        Ok(names)
+    }
+
     fn load_tensor(
         &mut self,
         artifact: String,

@@ -24,6 +24,7 @@ mod give_way;
 mod guest_cpu;
 mod handle;
 mod host;
+mod host_api;
 mod host_error;
 mod invoke;
 mod pool;
@@ -46,7 +47,7 @@ pub use bindings::{IoData, IoTensor, RunError, element_count};
 pub use caller::{
     CallerLink, Cancel, CancelOnDrop, Chunk, ChunkSink, ChunkTimes, QueuedChunk, chunk_channel, default_room,
 };
-pub use component::{FunctionImage, FunctionLimits};
+pub use component::{FunctionImage, FunctionLimits, Precompiled};
 pub use component_error::ComponentError;
 pub use invoke::{InvocationContext, InvocationOutput, InvokeError};
 pub use pool::PoolStatus;
@@ -194,7 +195,9 @@ impl Engine {
         use std::hash::{DefaultHasher, Hash, Hasher};
         let mut h = DefaultHasher::new();
         self.wasmtime.precompile_compatibility_hash().hash(&mut h);
-        format!("wasmtime-{}-{:016x}", env!("CARGO_PKG_VERSION"), h.finish())
+        // The host API version too: a component compiled by a host that did not yet
+        // rename its retired imports is compiled again from its binary.
+        format!("wasmtime-{}-api{}-{:016x}", env!("CARGO_PKG_VERSION"), sluice_host_api::version::CURRENT, h.finish())
     }
 
     /// Times batch-class guests gave their core way at an epoch tick, since start.
@@ -251,7 +254,7 @@ impl Engine {
 
     /// Compiles a component from its binary, checking that it is one.
     pub fn compile(&self, wasm: &[u8]) -> Result<Component, ComponentError> {
-        component::compile(self, wasm)
+        Ok(component::compile(self, wasm)?.0)
     }
 }
 

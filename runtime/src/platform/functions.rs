@@ -23,7 +23,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 use sluice_registry::{
-    FunctionOptions, FunctionRecord, FunctionSummary, FunctionVersion, RegistryError, Written, validate_function_name,
+    FunctionOptions, FunctionRecord, FunctionSummary, FunctionVersion, NewVersion, RegistryError, Written,
+    validate_function_name,
 };
 use wasmtime::component::Component;
 
@@ -190,10 +191,11 @@ impl Platform {
         // not a component at all.
         read_signature(wasm)?;
         self.count(|c| &c.compilations);
-        let written = self.registry.deploy_with(tenant, name, wasm, options, staged, policy);
+        let new = NewVersion { staged, host_api: compiled.host_api.as_ref().map(ToString::to_string) };
+        let written = self.registry.deploy_with(tenant, name, wasm, options, new, policy);
         let v = self.after_write(tenant, written)?.version;
-        self.registry.store_compiled(tenant, name, v.version, &self.fingerprint, &compiled)?;
-        Ok((v, compiled))
+        self.registry.store_compiled(tenant, name, v.version, &self.fingerprint, &compiled.bytes)?;
+        Ok((v, compiled.bytes))
     }
 
     /// Makes `v`, a version that just received an artifact, serve (unless it is staged);
@@ -378,7 +380,7 @@ impl Platform {
             }
         }
         let wasm = self.registry.read_blob(&v.component.digest)?;
-        let compiled = self.engine.precompile(&wasm)?;
+        let compiled = self.engine.precompile(&wasm)?.bytes;
         self.count(|c| &c.compilations);
         self.registry.store_compiled(tenant, name, version, &self.fingerprint, &compiled)?;
         tracing::info!(

@@ -9,7 +9,7 @@
 //!
 //! | status | codes |
 //! |---|---|
-//! | 400 | `invalid_request`, `invalid_input`, `invalid_name`, `invalid_component`, `component_limit_exceeded` |
+//! | 400 | `invalid_request`, `invalid_input`, `invalid_name`, `invalid_component`, `component_limit_exceeded`, `host_api_unsupported` |
 //! | 401 | `unauthorized` |
 //! | 403 | `forbidden` |
 //! | 404 | `not_found` |

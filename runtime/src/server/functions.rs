@@ -54,6 +54,7 @@ pub fn version_json(v: &FunctionVersion) -> Value {
         "created_ms": v.created_ms,
         "staged": v.staged,
         "pinned": v.pinned,
+        "host_api": v.host_api,
     })
 }
 
@@ -126,6 +127,7 @@ pub async fn get(
         "latest_version": latest.version,
         "serving_version": info.record.serving().map(|v| v.version),
         "digest": latest.component.digest,
+        "host_api": latest.host_api,
         "options": latest.options,
         "artifacts": latest.artifacts,
         "versions": info.record.versions.iter().map(version_json).collect::<Vec<_>>(),

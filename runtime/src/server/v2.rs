@@ -62,13 +62,19 @@ async fn metadata(
         Some(v) => vec![v.to_string()],
         None => info.versions.iter().map(u32::to_string).collect(),
     };
-    Ok(Json(json!({
+    let mut body = json!({
         "name": name,
         "versions": versions,
         "platform": "sluice_wasm_component",
         "inputs": tensors_json(&signature.inputs),
         "outputs": tensors_json(&signature.outputs),
-    })))
+    });
+    // sluice's own member (the protocol's clients keep what they do not know): the host
+    // API version the component was built against, when known.
+    if let Some(host_api) = &info.version.host_api {
+        body["host_api"] = json!(host_api);
+    }
+    Ok(Json(body))
 }
 
 pub async fn model_metadata(

@@ -3,17 +3,19 @@
 //! 1. `cargo fmt --all --check` in the host workspace and in the guest workspace
 //!    (`functions/`, with `guest-sdk/` as a member);
 //! 2. the module-cycle check over `runtime/src` ([`module_cycles`]);
-//! 3. unused dependencies in both workspaces ([`machete`], `cargo-machete`);
-//! 4. `docs/openapi.yaml` against the OpenAPI schema ([`openapi`], `openapi-spec-validator`);
-//! 5. clippy with warnings denied: the host workspace (`--all-targets`) and the guest
+//! 3. the released host API versions are unchanged ([`frozen_wit`]);
+//! 4. unused dependencies in both workspaces ([`machete`], `cargo-machete`);
+//! 5. `docs/openapi.yaml` against the OpenAPI schema ([`openapi`], `openapi-spec-validator`);
+//! 6. clippy with warnings denied: the host workspace (`--all-targets`) and the guest
 //!    workspace for `wasm32-wasip2`;
-//! 6. `cargo doc --workspace --no-deps` with `RUSTDOCFLAGS=-D warnings`.
+//! 7. `cargo doc --workspace --no-deps` with `RUSTDOCFLAGS=-D warnings`.
 //!
 //! Every step runs even when an earlier one failed, and clippy and rustdoc go on past a
 //! crate that fails (`--keep-going`), so one run lists every problem.
 //! `cargo xtask lint clippy doc` runs only the steps named (keys in [`LINT_STEPS`]).
 //! `cargo xtask test` runs all of them before the tests.
 
+mod frozen_wit;
 mod machete;
 mod module_cycles;
 mod openapi;
@@ -43,6 +45,7 @@ const LINT_STEPS: &[LintStep] = &[
     LintStep { key: "fmt", name: "rustfmt --check: host workspace", check: fmt_host },
     LintStep { key: "fmt", name: "rustfmt --check: guest workspace (functions/, guest-sdk/)", check: fmt_guest },
     LintStep { key: "cycles", name: "module cycles: runtime/src", check: check_module_cycles },
+    LintStep { key: "frozen", name: "frozen host API versions: host-api/wit-released", check: frozen_wit::run },
     LintStep { key: "machete", name: "unused dependencies (cargo-machete): both workspaces", check: machete::run },
     LintStep { key: "openapi", name: "OpenAPI spec: docs/openapi.yaml", check: openapi::run },
     LintStep { key: "clippy", name: "clippy -D warnings: host workspace, all targets", check: clippy_host },
@@ -54,7 +57,7 @@ const LINT_STEPS: &[LintStep] = &[
 pub const STEP_COUNT: usize = LINT_STEPS.len();
 
 /// Runs `cargo xtask lint [STEP…]`: every lint step, or those whose key is named
-/// (`fmt`, `cycles`, `machete`, `openapi`, `clippy`, `doc`).
+/// (`fmt`, `cycles`, `frozen`, `machete`, `openapi`, `clippy`, `doc`).
 pub fn run(args: &[String]) -> Result<()> {
     if let Some(unknown) = args.iter().find(|a| !LINT_STEPS.iter().any(|s| s.key == a.as_str())) {
         let keys: Vec<&str> = LINT_STEPS.iter().map(|s| s.key).collect();

@@ -24,6 +24,7 @@ pub fn grpc_code(code: Code) -> tonic::Code {
         | Code::InvalidComponent
         | Code::UnsupportedMediaType => tonic::Code::InvalidArgument,
         Code::ComponentLimitExceeded => tonic::Code::InvalidArgument,
+        Code::HostApiUnsupported => tonic::Code::InvalidArgument,
         Code::Unauthorized => tonic::Code::Unauthenticated,
         Code::Forbidden => tonic::Code::PermissionDenied,
         Code::NotFound => tonic::Code::NotFound,
