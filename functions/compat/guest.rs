@@ -1,5 +1,3 @@
-// (`IoTensor` and `RunError` come from the world's `use io.{…}`, at the crate root.)
-//
 // The body of every compatibility fixture (`functions/compat/*`), included by each after
 // its `wit_bindgen::generate!` of one frozen host API version: the same calls, so each
 // fixture shows that a component built against that version runs on today's host.
@@ -8,7 +6,8 @@
 // written from `2 * (x @ w)`, `w = [[1, 2], [3, 4], [5, 6]]`) and `sum` (f32 `[4]`, the
 // row sums of `buf`), plus whatever the fixture's `extra_outputs` adds. It uses types,
 // tensors (uploads, `zeros`, `write-rows`, `read`), ops and io: every interface
-// a plain function needs.
+// a plain function needs. (`IoTensor` and `RunError` come from the world's
+// `use io.{…}`, generated at the crate root.)
 
 use sluice::gpu::io::IoData;
 use sluice::gpu::ops::{self, BinaryOp, MatmulArgs, Op, ReduceArgs, ReduceOp};

@@ -1,6 +1,6 @@
 //! Loading components: the per-component limits ([`super::footprint`]), the host API
-//! version ([`super::host_api`]), validation against the `inference` world, precompilation and pre-instantiation into a
-//! [`FunctionImage`].
+//! version ([`super::host_api`]), validation against the `inference` world,
+//! precompilation and pre-instantiation into a [`FunctionImage`].
 
 use std::sync::Arc;
 use std::time::Duration;
