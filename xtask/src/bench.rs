@@ -2,13 +2,13 @@
 //!
 //! Set-up first (the guest components, the model), then
 //! `cargo bench -p sluice-runtime --bench engine --bench minilm --bench scheduling --bench
-//! python_guest` with `SLUICE_MODEL_DIR`
+//! guest_languages` with `SLUICE_MODEL_DIR`
 //! set. `engine` measures the host-side cost of an op launch and the instantiation
 //! time; `minilm` runs all-MiniLM-L6-v2 through sluice on the CPU side by side with a
 //! NumPy reference (it creates `target/bench-venv` with numpy on first use);
 //! `scheduling` co-locates a latency and a best-effort tenant under each policy and
-//! measures the scheduler's overhead; `python_guest` sets Python functions beside Rust
-//! ones (size, compile, instantiation, op launch, MiniLM 1 × 128);
+//! measures the scheduler's overhead; `guest_languages` sets Rust, Python and JavaScript
+//! functions side by side (size, compile, instantiation, op launch, MiniLM 1 × 128);
 //! `cargo bench -p sluice-backend-cpu --bench quant` times the quantized linear on
 //! SmolLM2's shapes beside f32. Extra
 //! arguments go to `cargo bench`. Then the Open Inference Protocol's transports through
@@ -31,7 +31,7 @@ pub fn run(args: &[String]) -> Result<()> {
         cmd::cargo()
             .current_dir(cmd::repo_root())
             .args(["bench", "-p", "sluice-runtime", "--bench", "engine", "--bench", "minilm", "--bench", "scheduling"])
-            .args(["--bench", "python_guest"])
+            .args(["--bench", "guest_languages"])
             .args(args)
             .env("SLUICE_MODEL_DIR", &model_dir),
     )?;
