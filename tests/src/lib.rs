@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 
 pub mod attacks;
 pub mod fixtures;
+pub mod fleet;
 pub mod hostile;
 pub mod minilm;
 pub mod resident;
@@ -122,6 +123,9 @@ pub struct ServerOptions {
     pub args: Vec<String>,
     /// Start without `SLUICE_ADMIN_KEY`, so the server generates (and prints) one.
     pub generate_admin_key: bool,
+    /// Listen on this HTTP address (`127.0.0.1:port`), e.g. to restart a server where a
+    /// proxy expects it; a free port otherwise.
+    pub addr: Option<String>,
 }
 
 /// A running `sluice serve`; killed on drop.
@@ -170,7 +174,10 @@ impl Server {
                 (Some(t), d)
             }
         };
-        let port = free_port();
+        let port = match &opts.addr {
+            Some(addr) => addr.rsplit_once(':').and_then(|(_, p)| p.parse().ok()).expect("addr is host:port"),
+            None => free_port(),
+        };
         let log_path = data_dir.with_extension(format!("{port}.log"));
         let stdout_path = data_dir.with_extension(format!("{port}.out"));
         std::fs::create_dir_all(data_dir.parent().expect("parent")).expect("creating the data dir's parent");

@@ -10,11 +10,12 @@
 //! `cargo xtask screenshots` runs the browser test with `SLUICE_SCREENSHOTS=docs/img`,
 //! which saves the console's screenshots that the README shows.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 
+use crate::debian::{self, Tool};
 use crate::{build_functions, cmd};
 
 /// Where Debian's packages put the browser and its driver.
@@ -48,51 +49,25 @@ pub fn run(args: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Debian's Chromium and its driver.
+const CHROMIUM_TOOL: Tool = Tool {
+    what: "Chromium",
+    packages: &["chromium", "chromium-driver"],
+    files: &[CHROMIUM, CHROMEDRIVER],
+    require_var: "SLUICE_REQUIRE_BROWSER",
+};
+
 /// The installed browser, installing Debian's packages first if they are missing.
 pub fn ensure() -> Result<Browser> {
-    if let Some(browser) = installed() {
-        return Ok(browser);
-    }
-    let root = cmd::output(Command::new("id").arg("-u")).map(|uid| uid.trim() == "0").unwrap_or(false);
-    if !root {
-        bail!("Chromium is not installed and this is not root: `sudo apt-get install chromium chromium-driver`");
-    }
-    let install = || {
-        cmd::run(
-            Command::new("apt-get")
-                .args(["install", "-y", "--no-install-recommends", "chromium", "chromium-driver"])
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-        )
-    };
-    if install().is_err() {
-        // A fresh machine's package lists may be missing or stale.
-        cmd::run(Command::new("apt-get").arg("update")).context("apt-get update")?;
-        install().context("installing chromium and chromium-driver")?;
-    }
-    installed().context("apt-get installed chromium and chromium-driver, but they are not in /usr/bin")
-}
-
-fn installed() -> Option<Browser> {
-    let (chromium, driver) = (Path::new(CHROMIUM), Path::new(CHROMEDRIVER));
-    (chromium.is_file() && driver.is_file())
-        .then(|| Browser { chromium: chromium.to_path_buf(), driver: driver.to_path_buf() })
+    debian::ensure(&CHROMIUM_TOOL)?;
+    Ok(Browser { chromium: PathBuf::from(CHROMIUM), driver: PathBuf::from(CHROMEDRIVER) })
 }
 
 /// [`ensure`] for `cargo xtask test`: a failure is a warning (the browser test then
 /// skips, saying why) unless `SLUICE_REQUIRE_BROWSER=1` or `CI=true`.
 pub fn ensure_for_tests() -> Result<Option<Browser>> {
-    match ensure() {
-        Ok(browser) => Ok(Some(browser)),
-        Err(e) if !required() => {
-            eprintln!("xtask: warning: no browser for the console's tests ({e:#}); they will skip");
-            Ok(None)
-        }
-        Err(e) => Err(e.context("SLUICE_REQUIRE_BROWSER=1 or CI=true")),
-    }
-}
-
-fn required() -> bool {
-    std::env::var("SLUICE_REQUIRE_BROWSER").as_deref() == Ok("1") || std::env::var("CI").as_deref() == Ok("true")
+    Ok(debian::ensure_for_tests(&CHROMIUM_TOOL)?
+        .map(|_| Browser { chromium: PathBuf::from(CHROMIUM), driver: PathBuf::from(CHROMEDRIVER) }))
 }
 
 /// `cargo xtask screenshots`: the browser test, saving the console's screenshots in

@@ -11,6 +11,7 @@ mod build_functions;
 mod bundles;
 mod clients_venv;
 mod cmd;
+mod debian;
 mod fake_cuda;
 mod fetch_llm;
 mod fetch_model;

@@ -2,7 +2,8 @@
 //!
 //! Set-up first (the wasm target, the guest components, the MiniLM and SmolLM2 models, NVRTC,
 //! the Python clients' environment and the SmolLM2 reference's: [`clients_venv`], Chromium for the console's browser
-//! tests: [`browser`], the MNIST demo's model: [`fetch_model::fetch_mnist`]), then the
+//! tests: [`browser`], haproxy for the fleet's tests: [`debian`], the MNIST demo's model:
+//! [`fetch_model::fetch_mnist`]), then the
 //! lint steps of `cargo xtask lint` (rustfmt, module cycles, unused dependencies, the
 //! OpenAPI spec, clippy, rustdoc), then the host workspace's tests, the CUDA backend's
 //! tests on the fake CUDA libraries (`cargo xtask test-cuda-fake`), the doc tests, a
@@ -26,7 +27,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use crate::steps::Steps;
-use crate::{browser, build_functions, clients_venv, cmd, fake_cuda, fetch_llm, fetch_model, fetch_nvrtc, lint, skips};
+use crate::{
+    browser, build_functions, clients_venv, cmd, debian, fake_cuda, fetch_llm, fetch_model, fetch_nvrtc, lint, skips,
+};
 
 /// The test steps after the lint steps.
 const TEST_STEPS: usize = 5;
@@ -39,6 +42,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let clients_python = clients_venv::ensure_for_tests()?;
     let llm_python = clients_venv::ensure_llm_for_tests()?;
     let browser = browser::ensure_for_tests()?;
+    let haproxy = debian::ensure_for_tests(&debian::HAPROXY)?;
     let mnist = fetch_model::fetch_mnist_for_tests()?;
     let root = cmd::repo_root();
     let skip_log = fresh_skip_log(&root)?;
@@ -66,6 +70,9 @@ pub fn run(args: &[String]) -> Result<()> {
         }
         if let Some(dir) = &mnist {
             host.env(fetch_model::MNIST_VAR, dir);
+        }
+        if let Some(path) = &haproxy {
+            host.env(debian::HAPROXY_VAR, path);
         }
         if let Some(lib) = &nvrtc_lib {
             host.env("LD_LIBRARY_PATH", fetch_nvrtc::ld_library_path(lib)?).env("SLUICE_REQUIRE_NVRTC", "1");
