@@ -9,6 +9,7 @@
 //!   per tenant); a load racing a delete never installs;
 //! - `weights`: each tenant's placed weights, bounded by its device-memory quota;
 //! - `revocation`: open streams and feeds check their key again after a revocation;
+//! - `key_cache`: the keys this node has checked, so a request reads no registry;
 //! - `admission`: the concurrency limits (a full server answers 429 at once instead
 //!   of queueing);
 //! - `functions`: deploy (validate → precompile → durable store → load), artifacts,
@@ -45,6 +46,7 @@ mod guest_threads;
 pub(crate) mod heap;
 mod host_memory;
 mod invoke;
+mod key_cache;
 mod lifecycle;
 mod live;
 mod metrics;
@@ -360,6 +362,8 @@ pub struct Platform {
     guest_threads: GuestThreads,
     /// Keys revoked and tenants deleted since the start (see `revocation`).
     revocations: AtomicU64,
+    /// The keys checked so far (cleared by every key or tenant change).
+    keys: key_cache::KeyCache,
     watching: watching::Watching,
     host_memory: host_memory::HostBudgets,
     /// Requests of batched functions waiting for their batch.
@@ -422,6 +426,7 @@ impl Platform {
             started: Instant::now(),
             guest_threads: GuestThreads::default(),
             revocations: AtomicU64::new(0),
+            keys: key_cache::KeyCache::default(),
         });
         heap::trim_when_idle(&platform);
         Ok(platform)
@@ -443,8 +448,17 @@ impl Platform {
     }
 
     /// Who `key` authenticates as (`None`: unknown or revoked).
+    /// The answer comes from the node's key cache once the key has been seen, so a
+    /// request costs no registry read (see `key_cache`).
     pub fn authenticate(&self, key: &str) -> Result<Option<Principal>> {
-        Ok(self.registry.authenticate(key)?)
+        match self.keys.get(key) {
+            Ok(found) => Ok(found),
+            Err(lookup) => {
+                let found = self.registry.authenticate(key)?;
+                self.keys.install(lookup, found.clone());
+                Ok(found)
+            }
+        }
     }
 
     /// Inference statistics of `tenant`'s function `function` (of all its functions when

@@ -57,8 +57,10 @@ impl Platform {
         }
     }
 
-    /// Counts a revocation; call after the registry changed.
+    /// Counts a revocation and forgets the keys checked so far; call after the
+    /// registry changed.
     pub(crate) fn revoked(&self) {
+        self.keys.clear();
         self.revocations.fetch_add(1, Ordering::AcqRel);
     }
 }
