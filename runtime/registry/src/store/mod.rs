@@ -4,12 +4,10 @@
 //!
 //! The registry's logic (versions, staging, keys, retention, quota) is written once
 //! against [`Store`] and [`Tx`]; each backend lives in its own file and is reached by one
-//! `match`. A transaction is a closure that may run more than once (sled retries on a
-//! conflict, PostgreSQL on a serialization failure), so it must not have side effects
-//! besides its reads and writes through [`Tx`]; it returns only after the commit is
-//! durable. Inside a transaction, scan before writing: a sled scan reads the committed
-//! trees (consistent because the registry serialises its mutations in the one process
-//! that may open a sled directory), a PostgreSQL scan reads the transaction's snapshot.
+//! `match`. A transaction is a closure that may run more than once (PostgreSQL retries
+//! it after a serialization failure), so it must not have side effects besides its reads
+//! and writes through [`Tx`]; it returns only after the commit is durable, and its reads
+//! (gets and prefix scans) see its own writes.
 
 pub(crate) mod postgres;
 mod sled;
@@ -20,7 +18,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub(crate) use self::postgres::{BlobLock, PgStore};
-pub(crate) use self::sled::SledStore;
+pub(crate) use self::sled::{Pending, SledStore};
 use crate::error::{RegistryError, Result};
 use crate::watch::Change;
 
@@ -68,15 +66,17 @@ pub(crate) enum Store {
 pub(crate) enum TxError {
     /// The registry refuses the change; nothing is written.
     Abort(RegistryError),
-    /// sled's transaction conflict or storage failure (sled retries or reports it).
-    Sled(::sled::transaction::UnabortableTransactionError),
     /// A PostgreSQL statement failed (retried when it is a serialization failure).
     Pg(::postgres::Error),
 }
 
-impl From<::sled::transaction::UnabortableTransactionError> for TxError {
-    fn from(e: ::sled::transaction::UnabortableTransactionError) -> Self {
-        TxError::Sled(e)
+impl TxError {
+    /// The error a failed transaction reports.
+    fn into_registry(self) -> RegistryError {
+        match self {
+            TxError::Abort(e) => e,
+            TxError::Pg(e) => postgres::pg_error("PostgreSQL transaction", e),
+        }
     }
 }
 
@@ -108,7 +108,7 @@ pub(crate) struct Tx<'a> {
 }
 
 enum TxInner<'a> {
-    Sled { trees: [&'a ::sled::transaction::TransactionalTree; 5], store: &'a SledStore },
+    Sled { pending: &'a Pending, store: &'a SledStore },
     Pg(RefCell<::postgres::Transaction<'a>>),
 }
 
@@ -116,7 +116,7 @@ impl Tx<'_> {
     /// The value of `key`.
     pub(crate) fn get(&self, tree: Tree, key: &[u8]) -> TxResult<Option<Vec<u8>>> {
         match &self.inner {
-            TxInner::Sled { trees, .. } => Ok(trees[tree.index()].get(key)?.map(|v| v.to_vec())),
+            TxInner::Sled { pending, store } => Ok(store.tx_get(pending, tree, key)?),
             TxInner::Pg(tx) => postgres::tx_get(&mut tx.borrow_mut(), tree, key),
         }
     }
@@ -124,8 +124,8 @@ impl Tx<'_> {
     /// Writes `value` under `key`.
     pub(crate) fn insert(&self, tree: Tree, key: &[u8], value: Vec<u8>) -> TxResult<()> {
         match &self.inner {
-            TxInner::Sled { trees, .. } => {
-                trees[tree.index()].insert(key, value)?;
+            TxInner::Sled { pending, .. } => {
+                pending.borrow_mut()[tree.index()].insert(key.to_vec(), Some(value));
                 Ok(())
             }
             TxInner::Pg(tx) => postgres::tx_insert(&mut tx.borrow_mut(), tree, key, &value),
@@ -135,7 +135,11 @@ impl Tx<'_> {
     /// Removes `key`; whether it was there.
     pub(crate) fn remove(&self, tree: Tree, key: &[u8]) -> TxResult<bool> {
         match &self.inner {
-            TxInner::Sled { trees, .. } => Ok(trees[tree.index()].remove(key)?.is_some()),
+            TxInner::Sled { pending, store } => {
+                let existed = store.tx_get(pending, tree, key)?.is_some();
+                pending.borrow_mut()[tree.index()].insert(key.to_vec(), None);
+                Ok(existed)
+            }
             TxInner::Pg(tx) => postgres::tx_remove(&mut tx.borrow_mut(), tree, key),
         }
     }
@@ -143,7 +147,7 @@ impl Tx<'_> {
     /// Every entry under `prefix`, in key order (call before writing; see the module docs).
     pub(crate) fn scan(&self, tree: Tree, prefix: &[u8]) -> TxResult<Vec<Entry>> {
         match &self.inner {
-            TxInner::Sled { store, .. } => store.scan(tree, prefix).map_err(TxError::Abort),
+            TxInner::Sled { pending, store } => Ok(store.tx_scan(pending, tree, prefix)?),
             TxInner::Pg(tx) => postgres::tx_scan(&mut tx.borrow_mut(), tree, prefix),
         }
     }
@@ -205,8 +209,8 @@ impl Store {
     /// durably committed; its [`Tx::notify`] changes are announced with the commit.
     pub(crate) fn transaction<T>(&self, f: impl Fn(&Tx<'_>) -> TxResult<T>) -> Result<T> {
         match self {
-            Store::Sled(s) => s.transaction(|trees| {
-                let tx = Tx { inner: TxInner::Sled { trees, store: s }, changes: RefCell::default() };
+            Store::Sled(s) => s.transaction(|pending| {
+                let tx = Tx { inner: TxInner::Sled { pending, store: s }, changes: RefCell::default() };
                 f(&tx)
             }),
             Store::Postgres(p) => p.transaction(|pg_tx| {

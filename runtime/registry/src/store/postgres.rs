@@ -168,7 +168,6 @@ impl PgStore {
                         Ok(value) => notify_and_commit(tx, &changes).map(|()| Ok(value)),
                         Err(TxError::Abort(e)) => tx.rollback().map(|()| Err(e)),
                         Err(TxError::Pg(e)) => Err(e),
-                        Err(TxError::Sled(e)) => Ok(Err(RegistryError::storage("PostgreSQL transaction", e))),
                     }
                 }
             };

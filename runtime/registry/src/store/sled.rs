@@ -2,13 +2,22 @@
 //! the schema marker `"schema" → 1` in the default tree (the layout of every earlier
 //! build, so existing data directories open unchanged). sled locks the directory, so
 //! one process owns it; `flush` after every transaction makes it durable.
+//!
+//! A transaction runs under the store's own mutex (one writer at a time): its closure
+//! reads the trees (through its own pending writes) and buffers its writes, which are
+//! then applied in one sled transaction over every tree, so they land together or not at
+//! all. sled's transactions cannot scan, and reading the trees directly inside one would
+//! deadlock on sled's global lock, hence the buffering.
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Mutex;
 
 use ::sled::Transactional;
-use ::sled::transaction::{ConflictableTransactionError, TransactionError, TransactionalTree};
+use ::sled::transaction::{ConflictableTransactionError, TransactionError};
 
-use super::{Entry, Tree, TxError, TxResult};
+use super::{Entry, Tree, TxResult};
 use crate::error::{RegistryError, Result};
 
 const SCHEMA_KEY: &[u8] = b"schema";
@@ -23,7 +32,12 @@ const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 pub(crate) struct SledStore {
     db: ::sled::Db,
     trees: [::sled::Tree; 5],
+    /// Held by a transaction from its first read to its last write.
+    writer: Mutex<()>,
 }
+
+/// A transaction's writes not yet applied, per tree: key → value (`None`: removed).
+pub(crate) type Pending = RefCell<[BTreeMap<Vec<u8>, Option<Vec<u8>>>; 5]>;
 
 impl SledStore {
     /// Opens (creating) `<data_dir>/db`, checking its schema marker.
@@ -50,7 +64,7 @@ impl SledStore {
             open(Tree::Versions)?,
             open(Tree::Compiled)?,
         ];
-        Ok(SledStore { db, trees })
+        Ok(SledStore { db, trees, writer: Mutex::new(()) })
     }
 
     pub(crate) fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -67,23 +81,55 @@ impl SledStore {
             .collect()
     }
 
-    /// Runs `f` in one sled transaction over every tree, then flushes.
-    pub(crate) fn transaction<T>(&self, f: impl Fn([&TransactionalTree; 5]) -> TxResult<T>) -> Result<T> {
+    /// Runs `f` with its writes buffered in [`Pending`], applies them in one sled
+    /// transaction over every tree, then flushes.
+    pub(crate) fn transaction<T>(&self, f: impl FnOnce(&Pending) -> TxResult<T>) -> Result<T> {
+        let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let pending = Pending::default();
+        let out = f(&pending).map_err(super::TxError::into_registry)?;
+        let pending = pending.into_inner();
+        if pending.iter().all(BTreeMap::is_empty) {
+            return Ok(out);
+        }
         let [a, b, c, d, e] = &self.trees;
-        let out = (a, b, c, d, e).transaction(|(a, b, c, d, e)| {
-            f([a, b, c, d, e]).map_err(|e| match e {
-                TxError::Abort(e) => ConflictableTransactionError::Abort(e),
-                TxError::Sled(e) => e.into(),
-                TxError::Pg(e) => ConflictableTransactionError::Abort(RegistryError::storage("sled", e)),
-            })
+        let applied = (a, b, c, d, e).transaction(|(a, b, c, d, e)| {
+            for (tree, writes) in [a, b, c, d, e].into_iter().zip(&pending) {
+                for (key, value) in writes {
+                    match value {
+                        Some(v) => tree.insert(key.as_slice(), v.as_slice())?,
+                        None => tree.remove(key.as_slice())?,
+                    };
+                }
+            }
+            Ok::<_, ConflictableTransactionError<RegistryError>>(())
         });
-        let out = match out {
-            Ok(out) => out,
+        match applied {
+            Ok(()) => {}
             Err(TransactionError::Abort(e)) => return Err(e),
             Err(TransactionError::Storage(e)) => return Err(e.into()),
-        };
+        }
         self.db.flush()?;
         Ok(out)
+    }
+
+    /// The value of `key` as `pending` leaves it.
+    pub(crate) fn tx_get(&self, pending: &Pending, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        match pending.borrow()[tree.index()].get(key) {
+            Some(v) => Ok(v.clone()),
+            None => self.get(tree, key),
+        }
+    }
+
+    /// Every entry under `prefix` as `pending` leaves them, in key order.
+    pub(crate) fn tx_scan(&self, pending: &Pending, tree: Tree, prefix: &[u8]) -> Result<Vec<Entry>> {
+        let mut entries: BTreeMap<Vec<u8>, Vec<u8>> = self.scan(tree, prefix)?.into_iter().collect();
+        for (k, v) in pending.borrow()[tree.index()].iter().filter(|(k, _)| k.starts_with(prefix)) {
+            match v {
+                Some(v) => entries.insert(k.clone(), v.clone()),
+                None => entries.remove(k),
+            };
+        }
+        Ok(entries.into_iter().collect())
     }
 
     pub(crate) fn flush(&self) -> Result<()> {
