@@ -89,12 +89,23 @@ fn free_port() -> Result<u16, String> {
 
 fn start() -> Result<Server, String> {
     let bin = bin_dir().ok_or("PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/initdb)")?;
+    let root = std::env::temp_dir().join(format!(
+        "sluice-pg-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos()
+    ));
+    let started = start_in(&bin, &root);
+    if started.is_err() {
+        let _ = std::fs::remove_dir_all(&root);
+    }
+    started
+}
+
+fn start_in(bin: &Path, root: &Path) -> Result<Server, String> {
     let as_postgres = is_root();
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
-    let root = std::env::temp_dir().join(format!("sluice-pg-{}-{nanos}", std::process::id()));
-    std::fs::create_dir(&root).map_err(|e| format!("creating {}: {e}", root.display()))?;
+    std::fs::create_dir(root).map_err(|e| format!("creating {}: {e}", root.display()))?;
     if as_postgres {
-        let chown = Command::new("chown").arg("postgres:postgres").arg(&root).status();
+        let chown = Command::new("chown").arg("postgres:postgres").arg(root).status();
         if !chown.is_ok_and(|s| s.success()) {
             return Err(format!("could not give {} to the postgres user", root.display()));
         }
@@ -121,8 +132,8 @@ fn start() -> Result<Server, String> {
     "#;
     command(Path::new("/bin/sh"), as_postgres)
         .args(["-c", script, "sh"])
-        .arg(&bin)
-        .arg(&root)
+        .arg(bin)
+        .arg(root)
         .arg(port.to_string())
         .arg(std::process::id().to_string())
         .stdin(Stdio::null())
