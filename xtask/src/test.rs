@@ -26,7 +26,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use crate::steps::Steps;
-use crate::{browser, build_functions, clients_venv, cmd, fake_cuda, fetch_llm, fetch_model, fetch_nvrtc, lint, skips};
+use crate::{
+    browser, build_functions, clients_venv, cmd, fake_cuda, fetch_llm, fetch_model, fetch_nvrtc, lint, postgres, skips,
+};
 
 /// The test steps after the lint steps.
 const TEST_STEPS: usize = 5;
@@ -40,6 +42,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let llm_python = clients_venv::ensure_llm_for_tests()?;
     let browser = browser::ensure_for_tests()?;
     let mnist = fetch_model::fetch_mnist_for_tests()?;
+    let postgres_bin = postgres::find_for_tests();
     let root = cmd::repo_root();
     let skip_log = fresh_skip_log(&root)?;
 
@@ -66,6 +69,9 @@ pub fn run(args: &[String]) -> Result<()> {
         }
         if let Some(dir) = &mnist {
             host.env(fetch_model::MNIST_VAR, dir);
+        }
+        if let Some(bin) = &postgres_bin {
+            host.env(postgres::BIN_VAR, bin);
         }
         if let Some(lib) = &nvrtc_lib {
             host.env("LD_LIBRARY_PATH", fetch_nvrtc::ld_library_path(lib)?).env("SLUICE_REQUIRE_NVRTC", "1");

@@ -10,6 +10,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::proxy::Proxy;
 use common::{Env, pg};
 use sluice_registry::{Change, FunctionOptions, Principal, Registry, RegistryError, StoragePolicy, TenantSettings};
 
@@ -140,6 +141,27 @@ fn an_unreachable_database_is_unavailable() {
     let url = format!("postgres://sluice@127.0.0.1:{port}/nowhere?sslmode=disable&connect_timeout=2");
     let err = Registry::open_url(&url, dir.path()).unwrap_err();
     assert!(err.is_unavailable(), "{err:?}");
+}
+
+#[test]
+fn a_database_that_goes_away_makes_changes_unavailable_until_it_returns() {
+    let Some(env) = Env::postgres() else { return };
+    let server = pg::server().unwrap();
+    let proxy = Proxy::start(server.port());
+    let url = env.url().replace(&format!(":{}/", server.port()), &format!(":{}/", proxy.port()));
+    let reg = Registry::open_url(&url, env.dir().join("blobs")).unwrap();
+    reg.create_tenant("acme", TenantSettings::default()).unwrap();
+    let watcher = reg.watch().unwrap();
+    proxy.cut();
+    let refused = reg.create_tenant("beta", TenantSettings::default()).unwrap_err();
+    assert!(refused.is_unavailable(), "{refused:?}");
+    let refused = reg.deploy("acme", "f", b"comp", FunctionOptions::default()).unwrap_err();
+    assert!(refused.is_unavailable(), "{refused:?}");
+    assert!(reg.get_tenant("acme").unwrap_err().is_unavailable());
+    proxy.restore();
+    reg.create_tenant("beta", TenantSettings::default()).unwrap();
+    assert_eq!(reg.deploy("acme", "f", b"comp", FunctionOptions::default()).unwrap().version, 1);
+    assert_eq!(wait_for(&watcher, |c| *c == Change::Resync), Change::Resync);
 }
 
 #[test]

@@ -6,6 +6,7 @@
 #![allow(dead_code, unused_macros)]
 
 pub mod pg;
+pub mod proxy;
 #[path = "../../../../tests/src/skip.rs"]
 mod skip;
 

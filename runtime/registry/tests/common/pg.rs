@@ -21,6 +21,11 @@ pub struct Server {
 }
 
 impl Server {
+    /// The server's TCP port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// The URL of database `db`.
     pub fn url(&self, db: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{db}?sslmode=disable", self.port)
