@@ -16,12 +16,12 @@ use std::io::Read;
 use serde::{Deserialize, Serialize};
 
 use crate::blobs::BlobUpload;
+use crate::change::Change;
 use crate::model::{
     BlobRef, Digest, FunctionOptions, FunctionRecord, FunctionSummary, FunctionVersion, NewVersion, VersionOrigin,
     now_ms, validate_artifact_name, validate_function_name, validate_tenant_id,
 };
 use crate::retention::{self, StoragePolicy, Written};
-use crate::watch::Change;
 use crate::{Registry, RegistryError, Result, Tree, Tx, TxResult, abort};
 
 /// The `functions` tree's value: per-function bookkeeping.
@@ -293,8 +293,12 @@ impl Registry {
         if policy.disk_quota_bytes.is_none() {
             return Ok(());
         }
-        let tenant_versions: Vec<FunctionVersion> =
-            self.store.scan_json(Tree::Versions, format!("{tenant}/").as_bytes())?.into_iter().map(|(_, v)| v).collect();
+        let tenant_versions: Vec<FunctionVersion> = self
+            .store
+            .scan_json(Tree::Versions, format!("{tenant}/").as_bytes())?
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
         let prev = tenant_versions.iter().filter(|v| v.function == name).max_by_key(|v| v.version);
         let next = FunctionVersion {
             tenant: tenant.to_owned(),
@@ -396,8 +400,10 @@ impl Registry {
     /// A function with all its versions.
     pub fn get_function(&self, tenant: &str, name: &str) -> Result<FunctionRecord> {
         validate_ids(tenant, name)?;
-        let meta: FunctionMeta =
-            self.store.get_json(Tree::Functions, &fn_key(tenant, name))?.ok_or_else(|| function_not_found(tenant, name))?;
+        let meta: FunctionMeta = self
+            .store
+            .get_json(Tree::Functions, &fn_key(tenant, name))?
+            .ok_or_else(|| function_not_found(tenant, name))?;
         let versions: Vec<FunctionVersion> =
             self.store.scan_json(Tree::Versions, &fn_prefix(tenant, name))?.into_iter().map(|(_, v)| v).collect();
         if versions.is_empty() {
@@ -440,14 +446,20 @@ impl Registry {
     }
 
     fn summaries(&self, prefix: &[u8]) -> Result<Vec<FunctionSummary>> {
-        self.store.scan_json::<FunctionMeta>(Tree::Functions, prefix)?.into_iter().map(|(_, m)| self.summary(m)).collect()
+        self.store
+            .scan_json::<FunctionMeta>(Tree::Functions, prefix)?
+            .into_iter()
+            .map(|(_, m)| self.summary(m))
+            .collect()
     }
 
     fn summary(&self, meta: FunctionMeta) -> Result<FunctionSummary> {
         let get = |n: u32| {
-            self.store.get_json::<FunctionVersion>(Tree::Versions, &version_key(&meta.tenant, &meta.name, n))?.ok_or_else(|| {
-                RegistryError::Corrupt(format!("function {}/{} lacks version {n}", meta.tenant, meta.name))
-            })
+            self.store
+                .get_json::<FunctionVersion>(Tree::Versions, &version_key(&meta.tenant, &meta.name, n))?
+                .ok_or_else(|| {
+                    RegistryError::Corrupt(format!("function {}/{} lacks version {n}", meta.tenant, meta.name))
+                })
         };
         let latest = get(meta.latest)?;
         // Drafts are rare and few: walk down from the newest to the first published one.

@@ -12,8 +12,8 @@ use rand::TryRngCore;
 use rand::rngs::OsRng;
 use sha2::Digest as _;
 
+use crate::change::Change;
 use crate::model::{KeyInfo, Principal, now_ms, validate_tenant_id};
-use crate::watch::Change;
 use crate::{Registry, RegistryError, Result, Tree, abort};
 
 /// Minimum length of an operator-provided admin key.

@@ -77,6 +77,7 @@
 //! (see `retention`).
 
 mod blobs;
+mod change;
 mod compiled;
 pub mod error;
 mod functions;
@@ -92,18 +93,19 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::time::{Duration, SystemTime};
 
+pub use change::Change;
 pub use compiled::MAX_FINGERPRINT_LEN;
 pub use error::{RegistryError, Result};
 pub use keys::{MIN_ADMIN_KEY_LEN, MIN_PROVIDED_TENANT_KEY_LEN};
 pub use model::*;
 pub use retention::{StoragePolicy, Written};
-pub use watch::{Change, Watcher};
+pub use watch::Watcher;
 
 pub use blobs::BlobUpload;
 
 use blobs::BlobStore;
-pub(crate) use store::{Tree, Tx, TxResult, abort};
 use store::{BlobLock, PgStore, SledStore, Store};
+pub(crate) use store::{Tree, Tx, TxResult, abort};
 
 /// How old an unreferenced blob file, or a temporary file, must be before gc deletes it
 /// when the blob directory is shared with other nodes (PostgreSQL): younger ones may be
@@ -222,21 +224,13 @@ impl Registry {
                 if !is_postgres_url(url) {
                     return Err(RegistryError::InvalidInput("a registry URL starts with postgres://".into()));
                 }
-                let store = Store::Postgres(PgStore::open(url)?);
+                let store = Store::Postgres(Box::new(PgStore::open(url)?));
                 let data_dir = blobs_dir.parent().unwrap_or(blobs_dir).to_path_buf();
                 (store, data_dir, blobs_dir.clone(), BLOB_GRACE)
             }
         };
         let blobs = BlobStore::open(&blobs_dir)?;
-        let registry = Registry {
-            location,
-            data_dir,
-            store,
-            blobs,
-            grace,
-            write: Mutex::new(()),
-            gc: RwLock::new(()),
-        };
+        let registry = Registry { location, data_dir, store, blobs, grace, write: Mutex::new(()), gc: RwLock::new(()) };
         registry.remove_stale_temps()?;
         tracing::info!(location = %registry.location.redacted(), "registry opened");
         Ok(registry)

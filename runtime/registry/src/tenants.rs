@@ -1,7 +1,7 @@
 //! Tenants: create, read, update settings, delete (with everything they own).
 
+use crate::change::Change;
 use crate::model::{Principal, Tenant, TenantSettings, now_ms, validate_tenant_id};
-use crate::watch::Change;
 use crate::{KeyInfo, Registry, RegistryError, Result, Tree, abort};
 
 impl Registry {
@@ -26,7 +26,9 @@ impl Registry {
     /// One tenant.
     pub fn get_tenant(&self, id: &str) -> Result<Tenant> {
         validate_tenant_id(id)?;
-        self.store.get_json(Tree::Tenants, id.as_bytes())?.ok_or_else(|| RegistryError::not_found(format!("tenant {id:?}")))
+        self.store
+            .get_json(Tree::Tenants, id.as_bytes())?
+            .ok_or_else(|| RegistryError::not_found(format!("tenant {id:?}")))
     }
 
     /// All tenants, ordered by id.

@@ -129,7 +129,9 @@ fn a_schema_newer_than_this_build_is_refused() {
     let Some(env) = Env::postgres() else { return };
     drop(env.open());
     let mut admin = pg::connect(env.url()).unwrap();
-    admin.execute("INSERT INTO sluice_schema_migrations (version, description) VALUES (1000, 'from the future')", &[]).unwrap();
+    admin
+        .execute("INSERT INTO sluice_schema_migrations (version, description) VALUES (1000, 'from the future')", &[])
+        .unwrap();
     let err = Registry::open_url(env.url(), env.dir().join("blobs")).unwrap_err();
     assert!(matches!(&err, RegistryError::SchemaTooNew { found, .. } if found == "1000"), "{err}");
 }

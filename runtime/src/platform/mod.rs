@@ -385,7 +385,8 @@ impl Platform {
         if config.tenant_max_uploads == 0 || config.default_keep_versions == 0 {
             return Err(PlatformError::InvalidRequest("upload and version limits must be at least 1".into()));
         }
-        let registry = Registry::open_location(RegistryLocation::from_args(config.registry.as_deref(), &config.data_dir))?;
+        let registry =
+            Registry::open_location(RegistryLocation::from_args(config.registry.as_deref(), &config.data_dir))?;
         // Room for every invocation in flight plus as many warm instances (the engine
         // keeps at most half of its instances warm).
         let engine = Engine::new(EngineConfig {

@@ -19,8 +19,8 @@ use serde::de::DeserializeOwned;
 
 pub(crate) use self::postgres::{BlobLock, PgStore};
 pub(crate) use self::sled::{Pending, SledStore};
+use crate::change::Change;
 use crate::error::{RegistryError, Result};
-use crate::watch::Change;
 
 /// The trees (tables of key → JSON value) the registry keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,8 +57,8 @@ pub(crate) type Entry = (Vec<u8>, Vec<u8>);
 pub(crate) enum Store {
     /// A sled database in the data directory (one process).
     Sled(SledStore),
-    /// A PostgreSQL database shared by every node.
-    Postgres(PgStore),
+    /// A PostgreSQL database shared by every node (boxed: its connector is large).
+    Postgres(Box<PgStore>),
 }
 
 /// Why a transaction's closure stopped.

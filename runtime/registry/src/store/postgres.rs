@@ -29,8 +29,8 @@ use ::postgres::{Client, Config, IsolationLevel, NoTls, Transaction};
 use postgres_native_tls::MakeTlsConnector;
 
 use super::{Entry, Tree, TxError, TxResult};
+use crate::change::{CHANNEL, Change};
 use crate::error::{RegistryError, Result};
-use crate::watch::{CHANNEL, Change};
 
 /// The table of every tree's rows.
 const KV: &str = "sluice_kv";
@@ -68,9 +68,8 @@ impl Connector {
         // tokio-postgres knows disable / prefer / require; it verifies certificates
         // whenever it uses TLS, which is what libpq's verify modes ask for.
         let url = url.replace("sslmode=verify-full", "sslmode=require").replace("sslmode=verify-ca", "sslmode=require");
-        let mut config: Config = url
-            .parse()
-            .map_err(|e| RegistryError::InvalidInput(format!("invalid PostgreSQL URL: {e}")))?;
+        let mut config: Config =
+            url.parse().map_err(|e| RegistryError::InvalidInput(format!("invalid PostgreSQL URL: {e}")))?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
@@ -138,7 +137,8 @@ impl PgStore {
 
     pub(crate) fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.read("reading the registry", |c| {
-            let row = c.query_opt(&format!("SELECT value FROM {KV} WHERE tree = $1 AND key = $2"), &[&tree.name(), &key])?;
+            let row =
+                c.query_opt(&format!("SELECT value FROM {KV} WHERE tree = $1 AND key = $2"), &[&tree.name(), &key])?;
             Ok(row.map(|r| r.get(0)))
         })
     }
@@ -367,6 +367,9 @@ mod tests {
     fn urls_parse_with_their_tls_mode() {
         assert!(Connector::parse("postgres://u@localhost/db?sslmode=disable").unwrap().tls.is_none());
         assert!(Connector::parse("postgresql://u@localhost/db?sslmode=verify-full").unwrap().tls.is_some());
-        assert!(matches!(Connector::parse("postgres://u@localhost/db?sslmode=nope"), Err(RegistryError::InvalidInput(_))));
+        assert!(matches!(
+            Connector::parse("postgres://u@localhost/db?sslmode=nope"),
+            Err(RegistryError::InvalidInput(_))
+        ));
     }
 }
