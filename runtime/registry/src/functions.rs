@@ -407,6 +407,8 @@ impl Registry {
         let versions: Vec<FunctionVersion> =
             self.store.scan_json(Tree::Versions, &fn_prefix(tenant, name))?.into_iter().map(|(_, v)| v).collect();
         if versions.is_empty() {
+            // Deleted between the two reads (by another thread or node), or broken.
+            self.function_meta(tenant, name)?;
             return Err(RegistryError::Corrupt(format!("function {tenant}/{name} has no versions")));
         }
         Ok(FunctionRecord { tenant: meta.tenant, name: meta.name, created_ms: meta.created_ms, versions })

@@ -382,3 +382,20 @@ impl Registry {
         self.store.transaction(f)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_location_comes_from_a_url_or_a_directory_and_hides_its_password() {
+        let data = Path::new("/data");
+        let url = "postgres://sluice:s3cret@db.example:5432/sluice?sslmode=require";
+        let pg = RegistryLocation::from_args(Some(url), data);
+        assert_eq!(pg, RegistryLocation::Postgres { url: url.into(), blobs_dir: data.join("blobs") });
+        assert_eq!(pg.redacted(), "postgres://sluice:***@db.example:5432/sluice?sslmode=require");
+        assert_eq!(redact_url("postgresql://sluice@db/x"), "postgresql://sluice@db/x");
+        assert_eq!(RegistryLocation::from_args(None, data), RegistryLocation::Dir(data.into()));
+        assert_eq!(RegistryLocation::from_args(Some("/elsewhere"), data), RegistryLocation::Dir("/elsewhere".into()));
+    }
+}
