@@ -224,7 +224,7 @@ impl Registry {
                 if !is_postgres_url(url) {
                     return Err(RegistryError::InvalidInput("a registry URL starts with postgres://".into()));
                 }
-                let store = Store::Postgres(Box::new(PgStore::open(url)?));
+                let store = Store::Postgres(Box::new(store::postgres::blocking(|| PgStore::open(url))?));
                 let data_dir = blobs_dir.parent().unwrap_or(blobs_dir).to_path_buf();
                 (store, data_dir, blobs_dir.clone(), BLOB_GRACE)
             }
@@ -262,7 +262,7 @@ impl Registry {
     pub fn watch(&self) -> Result<Watcher> {
         match &self.store {
             Store::Sled(_) => Ok(Watcher::closed()),
-            Store::Postgres(pg) => Watcher::listen(pg.connector()),
+            Store::Postgres(pg) => store::postgres::blocking(|| Watcher::listen(pg.connector())),
         }
     }
 
@@ -298,7 +298,7 @@ impl Registry {
     pub fn gc(&self) -> Result<GcReport> {
         let _gc = self.gc.write().unwrap_or_else(|e| e.into_inner());
         let _cluster = match &self.store {
-            Store::Postgres(pg) => Some(pg.blob_lock(true)?),
+            Store::Postgres(pg) => Some(store::postgres::blocking(|| pg.blob_lock(true))?),
             Store::Sled(_) => None,
         };
         let mut live = HashSet::new();
@@ -370,7 +370,7 @@ impl Registry {
     pub(crate) fn blob_lock(&self) -> Result<BlobGuard<'_>> {
         let local = self.gc.read().unwrap_or_else(|e| e.into_inner());
         let cluster = match &self.store {
-            Store::Postgres(pg) => Some(pg.blob_lock(false)?),
+            Store::Postgres(pg) => Some(store::postgres::blocking(|| pg.blob_lock(false))?),
             Store::Sled(_) => None,
         };
         Ok(BlobGuard { _cluster: cluster, _local: local })

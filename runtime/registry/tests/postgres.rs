@@ -117,6 +117,27 @@ fn a_watcher_that_lost_its_connection_reconnects_and_asks_for_a_resync() {
 }
 
 #[test]
+fn async_code_on_a_multi_threaded_runtime_may_call_the_registry() {
+    let Some(env) = Env::postgres() else { return };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    // On the thread that blocks on the runtime (as `sluice serve` opens its platform)…
+    let reg = Arc::new(rt.block_on(async { env.with_tenant("acme") }));
+    // …and on a worker.
+    let worker = reg.clone();
+    rt.block_on(async move {
+        tokio::spawn(async move {
+            worker.deploy("acme", "f", b"comp", FunctionOptions::default()).unwrap();
+            worker.gc().unwrap();
+            drop(worker.watch().unwrap());
+        })
+        .await
+        .unwrap();
+    });
+    let last = Arc::into_inner(reg).unwrap();
+    rt.block_on(async move { drop(last) });
+}
+
+#[test]
 fn sled_has_nothing_to_watch() {
     let env = Env::sled();
     let watcher = env.open().watch().unwrap();

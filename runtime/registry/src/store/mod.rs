@@ -193,7 +193,7 @@ impl Store {
     pub(crate) fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
         match self {
             Store::Sled(s) => s.get(tree, key),
-            Store::Postgres(p) => p.get(tree, key),
+            Store::Postgres(p) => postgres::blocking(|| p.get(tree, key)),
         }
     }
 
@@ -201,7 +201,7 @@ impl Store {
     pub(crate) fn scan(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<Entry>> {
         match self {
             Store::Sled(s) => s.scan(tree, prefix),
-            Store::Postgres(p) => p.scan(tree, prefix),
+            Store::Postgres(p) => postgres::blocking(|| p.scan(tree, prefix)),
         }
     }
 
@@ -213,11 +213,13 @@ impl Store {
                 let tx = Tx { inner: TxInner::Sled { pending, store: s }, changes: RefCell::default() };
                 f(&tx)
             }),
-            Store::Postgres(p) => p.transaction(|pg_tx| {
-                let tx = Tx { inner: TxInner::Pg(RefCell::new(pg_tx)), changes: RefCell::default() };
-                let out = f(&tx);
-                let TxInner::Pg(pg_tx) = tx.inner else { unreachable!("built as PostgreSQL above") };
-                (pg_tx.into_inner(), tx.changes.into_inner(), out)
+            Store::Postgres(p) => postgres::blocking(|| {
+                p.transaction(|pg_tx| {
+                    let tx = Tx { inner: TxInner::Pg(RefCell::new(pg_tx)), changes: RefCell::default() };
+                    let out = f(&tx);
+                    let TxInner::Pg(pg_tx) = tx.inner else { unreachable!("built as PostgreSQL above") };
+                    (pg_tx.into_inner(), tx.changes.into_inner(), out)
+                })
             }),
         }
     }

@@ -13,6 +13,11 @@
 //! an advisory lock, so nodes starting together do not race. A database migrated by a
 //! newer build is refused ([`RegistryError::SchemaTooNew`]).
 //!
+//! The blocking client runs its own small tokio runtime, which may not start inside
+//! another's async context: every call goes through [`blocking`], so the registry may
+//! be called from a multi-threaded runtime's async code too (as `Platform::open` is),
+//! not only from blocking threads.
+//!
 //! Connections come from a small pool (a `Mutex<Vec<Client>>`: the registry's calls are
 //! short and blocking); a connection that failed is dropped, not returned. A server that
 //! cannot be reached (refused, timed out, lost, shutting down) gives
@@ -54,6 +59,17 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_ATTEMPTS: u32 = 20;
 /// Connections kept idle in the pool.
 const MAX_IDLE: usize = 8;
+
+/// Runs `f`, which blocks on the PostgreSQL client, outside the caller's async context
+/// if it runs on a multi-threaded tokio runtime's worker (`block_in_place`). From a
+/// current-thread runtime's async context the client cannot block at all: call the
+/// registry through `spawn_blocking` there.
+pub(crate) fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
 
 /// How to open a connection: the parsed URL and its TLS.
 #[derive(Clone)]
@@ -103,6 +119,14 @@ pub(crate) struct PgStore {
     idle: Mutex<Vec<Client>>,
 }
 
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        // Closing a connection blocks on the client's runtime.
+        let idle = self.idle.get_mut().unwrap_or_else(|e| e.into_inner());
+        blocking(|| idle.clear());
+    }
+}
+
 /// A cluster-wide lock on the blob directory (see [`BLOB_LOCK`]), released on drop.
 pub(crate) struct BlobLock<'a> {
     store: &'a PgStore,
@@ -112,10 +136,12 @@ pub(crate) struct BlobLock<'a> {
 impl Drop for BlobLock<'_> {
     fn drop(&mut self) {
         if let Some(mut client) = self.client.take() {
-            // A connection that cannot unlock is dropped, which unlocks too.
-            if client.execute("SELECT pg_advisory_unlock_all()", &[]).is_ok() {
-                self.store.give_back(client);
-            }
+            blocking(|| {
+                // A connection that cannot unlock is dropped, which unlocks too.
+                if client.execute("SELECT pg_advisory_unlock_all()", &[]).is_ok() {
+                    self.store.give_back(client);
+                }
+            });
         }
     }
 }
