@@ -57,7 +57,10 @@
 //! flight, or a blob it is about to reference).
 //!
 //! [`Registry::watch`] tells a node what the others changed (see `watch`); a database
-//! that cannot be reached gives [`RegistryError::Unavailable`] (HTTP 503).
+//! that cannot be reached gives [`RegistryError::Unavailable`] (HTTP 503). The API is
+//! blocking: call it from blocking threads, or from async code on a multi-threaded
+//! tokio runtime (the PostgreSQL client then steps out with `block_in_place`), not from
+//! a current-thread runtime's async code.
 //!
 //! ## An object store for blobs (not implemented)
 //!

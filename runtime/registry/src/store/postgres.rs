@@ -273,6 +273,8 @@ fn migrate(client: &mut Client) -> Result<()> {
     let ctx = |e| pg_error("migrating the registry schema", e);
     let mut tx = client.transaction().map_err(ctx)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).map_err(ctx)?;
+    // No "already exists, skipping" notice at every start.
+    tx.batch_execute("SET LOCAL client_min_messages = warning").map_err(ctx)?;
     tx.batch_execute(
         "CREATE TABLE IF NOT EXISTS sluice_schema_migrations (version integer PRIMARY KEY, \
          description text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
