@@ -207,7 +207,7 @@ impl PgStore {
                     // Back off a little, differently per node, so two retrying nodes part.
                     std::thread::sleep(Duration::from_millis(rand::random_range(1..=5u64) * u64::from(attempt)));
                 }
-                Err(e) => return Err(pg_error("committing to PostgreSQL", e)),
+                Err(e) => return Err(pg_error("running a registry transaction", e)),
             }
         }
     }
