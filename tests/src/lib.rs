@@ -21,6 +21,7 @@ pub mod fixtures;
 pub mod fleet;
 pub mod hostile;
 pub mod minilm;
+pub mod postgres;
 pub mod resident;
 pub mod skip;
 pub mod smollm2;

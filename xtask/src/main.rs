@@ -17,6 +17,7 @@ mod fetch_llm;
 mod fetch_model;
 mod fetch_nvrtc;
 mod lint;
+mod postgres;
 mod python_functions;
 mod serve;
 mod setup;

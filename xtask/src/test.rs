@@ -28,7 +28,8 @@ use anyhow::{Context, Result};
 
 use crate::steps::Steps;
 use crate::{
-    browser, build_functions, clients_venv, cmd, debian, fake_cuda, fetch_llm, fetch_model, fetch_nvrtc, lint, skips,
+    browser, build_functions, clients_venv, cmd, debian, fake_cuda, fetch_llm, fetch_model, fetch_nvrtc, lint,
+    postgres, skips,
 };
 
 /// The test steps after the lint steps.
@@ -44,6 +45,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let browser = browser::ensure_for_tests()?;
     let haproxy = debian::ensure_for_tests(&debian::HAPROXY)?;
     let mnist = fetch_model::fetch_mnist_for_tests()?;
+    let postgres_bin = postgres::ensure_for_tests()?;
     let root = cmd::repo_root();
     let skip_log = fresh_skip_log(&root)?;
 
@@ -73,6 +75,9 @@ pub fn run(args: &[String]) -> Result<()> {
         }
         if let Some(path) = &haproxy {
             host.env(debian::HAPROXY_VAR, path);
+        }
+        if let Some(bin) = &postgres_bin {
+            host.env(postgres::BIN_VAR, bin);
         }
         if let Some(lib) = &nvrtc_lib {
             host.env("LD_LIBRARY_PATH", fetch_nvrtc::ld_library_path(lib)?).env("SLUICE_REQUIRE_NVRTC", "1");

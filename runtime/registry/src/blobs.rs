@@ -1,4 +1,5 @@
-//! Content-addressed blob files: `<data>/blobs/sha256/<hex>`.
+//! Content-addressed blob files: `<blobs>/sha256/<hex>` (`<blobs>` is `<data>/blobs` by
+//! default, and may be a directory shared by several nodes).
 //!
 //! Large bytes (components, compiled components, weights) never go into sled. A blob is
 //! written to a temporary file in the same directory, fsynced, renamed to its digest and
@@ -10,12 +11,19 @@
 //! source takes (a slow client): it holds no lock meanwhile. The store remembers the
 //! temporary files in flight, so gc (which removes stale ones) leaves them alone; only
 //! placing the finished file under its digest happens under the registry's blob lock.
+//!
+//! Several processes may write the same blob at once: each writes its own temporary file
+//! (named by process id and 64 random bits), and the renames land identical content
+//! under the same name. A writer that finds its blob stored already refreshes the file's
+//! modification time, so another node's gc (which spares young files, see
+//! [`crate::BLOB_GRACE`]) sees it as just written.
 
 use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use sha2::Digest as _;
 
@@ -27,10 +35,10 @@ const TEMP_PREFIX: &str = ".tmp-";
 
 /// What [`BlobStore::list`] found.
 pub(crate) struct Listing {
-    /// Stored blobs with their sizes.
-    pub blobs: Vec<(Digest, u64)>,
-    /// Temporary files left by interrupted writes.
-    pub temps: Vec<PathBuf>,
+    /// Stored blobs with their sizes and modification times.
+    pub blobs: Vec<(Digest, u64, SystemTime)>,
+    /// Temporary files not being written by this process, with their modification times.
+    pub temps: Vec<(PathBuf, SystemTime)>,
 }
 
 /// Temporary files being written now (gc must not remove them).
@@ -93,13 +101,14 @@ impl Drop for BlobUpload {
 }
 
 impl BlobStore {
-    /// Opens (creating) `<data>/blobs/sha256`.
-    pub(crate) fn open(data_dir: &Path) -> Result<BlobStore> {
-        let blobs = data_dir.join("blobs");
+    /// Opens (creating) `<blobs>/sha256`.
+    pub(crate) fn open(blobs: &Path) -> Result<BlobStore> {
         let dir = blobs.join("sha256");
         fs::create_dir_all(&dir).map_err(|e| RegistryError::storage(format!("creating {}", dir.display()), e))?;
-        sync_dir(&blobs)?;
-        sync_dir(data_dir)?;
+        sync_dir(blobs)?;
+        if let Some(parent) = blobs.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync_dir(parent)?;
+        }
         Ok(BlobStore { dir, in_flight: InFlight::default() })
     }
 
@@ -134,15 +143,20 @@ impl BlobStore {
         let tmp = upload.tmp.clone();
         let ctx = |what: &str| format!("{what} {}", tmp.display());
         let dest = self.path(&blob.digest);
-        if dest.exists() {
-            // Same content already stored (the upload's drop removes its file). Make
-            // sure it (and its name) is on disk, in case an earlier process died between
-            // its rename and directory sync.
-            File::open(&dest)
-                .and_then(|f| f.sync_all())
-                .map_err(|e| RegistryError::storage(format!("fsyncing {}", dest.display()), e))?;
-        } else {
-            fs::rename(&tmp, &dest).map_err(|e| RegistryError::storage(ctx("renaming"), e))?;
+        // Same content already stored (the upload's drop removes its file): make sure it
+        // (and its name) is on disk, in case an earlier process died between its rename
+        // and directory sync, and mark it as just written for other nodes' gc. If it
+        // vanished meanwhile (gc), ours takes its place.
+        let refreshed = File::options().append(true).open(&dest).and_then(|f| {
+            f.set_modified(SystemTime::now())?;
+            f.sync_all()
+        });
+        match refreshed {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::rename(&tmp, &dest).map_err(|e| RegistryError::storage(ctx("renaming"), e))?;
+            }
+            Err(e) => return Err(RegistryError::storage(format!("fsyncing {}", dest.display()), e)),
         }
         drop(upload);
         sync_dir(&self.dir)?;
@@ -177,8 +191,9 @@ impl BlobStore {
         Ok(bytes)
     }
 
-    /// All stored blobs with their sizes, and the temporary files left by interrupted
-    /// writes (not those of uploads in flight).
+    /// All stored blobs with their sizes, and the temporary files not written by this
+    /// process (left by interrupted writes, or another node's in flight), with their
+    /// modification times.
     pub(crate) fn list(&self) -> Result<Listing> {
         let mut blobs = Vec::new();
         let mut temps = Vec::new();
@@ -188,14 +203,16 @@ impl BlobStore {
             let entry = entry.map_err(|e| RegistryError::storage("listing blobs", e))?;
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
+            // A file removed since the listing began (another node's gc) is skipped.
+            let Ok(meta) = entry.metadata() else { continue };
+            let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
             if name.starts_with(TEMP_PREFIX) {
                 let path = entry.path();
                 if !self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).contains(&path) {
-                    temps.push(path);
+                    temps.push((path, modified));
                 }
             } else if let Ok(digest) = Digest::parse(name) {
-                let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
-                blobs.push((digest, size));
+                blobs.push((digest, meta.len(), modified));
             }
         }
         Ok(Listing { blobs, temps })

@@ -9,8 +9,7 @@ use std::path::PathBuf;
 
 use crate::functions::{compiled_key, validate_ids, version_key};
 use crate::model::{CompiledRef, now_ms};
-use crate::tenants::keys_under;
-use crate::{Registry, RegistryError, Result, abort, get_json, tx_put};
+use crate::{Registry, RegistryError, Result, Tree, abort};
 
 /// Longest accepted engine fingerprint, in bytes.
 pub const MAX_FINGERPRINT_LEN: usize = 512;
@@ -35,21 +34,21 @@ impl Registry {
         self.get_version(tenant, name, version)?;
         let mut upload = self.blobs.begin()?;
         upload.write(bytes)?;
-        let _b = self.blob_lock();
+        let _b = self.blob_lock()?;
         let blob = self.blobs.place(upload)?;
         let entry = CompiledRef { fingerprint: fingerprint.to_owned(), blob, created_ms: now_ms() };
         let _w = self.write_lock();
         let vkey = version_key(tenant, name, version);
-        let others = keys_under(&self.compiled, &vkey)?;
         let key = compiled_key(tenant, name, version, fingerprint);
         self.commit(|tx| {
-            if tx.versions.get(vkey.as_slice())?.is_none() {
+            let others = tx.keys(Tree::Compiled, &vkey)?;
+            if tx.get(Tree::Versions, &vkey)?.is_none() {
                 return abort(RegistryError::not_found(format!("version {version} of function {name:?}")));
             }
             for k in &others {
-                tx.compiled.remove(k)?;
+                tx.remove(Tree::Compiled, k)?;
             }
-            tx_put(tx.compiled, &key, &entry)
+            tx.put_json(Tree::Compiled, &key, &entry)
         })?;
         Ok(entry)
     }
@@ -57,7 +56,7 @@ impl Registry {
     /// The precompiled form of a version for `fingerprint`, if stored.
     pub fn compiled(&self, tenant: &str, name: &str, version: u32, fingerprint: &str) -> Result<Option<CompiledRef>> {
         validate_ids(tenant, name)?;
-        get_json(&self.compiled, &compiled_key(tenant, name, version, fingerprint))
+        self.store.get_json(Tree::Compiled, &compiled_key(tenant, name, version, fingerprint))
     }
 
     /// The path of the precompiled form for `fingerprint`, if stored and present on disk.

@@ -3,8 +3,10 @@
 //! Every fallible call returns [`RegistryError`]; [`RegistryError::code`] names its stable
 //! [`Code`] of the HTTP API, and the HTTP layer maps codes to statuses in one place:
 //! `NotFound` → 404, `AlreadyExists` → 409, `InvalidName` / `InvalidInput` → 400, `InUse`
-//! → a start-up failure, and `Storage` / `Corrupt` → 500 (the message is for the
-//! operator's log, not the tenant).
+//! / `SchemaTooNew` → a start-up failure, `Storage` / `Corrupt` → 500 (the message is
+//! for the operator's log, not the tenant), and `Unavailable` (the database cannot be
+//! reached) → 503: [`RegistryError::is_unavailable`] tells it apart until the API has a
+//! code of its own (its `code()` is `storage` for now).
 
 use std::path::PathBuf;
 
@@ -65,7 +67,27 @@ pub enum RegistryError {
         /// Its quota.
         quota_bytes: u64,
     },
-    /// The disk or sled failed.
+    /// The registry's database cannot be reached now (refused, timed out, lost, shutting
+    /// down): the change was not made, or (if the connection was lost while committing)
+    /// its outcome is unknown. The runtime answers 503 and the client retries.
+    #[error("registry database unavailable: {context}: {source}")]
+    Unavailable {
+        /// What the registry was doing.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+    /// The registry's schema was written by a newer build of sluice (a start-up failure:
+    /// upgrade this node).
+    #[error("registry schema {found} is newer than this build knows (schema {known}): upgrade sluice")]
+    SchemaTooNew {
+        /// The schema version found.
+        found: String,
+        /// The newest schema version this build knows.
+        known: String,
+    },
+    /// The disk, sled or the database failed.
     #[error("storage error: {context}: {source}")]
     Storage {
         /// What the registry was doing.
@@ -101,9 +123,15 @@ impl RegistryError {
             RegistryError::InvalidInput(_) => Code::InvalidInput,
             RegistryError::InUse { .. } => Code::DataDirInUse,
             RegistryError::Corrupt(_) => Code::Corrupt,
-            RegistryError::Storage { .. } => Code::Storage,
+            RegistryError::Storage { .. } | RegistryError::Unavailable { .. } => Code::Storage,
+            RegistryError::SchemaTooNew { .. } => Code::Corrupt,
             RegistryError::DiskQuotaExceeded { .. } => Code::DiskQuotaExceeded,
         }
+    }
+
+    /// True when the registry's database cannot be reached now (HTTP 503: retry later).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, RegistryError::Unavailable { .. })
     }
 
     /// True for errors caused by the caller's input (the HTTP layer answers 4xx).
@@ -122,14 +150,5 @@ impl RegistryError {
 impl From<sled::Error> for RegistryError {
     fn from(e: sled::Error) -> Self {
         RegistryError::storage("sled", e)
-    }
-}
-
-impl From<sled::transaction::TransactionError<RegistryError>> for RegistryError {
-    fn from(e: sled::transaction::TransactionError<RegistryError>) -> Self {
-        match e {
-            sled::transaction::TransactionError::Abort(e) => e,
-            sled::transaction::TransactionError::Storage(e) => e.into(),
-        }
     }
 }

@@ -16,13 +16,13 @@ use std::io::Read;
 use serde::{Deserialize, Serialize};
 
 use crate::blobs::BlobUpload;
+use crate::change::Change;
 use crate::model::{
     BlobRef, Digest, FunctionOptions, FunctionRecord, FunctionSummary, FunctionVersion, NewVersion, VersionOrigin,
     now_ms, validate_artifact_name, validate_function_name, validate_tenant_id,
 };
 use crate::retention::{self, StoragePolicy, Written};
-use crate::tenants::keys_under;
-use crate::{Registry, RegistryError, Result, Tx, TxResult, abort, get_json, scan_json, tx_get, tx_put};
+use crate::{Registry, RegistryError, Result, Tree, Tx, TxResult, abort};
 
 /// The `functions` tree's value: per-function bookkeeping.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -51,6 +51,11 @@ pub(crate) fn compiled_key(tenant: &str, name: &str, version: u32, fingerprint: 
     let mut key = version_key(tenant, name, version);
     key.extend_from_slice(fingerprint.as_bytes());
     key
+}
+
+/// The change other nodes hear about when `tenant/name` changes.
+fn function_changed(tenant: &str, name: &str) -> Change {
+    Change::Function { tenant: tenant.to_owned(), name: name.to_owned() }
 }
 
 pub(crate) fn function_not_found(tenant: &str, name: &str) -> RegistryError {
@@ -125,7 +130,7 @@ impl Registry {
         }
         let mut upload = self.blobs.begin()?;
         upload.write(component)?;
-        let _b = self.blob_lock();
+        let _b = self.blob_lock()?;
         let component = self.blobs.place(upload)?;
         let _w = self.write_lock();
         let w = self.write_version(tenant, name, Append::NewVersion, policy, &|prev, version, now| {
@@ -184,7 +189,7 @@ impl Registry {
         validate_ids(tenant, name)?;
         validate_artifact_name(artifact)?;
         self.function_meta(tenant, name)?;
-        let _b = self.blob_lock();
+        let _b = self.blob_lock()?;
         let blob = self.blobs.place(upload)?;
         self.append_artifacts(tenant, name, vec![(artifact.to_owned(), blob)], policy)
     }
@@ -206,7 +211,7 @@ impl Registry {
             upload.write(bytes)?;
             uploads.push(((*artifact).to_owned(), upload));
         }
-        let _b = self.blob_lock();
+        let _b = self.blob_lock()?;
         let mut blobs = Vec::with_capacity(uploads.len());
         for (artifact, upload) in uploads {
             blobs.push((artifact, self.blobs.place(upload)?));
@@ -258,19 +263,18 @@ impl Registry {
         policy: StoragePolicy,
         build: &Build<'_>,
     ) -> Result<Written> {
-        // Scans are consistent with the transaction because the write lock is held.
-        let tenant_versions: Vec<FunctionVersion> =
-            scan_json(&self.versions, format!("{tenant}/").as_bytes())?.into_iter().map(|(_, v)| v).collect();
-        let compiled_keys = keys_under(&self.compiled, &fn_prefix(tenant, name))?;
-        let used_before = retention::disk_usage(&tenant_versions);
         self.commit(|tx| {
+            let tenant_versions: Vec<FunctionVersion> =
+                tx.scan_json(Tree::Versions, format!("{tenant}/").as_bytes())?.into_iter().map(|(_, v)| v).collect();
+            let compiled_keys = tx.keys(Tree::Compiled, &fn_prefix(tenant, name))?;
+            let used_before = retention::disk_usage(&tenant_versions);
             let version = append(tx, tenant, name, how, build)?;
             let after = retention::after_write(&tenant_versions, &version, policy.keep_versions);
             for &p in &after.pruned {
                 let key = version_key(tenant, name, p);
-                tx.versions.remove(key.as_slice())?;
+                tx.remove(Tree::Versions, &key)?;
                 for k in compiled_keys.iter().filter(|k| k.starts_with(&key)) {
-                    tx.compiled.remove(k)?;
+                    tx.remove(Tree::Compiled, k)?;
                 }
             }
             if let Some(e) = policy.refusal(tenant, used_before, after.used_bytes) {
@@ -289,8 +293,12 @@ impl Registry {
         if policy.disk_quota_bytes.is_none() {
             return Ok(());
         }
-        let tenant_versions: Vec<FunctionVersion> =
-            scan_json(&self.versions, format!("{tenant}/").as_bytes())?.into_iter().map(|(_, v)| v).collect();
+        let tenant_versions: Vec<FunctionVersion> = self
+            .store
+            .scan_json(Tree::Versions, format!("{tenant}/").as_bytes())?
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
         let prev = tenant_versions.iter().filter(|v| v.function == name).max_by_key(|v| v.version);
         let next = FunctionVersion {
             tenant: tenant.to_owned(),
@@ -317,11 +325,12 @@ impl Registry {
         let _w = self.write_lock();
         self.commit(|tx| {
             let key = version_key(tenant, name, version);
-            let Some(mut v) = tx_get::<FunctionVersion>(tx.versions, &key)? else {
+            let Some(mut v) = tx.get_json::<FunctionVersion>(Tree::Versions, &key)? else {
                 return abort(RegistryError::not_found(format!("version {version} of function {name:?}")));
             };
             v.pinned = pinned;
-            tx_put(tx.versions, &key, &v)?;
+            tx.put_json(Tree::Versions, &key, &v)?;
+            tx.notify(function_changed(tenant, name));
             Ok(v)
         })
     }
@@ -363,11 +372,11 @@ impl Registry {
         validate_ids(tenant, name)?;
         let _w = self.write_lock();
         self.commit(|tx| {
-            let Some(meta) = tx_get::<FunctionMeta>(tx.functions, &fn_key(tenant, name))? else {
+            let Some(meta) = tx.get_json::<FunctionMeta>(Tree::Functions, &fn_key(tenant, name))? else {
                 return abort(function_not_found(tenant, name));
             };
             let key = version_key(tenant, name, version);
-            let Some(mut v) = tx_get::<FunctionVersion>(tx.versions, &key)? else {
+            let Some(mut v) = tx.get_json::<FunctionVersion>(Tree::Versions, &key)? else {
                 return abort(RegistryError::not_found(format!("version {version} of function {name:?}")));
             };
             if v.staged && version != meta.latest {
@@ -378,23 +387,28 @@ impl Registry {
                 )));
             }
             v.staged = false;
-            tx_put(tx.versions, &key, &v)?;
+            tx.put_json(Tree::Versions, &key, &v)?;
+            tx.notify(function_changed(tenant, name));
             Ok(v)
         })
     }
 
     fn function_meta(&self, tenant: &str, name: &str) -> Result<FunctionMeta> {
-        get_json(&self.functions, &fn_key(tenant, name))?.ok_or_else(|| function_not_found(tenant, name))
+        self.store.get_json(Tree::Functions, &fn_key(tenant, name))?.ok_or_else(|| function_not_found(tenant, name))
     }
 
     /// A function with all its versions.
     pub fn get_function(&self, tenant: &str, name: &str) -> Result<FunctionRecord> {
         validate_ids(tenant, name)?;
-        let meta: FunctionMeta =
-            get_json(&self.functions, &fn_key(tenant, name))?.ok_or_else(|| function_not_found(tenant, name))?;
+        let meta: FunctionMeta = self
+            .store
+            .get_json(Tree::Functions, &fn_key(tenant, name))?
+            .ok_or_else(|| function_not_found(tenant, name))?;
         let versions: Vec<FunctionVersion> =
-            scan_json(&self.versions, &fn_prefix(tenant, name))?.into_iter().map(|(_, v)| v).collect();
+            self.store.scan_json(Tree::Versions, &fn_prefix(tenant, name))?.into_iter().map(|(_, v)| v).collect();
         if versions.is_empty() {
+            // Deleted between the two reads (by another thread or node), or broken.
+            self.function_meta(tenant, name)?;
             return Err(RegistryError::Corrupt(format!("function {tenant}/{name} has no versions")));
         }
         Ok(FunctionRecord { tenant: meta.tenant, name: meta.name, created_ms: meta.created_ms, versions })
@@ -403,7 +417,7 @@ impl Registry {
     /// One version of a function.
     pub fn get_version(&self, tenant: &str, name: &str, version: u32) -> Result<FunctionVersion> {
         validate_ids(tenant, name)?;
-        get_json(&self.versions, &version_key(tenant, name, version))?.ok_or_else(|| {
+        self.store.get_json(Tree::Versions, &version_key(tenant, name, version))?.ok_or_else(|| {
             RegistryError::not_found(format!("version {version} of function {name:?} of tenant {tenant:?}"))
         })
     }
@@ -434,14 +448,20 @@ impl Registry {
     }
 
     fn summaries(&self, prefix: &[u8]) -> Result<Vec<FunctionSummary>> {
-        scan_json::<FunctionMeta>(&self.functions, prefix)?.into_iter().map(|(_, m)| self.summary(m)).collect()
+        self.store
+            .scan_json::<FunctionMeta>(Tree::Functions, prefix)?
+            .into_iter()
+            .map(|(_, m)| self.summary(m))
+            .collect()
     }
 
     fn summary(&self, meta: FunctionMeta) -> Result<FunctionSummary> {
         let get = |n: u32| {
-            get_json::<FunctionVersion>(&self.versions, &version_key(&meta.tenant, &meta.name, n))?.ok_or_else(|| {
-                RegistryError::Corrupt(format!("function {}/{} lacks version {n}", meta.tenant, meta.name))
-            })
+            self.store
+                .get_json::<FunctionVersion>(Tree::Versions, &version_key(&meta.tenant, &meta.name, n))?
+                .ok_or_else(|| {
+                    RegistryError::Corrupt(format!("function {}/{} lacks version {n}", meta.tenant, meta.name))
+                })
         };
         let latest = get(meta.latest)?;
         // Drafts are rare and few: walk down from the newest to the first published one.
@@ -468,19 +488,20 @@ impl Registry {
         validate_ids(tenant, name)?;
         let _w = self.write_lock();
         let prefix = fn_prefix(tenant, name);
-        let version_keys = keys_under(&self.versions, &prefix)?;
-        let compiled_keys = keys_under(&self.compiled, &prefix)?;
         let key = fn_key(tenant, name);
         self.commit(|tx| {
-            if tx.functions.remove(key.as_slice())?.is_none() {
+            let version_keys = tx.keys(Tree::Versions, &prefix)?;
+            let compiled_keys = tx.keys(Tree::Compiled, &prefix)?;
+            if !tx.remove(Tree::Functions, &key)? {
                 return abort(function_not_found(tenant, name));
             }
             for k in &version_keys {
-                tx.versions.remove(k)?;
+                tx.remove(Tree::Versions, k)?;
             }
             for k in &compiled_keys {
-                tx.compiled.remove(k)?;
+                tx.remove(Tree::Compiled, k)?;
             }
+            tx.notify(function_changed(tenant, name));
             Ok(())
         })
     }
@@ -489,14 +510,14 @@ impl Registry {
 /// Appends the next version of `tenant/name` inside a transaction (or, for an artifact
 /// change of a staged newest version, replaces that version in place).
 fn append(tx: &Tx<'_>, tenant: &str, name: &str, how: Append, build: &Build<'_>) -> TxResult<FunctionVersion> {
-    if tx.tenants.get(tenant.as_bytes())?.is_none() {
+    if tx.get(Tree::Tenants, tenant.as_bytes())?.is_none() {
         return abort(RegistryError::not_found(format!("tenant {tenant:?}")));
     }
     let key = fn_key(tenant, name);
-    let meta: Option<FunctionMeta> = tx_get(tx.functions, &key)?;
+    let meta: Option<FunctionMeta> = tx.get_json(Tree::Functions, &key)?;
     let prev: Option<FunctionVersion> = match &meta {
         None => None,
-        Some(m) => match tx_get(tx.versions, &version_key(tenant, name, m.latest))? {
+        Some(m) => match tx.get_json(Tree::Versions, &version_key(tenant, name, m.latest))? {
             Some(v) => Some(v),
             None => {
                 return abort(RegistryError::Corrupt(format!("function {tenant}/{name} lacks version {}", m.latest)));
@@ -516,7 +537,8 @@ fn append(tx: &Tx<'_>, tenant: &str, name: &str, how: Append, build: &Build<'_>)
         created_ms: meta.map_or(now, |m| m.created_ms),
         latest: number,
     };
-    tx_put(tx.versions, &version_key(tenant, name, number), &version)?;
-    tx_put(tx.functions, &key, &meta)?;
+    tx.put_json(Tree::Versions, &version_key(tenant, name, number), &version)?;
+    tx.put_json(Tree::Functions, &key, &meta)?;
+    tx.notify(function_changed(tenant, name));
     Ok(version)
 }

@@ -12,8 +12,9 @@ use rand::TryRngCore;
 use rand::rngs::OsRng;
 use sha2::Digest as _;
 
+use crate::change::Change;
 use crate::model::{KeyInfo, Principal, now_ms, validate_tenant_id};
-use crate::{Registry, RegistryError, Result, abort, get_json, scan_json, tx_put};
+use crate::{Registry, RegistryError, Result, Tree, abort};
 
 /// Minimum length of an operator-provided admin key.
 pub const MIN_ADMIN_KEY_LEN: usize = 16;
@@ -25,6 +26,15 @@ const ADMIN_KEY_ID: &str = "admin";
 
 fn hash_key(key: &str) -> [u8; 32] {
     sha2::Sha256::digest(key.as_bytes()).into()
+}
+
+/// The change other nodes hear about when a key is added or revoked.
+fn key_changed(info: &KeyInfo) -> Change {
+    let tenant = match &info.principal {
+        Principal::Tenant(t) => Some(t.clone()),
+        Principal::Admin => None,
+    };
+    Change::Key { tenant, key_id: info.key_id.clone() }
 }
 
 fn random_hex(bytes: usize) -> Result<String> {
@@ -48,10 +58,12 @@ impl Registry {
         let hash = hash_key(&key);
         let _w = self.write_lock();
         self.commit(|tx| {
-            if tx.tenants.get(tenant.as_bytes())?.is_none() {
+            if tx.get(Tree::Tenants, tenant.as_bytes())?.is_none() {
                 return abort(RegistryError::not_found(format!("tenant {tenant:?}")));
             }
-            tx_put(tx.keys, &hash, &info)
+            tx.put_json(Tree::Keys, &hash, &info)?;
+            tx.notify(key_changed(&info));
+            Ok(())
         })?;
         Ok((info.key_id, key))
     }
@@ -71,35 +83,39 @@ impl Registry {
         }
         let hash = hash_key(key);
         let principal = Principal::Tenant(tenant.to_owned());
+        let info = KeyInfo {
+            key_id: format!("provided_{}", &hex::encode(hash)[..16]),
+            principal: principal.clone(),
+            created_ms: now_ms(),
+        };
         let _w = self.write_lock();
-        match get_json::<KeyInfo>(&self.keys, &hash)? {
-            Some(info) if info.principal == principal => return Ok(false),
-            Some(_) => {
-                return Err(RegistryError::InvalidInput(format!(
-                    "the key given for tenant {tenant:?} belongs to another principal"
-                )));
-            }
-            None => {}
-        }
-        let info =
-            KeyInfo { key_id: format!("provided_{}", &hex::encode(hash)[..16]), principal, created_ms: now_ms() };
         self.commit(|tx| {
-            if tx.tenants.get(tenant.as_bytes())?.is_none() {
+            match tx.get_json::<KeyInfo>(Tree::Keys, &hash)? {
+                Some(stored) if stored.principal == principal => return Ok(false),
+                Some(_) => {
+                    return abort(RegistryError::InvalidInput(format!(
+                        "the key given for tenant {tenant:?} belongs to another principal"
+                    )));
+                }
+                None => {}
+            }
+            if tx.get(Tree::Tenants, tenant.as_bytes())?.is_none() {
                 return abort(RegistryError::not_found(format!("tenant {tenant:?}")));
             }
-            tx_put(tx.keys, &hash, &info)
-        })?;
-        Ok(true)
+            tx.put_json(Tree::Keys, &hash, &info)?;
+            tx.notify(key_changed(&info));
+            Ok(true)
+        })
     }
 
     /// Who `key` authenticates as; `Ok(None)` for an unknown or revoked key.
     pub fn authenticate(&self, key: &str) -> Result<Option<Principal>> {
-        Ok(get_json::<KeyInfo>(&self.keys, &hash_key(key))?.map(|info| info.principal))
+        Ok(self.store.get_json::<KeyInfo>(Tree::Keys, &hash_key(key))?.map(|info| info.principal))
     }
 
     /// Metadata of every key (admin keys included), ordered by hash.
     pub fn list_keys(&self) -> Result<Vec<KeyInfo>> {
-        Ok(scan_json(&self.keys, b"")?.into_iter().map(|(_, k)| k).collect())
+        Ok(self.store.scan_json(Tree::Keys, b"")?.into_iter().map(|(_, k)| k).collect())
     }
 
     /// Metadata of `tenant`'s keys.
@@ -123,17 +139,18 @@ impl Registry {
 
     fn revoke_where(&self, key_id: &str, allowed: impl Fn(&Principal) -> bool) -> Result<KeyInfo> {
         let _w = self.write_lock();
-        let found = scan_json::<KeyInfo>(&self.keys, b"")?
-            .into_iter()
-            .find(|(_, k)| k.key_id == key_id && allowed(&k.principal));
-        let Some((hash, info)) = found else {
-            return Err(RegistryError::not_found(format!("API key {key_id:?}")));
-        };
         self.commit(|tx| {
-            tx.keys.remove(&hash)?;
-            Ok(())
-        })?;
-        Ok(info)
+            let found = tx
+                .scan_json::<KeyInfo>(Tree::Keys, b"")?
+                .into_iter()
+                .find(|(_, k)| k.key_id == key_id && allowed(&k.principal));
+            let Some((hash, info)) = found else {
+                return abort(RegistryError::not_found(format!("API key {key_id:?}")));
+            };
+            tx.remove(Tree::Keys, &hash)?;
+            tx.notify(key_changed(&info));
+            Ok(info)
+        })
     }
 
     /// Makes sure an admin key exists.
@@ -153,32 +170,36 @@ impl Registry {
                 "the admin key must be at least {MIN_ADMIN_KEY_LEN} printable ASCII characters without spaces"
             )));
         }
+        // Made before the transaction, which may run more than once; used only if needed.
+        let generated = format!("sluice_admin_{}", random_hex(32)?);
         let _w = self.write_lock();
-        let admins: Vec<sled::IVec> = scan_json::<KeyInfo>(&self.keys, b"")?
-            .into_iter()
-            .filter(|(_, k)| k.principal == Principal::Admin)
-            .map(|(hash, _)| hash)
-            .collect();
-        let (plaintext, returned) = match provided {
-            Some(key) => {
-                let hash = hash_key(&key);
-                if admins.len() == 1 && admins[0].as_ref() == hash.as_slice() {
-                    return Ok(None);
+        let stored = self.commit(|tx| {
+            let admins: Vec<Vec<u8>> = tx
+                .scan_json::<KeyInfo>(Tree::Keys, b"")?
+                .into_iter()
+                .filter(|(_, k)| k.principal == Principal::Admin)
+                .map(|(hash, _)| hash)
+                .collect();
+            let (plaintext, returned) = match &provided {
+                Some(key) => {
+                    if admins.len() == 1 && admins[0].as_slice() == hash_key(key).as_slice() {
+                        return Ok(None);
+                    }
+                    (key.clone(), false)
                 }
-                (key, false)
-            }
-            None if !admins.is_empty() => return Ok(None),
-            None => (format!("sluice_admin_{}", random_hex(32)?), true),
-        };
-        let hash = hash_key(&plaintext);
-        let info = KeyInfo { key_id: ADMIN_KEY_ID.to_owned(), principal: Principal::Admin, created_ms: now_ms() };
-        self.commit(|tx| {
+                None if !admins.is_empty() => return Ok(None),
+                None => (generated.clone(), true),
+            };
+            let info = KeyInfo { key_id: ADMIN_KEY_ID.to_owned(), principal: Principal::Admin, created_ms: now_ms() };
             for old in &admins {
-                tx.keys.remove(old)?;
+                tx.remove(Tree::Keys, old)?;
             }
-            tx_put(tx.keys, &hash, &info)
+            tx.put_json(Tree::Keys, &hash_key(&plaintext), &info)?;
+            tx.notify(key_changed(&info));
+            Ok(Some((plaintext, returned, admins.len())))
         })?;
-        tracing::info!(generated = returned, replaced = admins.len(), "admin key stored");
+        let Some((plaintext, returned, replaced)) = stored else { return Ok(None) };
+        tracing::info!(generated = returned, replaced, "admin key stored");
         Ok(returned.then_some(plaintext))
     }
 }

@@ -471,6 +471,10 @@ pub struct GcReport {
     pub freed_bytes: u64,
     /// Stale temporary files (from interrupted writes) deleted.
     pub temp_files_removed: u64,
+    /// Unreferenced blobs kept because they are younger than the grace period (another
+    /// node may be about to reference them).
+    #[serde(default)]
+    pub young: u64,
 }
 
 /// Checks a tenant id: `[a-z0-9][a-z0-9-]{0,62}`.

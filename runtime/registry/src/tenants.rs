@@ -1,7 +1,8 @@
 //! Tenants: create, read, update settings, delete (with everything they own).
 
+use crate::change::Change;
 use crate::model::{Principal, Tenant, TenantSettings, now_ms, validate_tenant_id};
-use crate::{KeyInfo, Registry, RegistryError, Result, abort, get_json, scan_json, tx_get, tx_put};
+use crate::{KeyInfo, Registry, RegistryError, Result, Tree, abort};
 
 impl Registry {
     /// Creates a tenant. [`RegistryError::AlreadyExists`] if the id is taken.
@@ -12,10 +13,12 @@ impl Registry {
         let tenant = Tenant { id: id.to_owned(), created_ms: now_ms(), settings };
         let _w = self.write_lock();
         self.commit(|tx| {
-            if tx.tenants.get(id.as_bytes())?.is_some() {
+            if tx.get(Tree::Tenants, id.as_bytes())?.is_some() {
                 return abort(RegistryError::exists(format!("tenant {id:?}")));
             }
-            tx_put(tx.tenants, id.as_bytes(), &tenant)
+            tx.put_json(Tree::Tenants, id.as_bytes(), &tenant)?;
+            tx.notify(tenant_changed(id));
+            Ok(())
         })?;
         Ok(tenant)
     }
@@ -23,12 +26,14 @@ impl Registry {
     /// One tenant.
     pub fn get_tenant(&self, id: &str) -> Result<Tenant> {
         validate_tenant_id(id)?;
-        get_json(&self.tenants, id.as_bytes())?.ok_or_else(|| RegistryError::not_found(format!("tenant {id:?}")))
+        self.store
+            .get_json(Tree::Tenants, id.as_bytes())?
+            .ok_or_else(|| RegistryError::not_found(format!("tenant {id:?}")))
     }
 
     /// All tenants, ordered by id.
     pub fn list_tenants(&self) -> Result<Vec<Tenant>> {
-        Ok(scan_json(&self.tenants, b"")?.into_iter().map(|(_, t)| t).collect())
+        Ok(self.store.scan_json(Tree::Tenants, b"")?.into_iter().map(|(_, t)| t).collect())
     }
 
     /// Replaces a tenant's settings.
@@ -48,7 +53,7 @@ impl Registry {
         validate_tenant_id(id)?;
         let _w = self.write_lock();
         self.commit(|tx| {
-            let Some(mut tenant) = tx_get::<Tenant>(tx.tenants, id.as_bytes())? else {
+            let Some(mut tenant) = tx.get_json::<Tenant>(Tree::Tenants, id.as_bytes())? else {
                 return abort(RegistryError::not_found(format!("tenant {id:?}")));
             };
             let settings = match change(&tenant.settings).and_then(|s| s.validate().map(|()| s)) {
@@ -56,7 +61,8 @@ impl Registry {
                 Err(e) => return abort(e),
             };
             tenant.settings = settings;
-            tx_put(tx.tenants, id.as_bytes(), &tenant)?;
+            tx.put_json(Tree::Tenants, id.as_bytes(), &tenant)?;
+            tx.notify(tenant_changed(id));
             Ok(tenant)
         })
     }
@@ -67,41 +73,40 @@ impl Registry {
     pub fn delete_tenant(&self, id: &str) -> Result<()> {
         validate_tenant_id(id)?;
         let _w = self.write_lock();
-        // Scans are consistent with the transaction because the write lock is held.
         let prefix = format!("{id}/");
-        let fn_keys = keys_under(&self.functions, prefix.as_bytes())?;
-        let version_keys = keys_under(&self.versions, prefix.as_bytes())?;
-        let compiled_keys = keys_under(&self.compiled, prefix.as_bytes())?;
         let principal = Principal::Tenant(id.to_owned());
-        let api_keys: Vec<sled::IVec> = scan_json::<KeyInfo>(&self.keys, b"")?
-            .into_iter()
-            .filter(|(_, k)| k.principal == principal)
-            .map(|(hash, _)| hash)
-            .collect();
-        self.commit(|tx| {
-            if tx.tenants.remove(id.as_bytes())?.is_none() {
+        let (functions, keys) = self.commit(|tx| {
+            let fn_keys = tx.keys(Tree::Functions, prefix.as_bytes())?;
+            let version_keys = tx.keys(Tree::Versions, prefix.as_bytes())?;
+            let compiled_keys = tx.keys(Tree::Compiled, prefix.as_bytes())?;
+            let api_keys: Vec<Vec<u8>> = tx
+                .scan_json::<KeyInfo>(Tree::Keys, b"")?
+                .into_iter()
+                .filter(|(_, k)| k.principal == principal)
+                .map(|(hash, _)| hash)
+                .collect();
+            if !tx.remove(Tree::Tenants, id.as_bytes())? {
                 return abort(RegistryError::not_found(format!("tenant {id:?}")));
             }
-            for k in &fn_keys {
-                tx.functions.remove(k)?;
+            for (tree, keys) in [
+                (Tree::Functions, &fn_keys),
+                (Tree::Versions, &version_keys),
+                (Tree::Compiled, &compiled_keys),
+                (Tree::Keys, &api_keys),
+            ] {
+                for k in keys {
+                    tx.remove(tree, k)?;
+                }
             }
-            for k in &version_keys {
-                tx.versions.remove(k)?;
-            }
-            for k in &compiled_keys {
-                tx.compiled.remove(k)?;
-            }
-            for k in &api_keys {
-                tx.keys.remove(k)?;
-            }
-            Ok(())
+            tx.notify(tenant_changed(id));
+            Ok((fn_keys.len(), api_keys.len()))
         })?;
-        tracing::info!(tenant = id, functions = fn_keys.len(), keys = api_keys.len(), "tenant deleted");
+        tracing::info!(tenant = id, functions, keys, "tenant deleted");
         Ok(())
     }
 }
 
-/// All keys of `tree` under `prefix`.
-pub(crate) fn keys_under(tree: &sled::Tree, prefix: &[u8]) -> Result<Vec<sled::IVec>> {
-    tree.scan_prefix(prefix).keys().map(|k| k.map_err(RegistryError::from)).collect()
+/// The change other nodes hear about when tenant `id` changes (or goes, with all it owns).
+fn tenant_changed(id: &str) -> Change {
+    Change::Tenant { tenant: id.to_owned() }
 }

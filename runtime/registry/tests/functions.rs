@@ -1,15 +1,14 @@
 //! Functions: immutable numbered versions, artifacts as versions, compiled entries,
 //! deletion and gc, corruption detection, reopening and concurrent deploys.
 
+#[macro_use]
 mod common;
 
-use common::{open, with_tenant};
+use common::Env;
 use sluice_registry::{FunctionOptions, Principal, PriorityClass, RegistryError, TenantSettings, VersionOrigin};
 
-#[test]
-fn versions_increment_and_are_immutable() {
-    let dir = tempfile::tempdir().unwrap();
-    let reg = with_tenant(dir.path(), "acme");
+fn versions_increment_and_are_immutable(env: Env) {
+    let reg = env.with_tenant("acme");
     let opts = FunctionOptions { priority: PriorityClass::Batch, timeout_ms: 500, ..FunctionOptions::default() };
     let v1 = reg.deploy("acme", "embed", b"component one", opts.clone()).unwrap();
     assert_eq!(v1.version, 1);
@@ -39,10 +38,8 @@ fn versions_increment_and_are_immutable() {
     assert_eq!(reg.all_functions().unwrap().len(), 2);
 }
 
-#[test]
-fn artifacts_create_versions() {
-    let dir = tempfile::tempdir().unwrap();
-    let reg = with_tenant(dir.path(), "acme");
+fn artifacts_create_versions(env: Env) {
+    let reg = env.with_tenant("acme");
     assert!(matches!(reg.put_artifact("acme", "embed", "w", b"w"), Err(RegistryError::NotFound { .. })));
     let opts = FunctionOptions { weight: Some(2), ..FunctionOptions::default() };
     let v1 = reg.deploy("acme", "embed", b"comp", opts.clone()).unwrap();
@@ -71,10 +68,8 @@ fn artifacts_create_versions() {
     assert_eq!(reg.latest_version("acme", "embed").unwrap().version, 6);
 }
 
-#[test]
-fn compiled_entries() {
-    let dir = tempfile::tempdir().unwrap();
-    let reg = with_tenant(dir.path(), "acme");
+fn compiled_entries(env: Env) {
+    let reg = env.with_tenant("acme");
     reg.deploy("acme", "f", b"comp", FunctionOptions::default()).unwrap();
     assert_eq!(reg.compiled("acme", "f", 1, "engine-a").unwrap(), None);
     let c = reg.store_compiled("acme", "f", 1, "engine-a", b"compiled-a").unwrap();
@@ -91,17 +86,15 @@ fn compiled_entries() {
     assert_eq!((report.kept, report.removed), (2, 1), "{report:?}");
 }
 
-#[test]
-fn delete_function_and_gc() {
-    let dir = tempfile::tempdir().unwrap();
-    let reg = with_tenant(dir.path(), "acme");
+fn delete_function_and_gc(env: Env) {
+    let reg = env.with_tenant("acme");
     let v1 = reg.deploy("acme", "f", b"comp-f", FunctionOptions::default()).unwrap();
     reg.put_artifact("acme", "f", "w", b"weights-f").unwrap();
     reg.store_compiled("acme", "f", 2, "eng", b"compiled-f").unwrap();
     let g = reg.deploy("acme", "g", b"comp-shared", FunctionOptions::default()).unwrap();
     reg.deploy("acme", "h", b"comp-shared", FunctionOptions::default()).unwrap();
     // A stale temporary file from an interrupted write.
-    let temp = dir.path().join("blobs/sha256/.tmp-1-dead");
+    let temp = env.dir().join("blobs/sha256/.tmp-1-dead");
     std::fs::write(&temp, b"partial").unwrap();
     assert_eq!(reg.gc().unwrap().removed, 0);
     assert!(!temp.exists());
@@ -131,20 +124,16 @@ fn delete_function_and_gc() {
     assert_eq!(reg.gc().unwrap().kept, 0);
 }
 
-#[test]
-fn corrupt_blob_is_detected() {
-    let dir = tempfile::tempdir().unwrap();
-    let reg = with_tenant(dir.path(), "acme");
+fn corrupt_blob_is_detected(env: Env) {
+    let reg = env.with_tenant("acme");
     let v = reg.deploy("acme", "f", b"comp", FunctionOptions::default()).unwrap();
     std::fs::write(reg.blob_path(&v.component.digest), b"evil").unwrap();
     assert!(matches!(reg.read_blob(&v.component.digest), Err(RegistryError::Corrupt(_))));
 }
 
-#[test]
-fn reopen_keeps_everything() {
-    let dir = tempfile::tempdir().unwrap();
+fn reopen_keeps_everything(env: Env) {
     let (key, v2) = {
-        let reg = with_tenant(dir.path(), "acme");
+        let reg = env.with_tenant("acme");
         reg.update_tenant("acme", TenantSettings { max_concurrency: Some(4), ..TenantSettings::default() }).unwrap();
         let (_, key) = reg.issue_key("acme").unwrap();
         reg.deploy("acme", "f", b"comp", FunctionOptions::default()).unwrap();
@@ -152,7 +141,7 @@ fn reopen_keeps_everything() {
         reg.store_compiled("acme", "f", 2, "eng", b"compiled").unwrap();
         (key, v2)
     };
-    let reg = open(dir.path());
+    let reg = env.open();
     assert_eq!(reg.get_tenant("acme").unwrap().settings.max_concurrency, Some(4));
     assert_eq!(reg.authenticate(&key).unwrap(), Some(Principal::Tenant("acme".into())));
     assert_eq!(reg.latest_version("acme", "f").unwrap(), v2);
@@ -162,10 +151,8 @@ fn reopen_keeps_everything() {
     assert_eq!(reg.deploy("acme", "f", b"comp3", FunctionOptions::default()).unwrap().version, 3);
 }
 
-#[test]
-fn concurrent_deploys_get_distinct_versions() {
-    let dir = tempfile::tempdir().unwrap();
-    let reg = std::sync::Arc::new(with_tenant(dir.path(), "acme"));
+fn concurrent_deploys_get_distinct_versions(env: Env) {
+    let reg = std::sync::Arc::new(env.with_tenant("acme"));
     let threads: Vec<_> = (0..4)
         .map(|t| {
             let reg = reg.clone();
@@ -190,10 +177,8 @@ fn concurrent_deploys_get_distinct_versions() {
     }
 }
 
-#[test]
-fn a_staged_version_takes_its_artifacts_in_place_and_serves_only_once_published() {
-    let dir = tempfile::tempdir().unwrap();
-    let reg = with_tenant(dir.path(), "acme");
+fn a_staged_version_takes_its_artifacts_in_place_and_serves_only_once_published(env: Env) {
+    let reg = env.with_tenant("acme");
     let v1 = reg.deploy("acme", "f", b"comp1", FunctionOptions::default()).unwrap();
     let draft = reg.deploy_as("acme", "f", b"comp2", FunctionOptions::default(), true).unwrap();
     assert_eq!((draft.version, draft.staged), (2, true));
@@ -224,3 +209,14 @@ fn a_staged_version_takes_its_artifacts_in_place_and_serves_only_once_published(
     assert!(matches!(reg.publish("acme", "g", 9), Err(RegistryError::NotFound { .. })));
     assert_eq!(reg.publish("acme", "g", 2).unwrap().version, 2);
 }
+
+on_both!(
+    versions_increment_and_are_immutable,
+    artifacts_create_versions,
+    compiled_entries,
+    delete_function_and_gc,
+    corrupt_blob_is_detected,
+    reopen_keeps_everything,
+    concurrent_deploys_get_distinct_versions,
+    a_staged_version_takes_its_artifacts_in_place_and_serves_only_once_published,
+);

@@ -3,9 +3,10 @@
 //! and gc leaves its file; a write above the tenant's quota is refused and changes
 //! nothing; old versions are pruned with their compiled entries, and gc reclaims their blobs.
 
+#[macro_use]
 mod common;
 
-use common::with_tenant;
+use common::Env;
 use sluice_registry::{FunctionOptions, NewVersion, RegistryError, StoragePolicy};
 
 fn temp_files(dir: &std::path::Path) -> usize {
@@ -15,37 +16,33 @@ fn temp_files(dir: &std::path::Path) -> usize {
         .count()
 }
 
-#[test]
-fn an_upload_in_flight_holds_no_lock_and_gc_leaves_its_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let reg = with_tenant(dir.path(), "acme");
+fn an_upload_in_flight_holds_no_lock_and_gc_leaves_its_file(env: Env) {
+    let reg = env.with_tenant("acme");
     reg.deploy("acme", "f", b"comp", FunctionOptions::default()).unwrap();
     let mut upload = reg.begin_upload().unwrap();
     upload.write(b"half").unwrap();
     // On this thread: a lock held by the upload would deadlock here.
     reg.gc().unwrap();
     reg.deploy("acme", "g", b"comp-g", FunctionOptions::default()).unwrap();
-    assert_eq!(temp_files(dir.path()), 1, "gc left the upload's file alone");
+    assert_eq!(temp_files(env.dir()), 1, "gc left the upload's file alone");
     upload.write(b" and the rest").unwrap();
     let w = reg.put_artifact_upload("acme", "f", "w", upload, StoragePolicy::UNLIMITED).unwrap();
     assert_eq!(reg.read_blob(&w.version.artifacts["w"].digest).unwrap(), b"half and the rest");
-    assert_eq!(temp_files(dir.path()), 0);
+    assert_eq!(temp_files(env.dir()), 0);
     // Dropped unfinished, an upload leaves nothing.
     let mut upload = reg.begin_upload().unwrap();
     upload.write(b"abandoned").unwrap();
     drop(upload);
-    assert_eq!(temp_files(dir.path()), 0);
+    assert_eq!(temp_files(env.dir()), 0);
 }
 
-#[test]
-fn the_disk_quota_refuses_what_would_pass_it_after_retention_pruned() {
-    let dir = tempfile::tempdir().unwrap();
-    let reg = with_tenant(dir.path(), "acme");
+fn the_disk_quota_refuses_what_would_pass_it_after_retention_pruned(env: Env) {
+    let reg = env.with_tenant("acme");
     let policy = StoragePolicy { disk_quota_bytes: Some(170), keep_versions: Some(2) };
     let opts = FunctionOptions::default;
     let v1 = reg.deploy_with("acme", "f", &[1; 40], opts(), NewVersion::default(), policy).unwrap();
     assert_eq!((v1.disk_used_bytes, reg.tenant_disk_usage("acme").unwrap()), (40, 40));
-    let blobs = || std::fs::read_dir(dir.path().join("blobs/sha256")).unwrap().count();
+    let blobs = || std::fs::read_dir(env.dir().join("blobs/sha256")).unwrap().count();
     let blobs_before = blobs();
     let too_big = reg.deploy_with("acme", "f", &[2; 140], opts(), NewVersion::default(), policy);
     assert!(matches!(too_big, Err(RegistryError::DiskQuotaExceeded { needed_bytes: 180, .. })), "{too_big:?}");
@@ -70,3 +67,8 @@ fn the_disk_quota_refuses_what_would_pass_it_after_retention_pruned() {
     assert_eq!(versions, [3, 4]);
     assert_eq!(reg.tenant_disk_usage("acme").unwrap(), 160);
 }
+
+on_both!(
+    an_upload_in_flight_holds_no_lock_and_gc_leaves_its_file,
+    the_disk_quota_refuses_what_would_pass_it_after_retention_pruned,
+);

@@ -1,15 +1,14 @@
 //! Tenants, settings, name rules, API keys (stored hashed), the admin key and the
 //! data-directory lock.
 
+#[macro_use]
 mod common;
 
-use common::{all_bytes, contains, open, with_tenant};
+use common::{Env, contains};
 use sluice_registry::{FunctionOptions, MAX_WEIGHT, Principal, PriorityClass, Registry, RegistryError, TenantSettings};
 
-#[test]
-fn tenants_crud_and_settings() {
-    let dir = tempfile::tempdir().unwrap();
-    let reg = open(dir.path());
+fn tenants_crud_and_settings(env: Env) {
+    let reg = env.open();
     let settings = TenantSettings {
         weight: 3,
         max_priority: Some(PriorityClass::Batch),
@@ -34,10 +33,8 @@ fn tenants_crud_and_settings() {
     assert!(matches!(reg.delete_tenant("beta-2"), Err(RegistryError::NotFound { .. })));
 }
 
-#[test]
-fn weights_are_bounded_and_a_refused_change_changes_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let reg = with_tenant(dir.path(), "acme");
+fn weights_are_bounded_and_a_refused_change_changes_nothing(env: Env) {
+    let reg = env.with_tenant("acme");
     let huge = TenantSettings { weight: u32::MAX, ..TenantSettings::default() };
     assert!(matches!(reg.create_tenant("big", huge.clone()), Err(RegistryError::InvalidInput(_))));
     assert!(matches!(reg.update_tenant("acme", huge), Err(RegistryError::InvalidInput(_))));
@@ -61,14 +58,18 @@ fn records_stored_before_the_policy_fields_still_load() {
     assert!(PriorityClass::Batch < PriorityClass::Latency);
 }
 
-#[test]
-fn temporary_files_of_an_interrupted_upload_are_removed_at_open() {
-    let dir = tempfile::tempdir().unwrap();
-    drop(open(dir.path()));
-    let stale = dir.path().join("blobs/sha256/.tmp-4242-00000000deadbeef");
+fn temporary_files_of_an_interrupted_upload_are_removed_at_open(env: Env) {
+    drop(env.open());
+    let stale = env.dir().join("blobs/sha256/.tmp-4242-00000000deadbeef");
     std::fs::write(&stale, b"half an upload").unwrap();
-    let _reg = open(dir.path());
+    // Older than the grace period that spares other nodes' uploads in flight.
+    let old = std::time::SystemTime::now() - sluice_registry::BLOB_GRACE * 2;
+    std::fs::File::options().append(true).open(&stale).unwrap().set_modified(old).unwrap();
+    let fresh = env.dir().join("blobs/sha256/.tmp-4243-00000000cafef00d");
+    std::fs::write(&fresh, b"another node's upload").unwrap();
+    let _reg = env.open_node();
     assert!(!stale.exists(), "a restart removes what a crash mid-upload left");
+    assert_eq!(fresh.exists(), env.is_postgres(), "a shared directory keeps a young temporary file");
 }
 
 #[test]
@@ -82,10 +83,8 @@ fn settings_json_defaults() {
     assert!(serde_json::from_str::<FunctionOptions>(r#"{"prio":"batch"}"#).is_err());
 }
 
-#[test]
-fn name_validation() {
-    let dir = tempfile::tempdir().unwrap();
-    let reg = with_tenant(dir.path(), "acme");
+fn name_validation(env: Env) {
+    let reg = env.with_tenant("acme");
     let long = "a".repeat(64);
     for bad in ["", "-a", "A", "a_b", "a.b", "a/b", "ä", long.as_str()] {
         let err = reg.create_tenant(bad, TenantSettings::default()).unwrap_err();
@@ -107,10 +106,8 @@ fn name_validation() {
     assert!(sluice_registry::Digest::parse("../../etc/passwd").is_err());
 }
 
-#[test]
-fn keys_authenticate_revoke_and_are_stored_hashed() {
-    let dir = tempfile::tempdir().unwrap();
-    let reg = with_tenant(dir.path(), "acme");
+fn keys_authenticate_revoke_and_are_stored_hashed(env: Env) {
+    let reg = env.with_tenant("acme");
     reg.create_tenant("other", TenantSettings::default()).unwrap();
     let (key_id, key) = reg.issue_key("acme").unwrap();
     assert!(key.starts_with("sk_acme_"), "{key}");
@@ -134,12 +131,12 @@ fn keys_authenticate_revoke_and_are_stored_hashed() {
     reg.flush().unwrap();
     let secret = key.rsplit('_').next().unwrap().to_owned();
     drop(reg);
-    let bytes = all_bytes(dir.path());
+    let bytes = env.stored_bytes();
     assert!(contains(&bytes, key_id.as_bytes()), "the scan sees the stored key metadata");
     assert!(!contains(&bytes, secret.as_bytes()), "plaintext key found in the data directory");
     assert!(!contains(&bytes, key.as_bytes()));
 
-    let reg = open(dir.path());
+    let reg = env.open();
     assert_eq!(reg.authenticate(&key).unwrap(), Some(Principal::Tenant("acme".into())));
     reg.revoke_tenant_key("acme", &key_id).unwrap();
     assert_eq!(reg.authenticate(&key).unwrap(), None);
@@ -150,17 +147,15 @@ fn keys_authenticate_revoke_and_are_stored_hashed() {
     assert_eq!(reg.authenticate(&other_key).unwrap(), None);
 }
 
-#[test]
-fn admin_key_lifecycle() {
-    let dir = tempfile::tempdir().unwrap();
-    let reg = open(dir.path());
+fn admin_key_lifecycle(env: Env) {
+    let reg = env.open();
     let generated = reg.ensure_admin_key(None).unwrap().expect("first start generates a key");
     assert_eq!(reg.authenticate(&generated).unwrap(), Some(Principal::Admin));
     assert_eq!(reg.ensure_admin_key(None).unwrap(), None, "only returned once");
     drop(reg);
-    assert!(!contains(&all_bytes(dir.path()), generated.as_bytes()));
+    assert!(!contains(&env.stored_bytes(), generated.as_bytes()));
 
-    let reg = open(dir.path());
+    let reg = env.open();
     assert_eq!(reg.ensure_admin_key(None).unwrap(), None);
     assert_eq!(reg.authenticate(&generated).unwrap(), Some(Principal::Admin));
     // An operator-provided key replaces the generated one.
@@ -174,10 +169,8 @@ fn admin_key_lifecycle() {
     assert!(matches!(reg.ensure_admin_key(Some("has a space in it!!".into())), Err(RegistryError::InvalidInput(_))));
 }
 
-#[test]
-fn provided_tenant_keys_are_stored_hashed_once_and_never_cross_principals() {
-    let dir = tempfile::tempdir().unwrap();
-    let reg = open(dir.path());
+fn provided_tenant_keys_are_stored_hashed_once_and_never_cross_principals(env: Env) {
+    let reg = env.open();
     let key = "a-tenant-key-from-a-mounted-secret-0123456789";
     assert!(matches!(reg.ensure_tenant_key("acme", key), Err(RegistryError::NotFound { .. })));
     reg.create_tenant("acme", TenantSettings::default()).unwrap();
@@ -197,14 +190,24 @@ fn provided_tenant_keys_are_stored_hashed_once_and_never_cross_principals() {
     }
     assert!(matches!(reg.ensure_tenant_key("Bad Name", key), Err(RegistryError::InvalidName { .. })));
     drop(reg);
-    assert!(!contains(&all_bytes(dir.path()), key.as_bytes()), "only the hash is stored");
+    assert!(!contains(&env.stored_bytes(), key.as_bytes()), "only the hash is stored");
 }
 
 #[test]
 fn second_open_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let _reg = open(dir.path());
+    let _reg = Registry::open(dir.path()).unwrap();
     let err = Registry::open(dir.path()).unwrap_err();
     assert!(matches!(err, RegistryError::InUse { .. }), "{err}");
     assert!(err.to_string().contains("in use by another sluice process"), "{err}");
 }
+
+on_both!(
+    tenants_crud_and_settings,
+    weights_are_bounded_and_a_refused_change_changes_nothing,
+    temporary_files_of_an_interrupted_upload_are_removed_at_open,
+    name_validation,
+    keys_authenticate_revoke_and_are_stored_hashed,
+    admin_key_lifecycle,
+    provided_tenant_keys_are_stored_hashed_once_and_never_cross_principals,
+);

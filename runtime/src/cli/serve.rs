@@ -77,6 +77,11 @@ pub struct ServeArgs {
     /// Directory of the registry (tenants, keys, functions, compiled components).
     #[arg(long, env = "SLUICE_DATA_DIR", default_value = "./sluice-data")]
     data_dir: PathBuf,
+    /// The registry's database, shared by every node: a `postgres://user:password@host/db`
+    /// URL (`sslmode` as in libpq; blobs stay in `<data-dir>/blobs`, which the nodes
+    /// share). Without it the registry is sled in the data directory (one node).
+    #[arg(long, env = "SLUICE_REGISTRY")]
+    registry: Option<String>,
     /// Device to run functions on: the GPU if one is usable (auto), or forced.
     #[arg(long, env = "SLUICE_DEVICE", value_enum, default_value_t = DeviceChoice::Auto)]
     device: DeviceChoice,
@@ -267,6 +272,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let default_memory_quota_bytes = args.default_memory_quota.bytes(smallest);
     let config = PlatformConfig {
         data_dir: args.data_dir.clone(),
+        registry: args.registry.clone(),
         max_concurrency: args.max_concurrency,
         tenant_max_concurrency: args.tenant_max_concurrency,
         default_priority: args.default_priority,

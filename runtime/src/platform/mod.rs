@@ -68,7 +68,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde::Serialize;
-use sluice_registry::{Principal, PriorityClass, Registry};
+use sluice_registry::{Principal, PriorityClass, Registry, RegistryLocation};
 
 use crate::device::{Device, DeviceInfo};
 use crate::engine::{Engine, EngineConfig};
@@ -105,8 +105,11 @@ use weights::WeightLedger;
 /// Settings of a platform instance.
 #[derive(Clone, Debug)]
 pub struct PlatformConfig {
-    /// Where the registry lives.
+    /// Where the registry lives (sled in `data_dir`, unless `registry` says otherwise).
     pub data_dir: PathBuf,
+    /// The registry's database: a `postgres://` URL (blobs in `<data_dir>/blobs`) or a
+    /// directory; `None`: sled in `data_dir`.
+    pub registry: Option<String>,
     /// Invocations in flight at once, server-wide.
     pub max_concurrency: u32,
     /// Invocations in flight at once per tenant, unless the tenant's settings say otherwise.
@@ -182,6 +185,7 @@ impl Default for PlatformConfig {
     fn default() -> Self {
         PlatformConfig {
             data_dir: PathBuf::from("./sluice-data"),
+            registry: None,
             max_concurrency: 64,
             tenant_max_concurrency: 16,
             default_priority: PriorityClass::Batch,
@@ -385,7 +389,8 @@ impl Platform {
         if config.tenant_max_uploads == 0 || config.default_keep_versions == 0 {
             return Err(PlatformError::InvalidRequest("upload and version limits must be at least 1".into()));
         }
-        let registry = Registry::open(&config.data_dir)?;
+        let registry =
+            Registry::open_location(RegistryLocation::from_args(config.registry.as_deref(), &config.data_dir))?;
         // Room for every invocation in flight plus as many warm instances (the engine
         // keeps at most half of its instances warm).
         let engine = Engine::new(EngineConfig {
