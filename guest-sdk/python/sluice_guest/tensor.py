@@ -419,12 +419,14 @@ class Tensor:
         """Elements `start..end` of `axis`."""
         return self._op(ops.Op_Slice(ops.SliceArgs(axis, start, end)))
 
-    def concat(self, others, axis: int) -> "Tensor":
+    def concat(self, others, axis: Optional[int] = None) -> "Tensor":
         """This tensor and `others`, joined along `axis`; or, called on the class as in
         Rust, `Tensor.concat([a, b, ...], axis)` joins the list."""
         if isinstance(self, (list, tuple)):
-            return launch(ops.Op_Concat(axis), list(self))
-        return self._op(ops.Op_Concat(axis), *others)
+            return launch(ops.Op_Concat(int(others if axis is None else axis)), list(self))
+        if axis is None:
+            raise TypeError("concat(others, axis): no axis given")
+        return self._op(ops.Op_Concat(int(axis)), *others)
 
     def cast(self, dtype: "types.Dtype") -> "Tensor":
         return self._op(ops.Op_Cast(dtype))
