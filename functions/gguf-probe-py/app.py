@@ -22,7 +22,8 @@ the weight and into a reshape of the cache). And:
   `full_f32`, `from_i64`, `from_f16_bits`/`from_bf16_bits` read back, `matmul_t`,
   `max_pool2d`, `add_rms_norm`, `Tensor.concat`, `Inputs.take`).
 
-Input `seed`: INT64 `[1]`, optional (default 7).
+Input `seed`: INT64 `[1]`, optional (default 7). The signature is declared in
+`signature.json` (the build puts it in the component's `sluice:signature` section).
 """
 
 from sluice_guest import Dtype, HostError, Inputs, IoTensor, Tensor, artifacts, export

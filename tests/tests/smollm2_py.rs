@@ -8,7 +8,7 @@
 //! `max_tokens` and bad inputs behave the same in both; as a serving function, requests
 //! that join a running generation's steps give what each gives alone. `gguf-probe-py`
 //! checks the Python SDK's GGUF, KV-cache and sampling calls against `gguf-probe` and by
-//! value, and the pure-Python tokenizer is checked against Hugging Face `tokenizers`
+//! value, and its declared signature (`signature.json`) is reported and enforced; and the pure-Python tokenizer is checked against Hugging Face `tokenizers`
 //! (`tests/llm/bpe_py_check.py`, in the `SLUICE_LLM_PYTHON` environment). Skips (class
 //! "SmolLM2 model") without the GGUF file, except under CI; the tokenizer check skips
 //! (class "SmolLM2 reference") without the environment.
@@ -289,6 +289,16 @@ fn the_python_sdks_gguf_kv_cache_and_sampling_calls_match_the_rust_probe() {
         let bytes = std::fs::read(&gguf).unwrap();
         server.put_bytes(&format!("/v1/functions/{name}/artifacts/model"), &key, bytes).expect(201);
     }
+    // Its signature (`signature.json`, the section the Rust SDK's `signature!` writes)
+    // is reported, and a request that does not match it is refused before the guest runs.
+    let meta = server.get("/v2/models/probe-py", &key).expect(200);
+    assert_eq!(meta["inputs"][1], json!({ "name": "x", "datatype": "FP32", "shape": [-1, -1] }), "{meta}");
+    assert_eq!(meta["outputs"][3], json!({ "name": "cache", "datatype": "FP32", "shape": [6, 3, 64] }), "{meta}");
+    let wrong = json!({ "inputs": [text_input("tensor", "token_embd.weight"),
+                                   { "name": "x", "shape": [1], "datatype": "INT32", "data": [1] }] });
+    let e = server.post_json("/v2/models/probe-py/infer", &key, &wrong).expect_error(400, "invalid_request");
+    assert!(e.contains("datatype INT32"), "{e}");
+
     let m = 2;
     let x: Vec<f32> = (0..m * 576).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
     for (tensor, dtype) in [("blk.0.ffn_up.weight", "q4_1"), ("token_embd.weight", "q8_0")] {

@@ -4,7 +4,9 @@
 //! the frozen release its `host-api-version` file names) and with the Python guest SDK
 //! (`guest-sdk/python`) on its path. A function with a file named `serving` in its
 //! directory is a serving function: its component gets the `sluice:serving` custom
-//! section, as the Rust SDK's `serving_function!` gives a Rust one.
+//! section, as the Rust SDK's `serving_function!` gives a Rust one; a `signature.json`
+//! there (the host's signature JSON, `{"inputs":[…],"outputs":[…]}`) goes into the
+//! `sluice:signature` section, as the Rust SDK's `signature!` puts it.
 //!
 //! Outputs go beside the Rust functions' components:
 //! `functions/target/wasm32-wasip2/<profile>/<name with - as _>.wasm`. A component newer
@@ -34,6 +36,12 @@ const SERVING: &str = "serving";
 
 /// The custom section a serving function carries (the runtime's `SERVING_SECTION`).
 const SERVING_SECTION: &str = "sluice:serving";
+
+/// A file in a function's directory holding its declared signature (JSON).
+const SIGNATURE: &str = "signature.json";
+
+/// The custom section the host reads a signature from (the runtime's `SIGNATURE_SECTION`).
+const SIGNATURE_SECTION: &str = "sluice:signature";
 
 /// Builds every Python function into `out_dir`; returns the components' paths.
 pub fn build(out_dir: &Path) -> Result<Vec<PathBuf>> {
@@ -68,9 +76,19 @@ pub fn build(out_dir: &Path) -> Result<Vec<PathBuf>> {
                 // Its cache of generated bindings goes to a scratch directory, not the tree.
                 .current_dir(std::env::temp_dir());
             cmd::run(&mut build).with_context(|| format!("building {}", dir.display()))?;
+            let mut sections = Vec::new();
             if dir.join(SERVING).is_file() {
+                sections.extend(custom_section(SERVING_SECTION, &[1]));
+            }
+            let signature = dir.join(SIGNATURE);
+            if signature.is_file() {
+                let json =
+                    fs::read_to_string(&signature).with_context(|| format!("reading {}", signature.display()))?;
+                sections.extend(custom_section(SIGNATURE_SECTION, json.trim().as_bytes()));
+            }
+            if !sections.is_empty() {
                 let mut wasm = fs::read(&out).with_context(|| format!("reading {}", out.display()))?;
-                wasm.extend(custom_section(SERVING_SECTION, &[1]));
+                wasm.extend(sections);
                 fs::write(&out, wasm).with_context(|| format!("writing {}", out.display()))?;
             }
         }
