@@ -31,5 +31,5 @@ def metadata(artifact: str) -> str:
 def names() -> List[str]:
     """The names of the artifacts this function version sees, in byte order: how a
     function that ships optional files finds which were uploaded. Host API 1.1.0 and
-    later (a component that calls it does not deploy on a 1.0 host)."""
+    later."""
     return list(_wit.names())
