@@ -1,6 +1,6 @@
-//! SmolLM2-135M-Instruct over HTTP, for the tests of the `smollm2-chat` function:
-//! deploying it with the GGUF file as its artifact `model`, its requests (OIP inputs
-//! by name), and reading its outputs.
+//! SmolLM2-135M-Instruct over HTTP, for the tests of the `smollm2-chat` function (and
+//! its Python twin `smollm2-chat-py`): deploying it with the GGUF file as its artifact
+//! `model`, its requests (OIP inputs by name), and reading its outputs.
 
 use serde_json::{Value, json};
 
@@ -9,7 +9,13 @@ use crate::minilm::output;
 
 /// Deploys `smollm2-chat` as `name` for `key`, with `gguf` as its artifact `model`.
 pub fn deploy(server: &Server, key: &str, name: &str, gguf: &std::path::Path) {
-    server.deploy(key, name, "smollm2_chat", "timeout_ms=300000");
+    deploy_component(server, key, name, "smollm2_chat", gguf);
+}
+
+/// Deploys the component `wasm` (e.g. `smollm2_chat_py`) as `name` for `key`, with
+/// `gguf` as its artifact `model`.
+pub fn deploy_component(server: &Server, key: &str, name: &str, wasm: &str, gguf: &std::path::Path) {
+    server.deploy(key, name, wasm, "timeout_ms=300000");
     let bytes = std::fs::read(gguf).unwrap();
     server.put_bytes(&format!("/v1/functions/{name}/artifacts/model"), key, bytes).expect(201);
 }

@@ -63,14 +63,13 @@ fn examples() -> Vec<Example> {
         None => eprintln!("xtask: no MNIST model (`cargo xtask fetch-mnist`): no mnist bundle"),
     }
     match fetch_llm::fetched() {
-        Some(gguf) => list.push(Example {
-            name: "smollm2-chat",
-            component: "smollm2_chat",
-            priority: "latency",
-            timeout_ms: Some(300_000),
-            artifacts: vec![("model", gguf)],
-        }),
-        None => eprintln!("xtask: no SmolLM2 model (`cargo xtask fetch-llm`): no smollm2-chat bundle"),
+        Some(gguf) => {
+            for (name, component) in [("smollm2-chat", "smollm2_chat"), ("smollm2-chat-py", "smollm2_chat_py")] {
+                let artifacts = vec![("model", gguf.clone())];
+                list.push(Example { name, component, priority: "latency", timeout_ms: Some(300_000), artifacts });
+            }
+        }
+        None => eprintln!("xtask: no SmolLM2 model (`cargo xtask fetch-llm`): no smollm2-chat bundles"),
     }
     list
 }

@@ -2,7 +2,11 @@
 //! componentize-py (pinned in `guest-sdk/python/requirements-build.txt`, installed once
 //! into a virtual environment in the cache), against the WIT world in `host-api/wit` (or
 //! the frozen release its `host-api-version` file names) and with the Python guest SDK
-//! (`guest-sdk/python`) on its path.
+//! (`guest-sdk/python`) on its path. A function with a file named `serving` in its
+//! directory is a serving function: its component gets the `sluice:serving` custom
+//! section, as the Rust SDK's `serving_function!` gives a Rust one; a `signature.json`
+//! there (the host's signature JSON, `{"inputs":[…],"outputs":[…]}`) goes into the
+//! `sluice:signature` section, as the Rust SDK's `signature!` puts it.
 //!
 //! Outputs go beside the Rust functions' components:
 //! `functions/target/wasm32-wasip2/<profile>/<name with - as _>.wasm`. A component newer
@@ -26,6 +30,18 @@ const HOST_API_VERSION: &str = "host-api-version";
 
 /// The module componentize-py imports in each function's directory.
 const APP: &str = "app";
+
+/// A file in a function's directory that makes it a serving function.
+const SERVING: &str = "serving";
+
+/// The custom section a serving function carries (the runtime's `SERVING_SECTION`).
+const SERVING_SECTION: &str = "sluice:serving";
+
+/// A file in a function's directory holding its declared signature (JSON).
+const SIGNATURE: &str = "signature.json";
+
+/// The custom section the host reads a signature from (the runtime's `SIGNATURE_SECTION`).
+const SIGNATURE_SECTION: &str = "sluice:signature";
 
 /// Builds every Python function into `out_dir`; returns the components' paths.
 pub fn build(out_dir: &Path) -> Result<Vec<PathBuf>> {
@@ -60,10 +76,49 @@ pub fn build(out_dir: &Path) -> Result<Vec<PathBuf>> {
                 // Its cache of generated bindings goes to a scratch directory, not the tree.
                 .current_dir(std::env::temp_dir());
             cmd::run(&mut build).with_context(|| format!("building {}", dir.display()))?;
+            let mut sections = Vec::new();
+            if dir.join(SERVING).is_file() {
+                sections.extend(custom_section(SERVING_SECTION, &[1]));
+            }
+            let signature = dir.join(SIGNATURE);
+            if signature.is_file() {
+                let json =
+                    fs::read_to_string(&signature).with_context(|| format!("reading {}", signature.display()))?;
+                sections.extend(custom_section(SIGNATURE_SECTION, json.trim().as_bytes()));
+            }
+            if !sections.is_empty() {
+                let mut wasm = fs::read(&out).with_context(|| format!("reading {}", out.display()))?;
+                wasm.extend(sections);
+                fs::write(&out, wasm).with_context(|| format!("writing {}", out.display()))?;
+            }
         }
         built.push(out);
     }
     Ok(built)
+}
+
+/// A custom section (id 0: LEB128 size, LEB128 name length, name, payload), valid at
+/// the end of a component as of a module.
+fn custom_section(name: &str, payload: &[u8]) -> Vec<u8> {
+    fn leb128(mut v: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let mut body = Vec::new();
+    leb128(name.len(), &mut body);
+    body.extend_from_slice(name.as_bytes());
+    body.extend_from_slice(payload);
+    let mut section = vec![0u8];
+    leb128(body.len(), &mut section);
+    section.extend(body);
+    section
 }
 
 /// The WIT a function builds against: `host-api/wit`, or the frozen release named by a
@@ -119,4 +174,22 @@ fn newest(roots: &[&Path]) -> Result<SystemTime> {
         bail!("no files under {roots:?}");
     }
     Ok(latest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_custom_section_is_id_0_sized_and_named() {
+        let s = custom_section(SERVING_SECTION, &[1]);
+        let mut want = vec![0u8, 16, 14];
+        want.extend_from_slice(b"sluice:serving");
+        want.push(1);
+        assert_eq!(s, want);
+        // A body over 127 bytes takes a two-byte LEB128 size.
+        let long = custom_section("x", &[7; 200]);
+        assert_eq!(&long[..4], &[0, 0xca, 0x01, 1]);
+        assert_eq!(long.len(), 3 + 202);
+    }
 }

@@ -6,8 +6,9 @@
 //! `demo`, deploys `echo`, `mlp`, `minilm-embed` (with its weights, vocabulary and
 //! config), `gemm-burn` (batch class), `mnist` (the digit classifier, with its
 //! converted weights) and the Python functions `echo-py`, `mlp-py` and
-//! `minilm-embed-py`, and `smollm2-chat` (SmolLM2 with its GGUF file, fetched once
-//! and sha256-checked like `cargo xtask fetch-llm` does) unless they are already there,
+//! `minilm-embed-py`, and `smollm2-chat` and its Python twin `smollm2-chat-py` (SmolLM2
+//! with its GGUF file, fetched once and sha256-checked like `cargo xtask fetch-llm`
+//! does) unless they are already there,
 //! prints a key
 //! and a few curl commands, and then runs until Ctrl-C.
 //!
@@ -168,16 +169,18 @@ pub fn run(args: &[String]) -> Result<()> {
         }
     };
     if let Some(gguf) = &llm {
-        examples.push((
-            "smollm2-chat",
-            vec![
-                wasm("smollm2_chat"),
-                "--timeout-ms".into(),
-                "300000".into(),
-                "--artifact".into(),
-                format!("model={}", gguf.display()),
-            ],
-        ));
+        for (name, component) in [("smollm2-chat", "smollm2_chat"), ("smollm2-chat-py", "smollm2_chat_py")] {
+            examples.push((
+                name,
+                vec![
+                    wasm(component),
+                    "--timeout-ms".into(),
+                    "300000".into(),
+                    "--artifact".into(),
+                    format!("model={}", gguf.display()),
+                ],
+            ));
+        }
     }
     for (name, rest) in &examples {
         if client(&sluice, &url, &key, &["functions", "get", name]).is_some() {
@@ -191,7 +194,7 @@ pub fn run(args: &[String]) -> Result<()> {
     }
 
     println!(
-        "\nsluice is serving on {url} (gRPC on {grpc}) with echo, mlp, minilm-embed, gemm-burn, mnist{llm}, and echo-py, mlp-py and minilm-embed-py in Python (tenant `demo`);\n\
+        "\nsluice is serving on {url} (gRPC on {grpc}) with echo, mlp, minilm-embed, gemm-burn, mnist{llm}, and echo-py, mlp-py, minilm-embed-py{llm_py} in Python (tenant `demo`);\n\
          the web console: {url}/ (sign in with a key below).\n\
          admin key: {admin}\n\
          demo key:  {key}\n\n\
@@ -202,6 +205,7 @@ pub fn run(args: &[String]) -> Result<()> {
          Ctrl-C stops the server.",
         grpc = o.grpc_listen,
         llm = if llm.is_some() { ", smollm2-chat" } else { "" },
+        llm_py = if llm.is_some() { " and smollm2-chat-py" } else { "" },
     );
     let status = server.wait()?;
     if !status.success() {

@@ -15,7 +15,11 @@ host.
     WitWorld = export(run)
 
 A function may stream chunks of output while it runs (`streaming.emit`, e.g. a
-generation's tokens) and learn that its caller has gone (`streaming.caller_gone`).
+generation's tokens) and learn that its caller has gone (`streaming.caller_gone`), read
+its artifacts (`artifacts.read`, `load_tensor`, `metadata` of a GGUF file, `names`),
+keep a KV cache on the device (`Tensor.zeros`, `write_rows`), and serve many requests at
+once from a host queue (`serving`). The API is the Rust SDK's (`guest-sdk/src`) under
+the same names where Python allows.
 """
 
 from wit_world.imports.ops import PoolKind, ReduceOp, UnaryOp
@@ -23,9 +27,10 @@ from wit_world.imports.types import Dtype, ErrorCode
 
 from .errors import Failed, HostError, InvalidInput
 from .function import export
-from . import streaming
+from . import artifacts, serving, streaming
+from .convert import bf16_bits_to_f32, f16_bits_to_f32
 from .io import Inputs, IoTensor
-from .tensor import Tensor, load_tensor, read_artifact
+from .tensor import Tensor, is_quantized, launch, launch_fused, load_tensor, read_artifact
 
 __all__ = [
     "Dtype",
@@ -39,8 +44,15 @@ __all__ = [
     "ReduceOp",
     "Tensor",
     "UnaryOp",
+    "artifacts",
+    "bf16_bits_to_f32",
     "export",
+    "f16_bits_to_f32",
+    "is_quantized",
+    "launch",
+    "launch_fused",
     "load_tensor",
     "read_artifact",
+    "serving",
     "streaming",
 ]

@@ -20,6 +20,17 @@ from .errors import Failed, InvalidInput
 from .io import Inputs, IoTensor
 
 
+def run_error(e: BaseException) -> "io.RunError":
+    """The WIT `run-error` for an exception raised by the function: `InvalidInput` →
+    `invalid-input`, `Failed` → `failed` with its message, anything else → `failed` with
+    its type and message."""
+    if isinstance(e, InvalidInput):
+        return io.RunError_InvalidInput(str(e))
+    if isinstance(e, Failed):
+        return io.RunError_Failed(str(e))
+    return io.RunError_Failed(f"{type(e).__name__}: {e}")
+
+
 def export(run):
     """The `WitWorld` class componentize-py exports, calling `run(Inputs)` per invocation."""
 
@@ -28,14 +39,10 @@ def export(run):
             try:
                 outputs = run(Inputs([IoTensor._from_wit(t) for t in inputs]))
                 return [o._to_wit() for o in outputs]
-            except InvalidInput as e:
-                raise Err(io.RunError_InvalidInput(str(e))) from None
-            except Failed as e:
-                raise Err(io.RunError_Failed(str(e))) from None
             except Err:
                 raise
             except Exception as e:  # noqa: BLE001 — every other failure is the function's
-                raise Err(io.RunError_Failed(f"{type(e).__name__}: {e}")) from None
+                raise Err(run_error(e)) from None
 
     WitWorld.__name__ = WitWorld.__qualname__ = "WitWorld"
     return WitWorld

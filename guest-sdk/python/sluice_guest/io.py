@@ -4,16 +4,17 @@
 `"INT32"`, `"INT64"`, `"UINT8"`, `"BYTES"`), a shape and its elements (Python numbers;
 FP16/BF16 as raw 16-bit patterns; UINT8 as `bytes`; BYTES as a list of `bytes`).
 `Inputs` holds a request's inputs by name; a missing or mistyped input is the caller's
-fault (`InvalidInput`).
+fault (`InvalidInput`). The constructors and accessors are the Rust SDK's (`IoTensor::f32`,
+`as_f32`, `expect_shape`, `Inputs::find`, `take`, …) under the same names.
 """
 
 import struct
-from typing import Dict, Iterator, List, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
 from wit_world.imports import io, types
 
 from .errors import InvalidInput
-from .tensor import Tensor
+from .tensor import Tensor, is_quantized
 
 #: datatype → (WIT variant class, device dtype, `struct` letter, element size)
 _KINDS = {
@@ -50,8 +51,23 @@ class IoTensor:
         self.data = data
 
     @staticmethod
+    def new(name: str, datatype: str, shape: Sequence[int], data) -> "IoTensor":
+        """A tensor with the given name, datatype, shape and elements."""
+        return IoTensor(name, datatype, shape, data)
+
+    @staticmethod
     def f32(name: str, shape: Sequence[int], values: Sequence[float]) -> "IoTensor":
         return IoTensor(name, "FP32", shape, [float(v) for v in values])
+
+    @staticmethod
+    def f16_bits(name: str, shape: Sequence[int], bits: Sequence[int]) -> "IoTensor":
+        """An FP16 tensor from raw binary16 bit patterns."""
+        return IoTensor(name, "FP16", shape, [int(b) for b in bits])
+
+    @staticmethod
+    def bf16_bits(name: str, shape: Sequence[int], bits: Sequence[int]) -> "IoTensor":
+        """A BF16 tensor from raw bfloat16 bit patterns."""
+        return IoTensor(name, "BF16", shape, [int(b) for b in bits])
 
     @staticmethod
     def i32(name: str, shape: Sequence[int], values: Sequence[int]) -> "IoTensor":
@@ -66,9 +82,24 @@ class IoTensor:
         return IoTensor(name, "UINT8", shape, bytes(values))
 
     @staticmethod
+    def bytes(name: str, shape: Sequence[int], values: Sequence[bytes]) -> "IoTensor":
+        """A BYTES tensor: one byte string per element."""
+        return IoTensor(name, "BYTES", shape, [bytes(v) for v in values])
+
+    @staticmethod
     def text(name: str, values: Sequence[str]) -> "IoTensor":
         """A 1-D BYTES tensor of UTF-8 strings."""
         return IoTensor(name, "BYTES", [len(values)], [v.encode() for v in values])
+
+    @property
+    def dtype(self) -> Optional["types.Dtype"]:
+        """The device dtype of the elements; `None` for BYTES."""
+        return _KINDS[self.datatype][1]
+
+    @property
+    def numel(self) -> int:
+        """The number of elements the shape says."""
+        return _count(self.shape)
 
     def check(self) -> "IoTensor":
         """Raises `InvalidInput` unless the element count matches the shape."""
@@ -83,6 +114,40 @@ class IoTensor:
         if self.datatype != datatype:
             raise InvalidInput(f"tensor `{self.name}`: expected {datatype}, got {self.datatype}")
         return self.check()
+
+    def expect_shape(self, pattern: Sequence[Optional[int]]) -> "IoTensor":
+        """Raises `InvalidInput` unless the shape matches `pattern`, where `None` accepts
+        any size: `expect_shape([None, 16])` accepts `[n, 16]`."""
+        ok = len(self.shape) == len(pattern) and all(p is None or p == d for d, p in zip(self.shape, pattern))
+        if not ok:
+            want = ", ".join("?" if p is None else str(p) for p in pattern)
+            raise InvalidInput(f"tensor `{self.name}`: expected shape [{want}], got {self.shape}")
+        return self
+
+    def _as(self, datatype: str):
+        if self.datatype != datatype:
+            raise InvalidInput(f"tensor `{self.name}`: expected {datatype}, got {self.datatype}")
+        return self.data
+
+    def as_f32(self) -> List[float]:
+        """The FP32 elements, or `InvalidInput` for another datatype."""
+        return self._as("FP32")
+
+    def as_i32(self) -> List[int]:
+        """The INT32 elements, or `InvalidInput` for another datatype."""
+        return self._as("INT32")
+
+    def as_i64(self) -> List[int]:
+        """The INT64 elements, or `InvalidInput` for another datatype."""
+        return self._as("INT64")
+
+    def as_u8(self) -> "bytes":
+        """The UINT8 elements, or `InvalidInput` for another datatype."""
+        return self._as("UINT8")
+
+    def as_bytes(self) -> List[bytes]:
+        """The BYTES elements, or `InvalidInput` for another datatype."""
+        return self._as("BYTES")
 
     def as_strings(self) -> List[str]:
         """A BYTES tensor's elements as UTF-8 text."""
@@ -108,7 +173,10 @@ class IoTensor:
 
     @staticmethod
     def from_tensor(name: str, tensor: Tensor) -> "IoTensor":
-        """Reads `tensor` back (waiting for the device) as an output named `name`."""
+        """Reads `tensor` back (waiting for the device) as an output named `name`, keeping
+        dtype and shape (a block-quantized tensor is dequantized to f32 on the device first)."""
+        if is_quantized(tensor.dtype):
+            tensor = tensor.cast(types.Dtype.F32)
         datatype = _BY_DTYPE[tensor.dtype]
         _, _, fmt, size = _KINDS[datatype]
         raw = tensor.read()
@@ -146,6 +214,24 @@ class Inputs:
 
     def __getitem__(self, name: str) -> IoTensor:
         return self.get(name)
+
+    def find(self, name: str) -> Optional[IoTensor]:
+        """The input named `name`, or `None`."""
+        return self._by_name.get(name)
+
+    def take(self, name: str) -> IoTensor:
+        """Removes and returns the input named `name`; `InvalidInput` if there is none."""
+        t = self.get(name)
+        self._list = [u for u in self._list if u is not t]
+        del self._by_name[name]
+        return t
+
+    def names(self) -> List[str]:
+        """The names of the inputs, in request order."""
+        return [t.name for t in self._list]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._by_name
 
     def __iter__(self) -> Iterator[IoTensor]:
         return iter(self._list)
