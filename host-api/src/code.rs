@@ -65,6 +65,9 @@ pub enum Code {
     TransferTooLarge,
     /// The server is draining.
     ShuttingDown,
+    /// The shared registry (PostgreSQL) cannot be reached: functions already loaded keep
+    /// serving, but changes and loads wait for it to return (503, retry later).
+    RegistryUnavailable,
     /// No device has room for the function's weights.
     InsufficientDeviceMemory,
     /// The invocation exceeded the function's time limit.
@@ -115,7 +118,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in declaration order.
-    pub const ALL: [Code; 37] = [
+    pub const ALL: [Code; 38] = [
         Code::InvalidRequest,
         Code::InvalidInput,
         Code::InvalidName,
@@ -139,6 +142,7 @@ impl Code {
         Code::OutputTooLarge,
         Code::TransferTooLarge,
         Code::ShuttingDown,
+        Code::RegistryUnavailable,
         Code::InsufficientDeviceMemory,
         Code::Timeout,
         Code::QuotaExceeded,
@@ -181,6 +185,7 @@ impl Code {
             Code::OutputTooLarge => "output_too_large",
             Code::TransferTooLarge => "transfer_too_large",
             Code::ShuttingDown => "shutting_down",
+            Code::RegistryUnavailable => "registry_unavailable",
             Code::InsufficientDeviceMemory => "insufficient_device_memory",
             Code::Timeout => "timeout",
             Code::QuotaExceeded => "quota_exceeded",
@@ -222,7 +227,7 @@ impl Code {
             | Code::DataDirInUse => 500,
             Code::OutputTooLarge | Code::TransferTooLarge => 502,
             Code::ShuttingDown | Code::InsufficientDeviceMemory => 503,
-            Code::InstancePoolExhausted => 503,
+            Code::InstancePoolExhausted | Code::RegistryUnavailable => 503,
             Code::Timeout => 504,
             Code::Cancelled => 499,
             Code::TooManyUploads | Code::DiskQuotaExceeded => 429,

@@ -5,8 +5,7 @@
 //! `NotFound` → 404, `AlreadyExists` → 409, `InvalidName` / `InvalidInput` → 400, `InUse`
 //! / `SchemaTooNew` → a start-up failure, `Storage` / `Corrupt` → 500 (the message is
 //! for the operator's log, not the tenant), and `Unavailable` (the database cannot be
-//! reached) → 503: [`RegistryError::is_unavailable`] tells it apart until the API has a
-//! code of its own (its `code()` is `storage` for now).
+//! reached) → 503 `registry_unavailable`.
 
 use std::path::PathBuf;
 
@@ -123,7 +122,8 @@ impl RegistryError {
             RegistryError::InvalidInput(_) => Code::InvalidInput,
             RegistryError::InUse { .. } => Code::DataDirInUse,
             RegistryError::Corrupt(_) => Code::Corrupt,
-            RegistryError::Storage { .. } | RegistryError::Unavailable { .. } => Code::Storage,
+            RegistryError::Storage { .. } => Code::Storage,
+            RegistryError::Unavailable { .. } => Code::RegistryUnavailable,
             RegistryError::SchemaTooNew { .. } => Code::Corrupt,
             RegistryError::DiskQuotaExceeded { .. } => Code::DiskQuotaExceeded,
         }

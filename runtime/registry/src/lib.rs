@@ -133,16 +133,22 @@ pub enum RegistryLocation {
 }
 
 impl RegistryLocation {
-    /// `registry` if given (a `postgres://` URL, blobs in `<data_dir>/blobs`, or a
-    /// directory path), else sled in `data_dir`.
-    pub fn from_args(registry: Option<&str>, data_dir: &Path) -> RegistryLocation {
+    /// `registry` if given (a `postgres://` URL, blobs in `blob_dir` or else
+    /// `<data_dir>/blobs`; or a directory path), else sled in `data_dir`.
+    pub fn from_args(registry: Option<&str>, data_dir: &Path, blob_dir: Option<&Path>) -> RegistryLocation {
         match registry {
-            Some(url) if is_postgres_url(url) => {
-                RegistryLocation::Postgres { url: url.to_owned(), blobs_dir: data_dir.join("blobs") }
-            }
+            Some(url) if is_postgres_url(url) => RegistryLocation::Postgres {
+                url: url.to_owned(),
+                blobs_dir: blob_dir.map_or_else(|| data_dir.join("blobs"), Path::to_path_buf),
+            },
             Some(path) => RegistryLocation::Dir(PathBuf::from(path)),
             None => RegistryLocation::Dir(data_dir.to_path_buf()),
         }
+    }
+
+    /// Whether the metadata is shared with other nodes (PostgreSQL).
+    pub fn is_shared(&self) -> bool {
+        matches!(self, RegistryLocation::Postgres { .. })
     }
 
     /// The location for display: a URL's password replaced by `***`.
@@ -394,11 +400,14 @@ mod tests {
     fn a_location_comes_from_a_url_or_a_directory_and_hides_its_password() {
         let data = Path::new("/data");
         let url = "postgres://sluice:s3cret@db.example:5432/sluice?sslmode=require";
-        let pg = RegistryLocation::from_args(Some(url), data);
+        let pg = RegistryLocation::from_args(Some(url), data, None);
         assert_eq!(pg, RegistryLocation::Postgres { url: url.into(), blobs_dir: data.join("blobs") });
         assert_eq!(pg.redacted(), "postgres://sluice:***@db.example:5432/sluice?sslmode=require");
         assert_eq!(redact_url("postgresql://sluice@db/x"), "postgresql://sluice@db/x");
-        assert_eq!(RegistryLocation::from_args(None, data), RegistryLocation::Dir(data.into()));
-        assert_eq!(RegistryLocation::from_args(Some("/elsewhere"), data), RegistryLocation::Dir("/elsewhere".into()));
+        assert_eq!(RegistryLocation::from_args(None, data, None), RegistryLocation::Dir(data.into()));
+        assert_eq!(
+            RegistryLocation::from_args(Some("/elsewhere"), data, None),
+            RegistryLocation::Dir("/elsewhere".into())
+        );
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use sluice_registry::PriorityClass;
+use sluice_registry::{PriorityClass, RegistryLocation};
 
 use crate::device::{DeviceChoice, DeviceSettings, OpenedDevices, open_devices};
 use crate::engine::DEFAULT_LATENCY_LINGER;
@@ -78,10 +78,14 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_DATA_DIR", default_value = "./sluice-data")]
     data_dir: PathBuf,
     /// The registry's database, shared by every node: a `postgres://user:password@host/db`
-    /// URL (`sslmode` as in libpq; blobs stay in `<data-dir>/blobs`, which the nodes
-    /// share). Without it the registry is sled in the data directory (one node).
+    /// URL (`sslmode` as in libpq). Without it the registry is sled in the data
+    /// directory (one node). See docs/fleet.md.
     #[arg(long, env = "SLUICE_REGISTRY")]
     registry: Option<String>,
+    /// With a `postgres://` registry: the blob directory every node shares (a
+    /// ReadWriteMany volume); default `<data-dir>/blobs`.
+    #[arg(long, env = "SLUICE_BLOB_DIR", requires = "registry")]
+    blob_dir: Option<PathBuf>,
     /// Device to run functions on: the GPU if one is usable (auto), or forced.
     #[arg(long, env = "SLUICE_DEVICE", value_enum, default_value_t = DeviceChoice::Auto)]
     device: DeviceChoice,
@@ -273,6 +277,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let config = PlatformConfig {
         data_dir: args.data_dir.clone(),
         registry: args.registry.clone(),
+        blob_dir: args.blob_dir.clone(),
         max_concurrency: args.max_concurrency,
         tenant_max_concurrency: args.tenant_max_concurrency,
         default_priority: args.default_priority,
@@ -330,8 +335,10 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .build()?;
     let result = runtime.block_on(async move {
         let started = Instant::now();
-        let platform = Platform::open(config, devices)
-            .with_context(|| format!("opening the data directory {}", args.data_dir.display()))?;
+        let location = RegistryLocation::from_args(args.registry.as_deref(), &args.data_dir, args.blob_dir.as_deref());
+        let platform =
+            Platform::open(config, devices).with_context(|| format!("opening the registry {}", location.redacted()))?;
+        platform.follow_changes().context("following the shared registry's changes")?;
         let admin_key = std::env::var("SLUICE_ADMIN_KEY").ok().filter(|k| !k.is_empty());
         let generated = platform.registry().ensure_admin_key(admin_key).context("setting up the admin key")?;
         if let Some(dir) = &args.tenant_keys_dir {
@@ -358,6 +365,9 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             tokio::spawn(axum::serve(l, server::metrics_app(platform.clone())).into_future());
         }
         println!("data dir: {}", platform.registry().data_dir().display());
+        if location.is_shared() {
+            println!("registry: {} (shared; changes followed)", location.redacted());
+        }
         let more = if count > 1 { format!(" and {} more", count - 1) } else { String::new() };
         let device = platform.device();
         println!("device: {} ({:?}){more}", device.name, device.kind);

@@ -192,6 +192,11 @@ impl<F: Versioned> FunctionCache<F> {
         inner.others.remove(tenant);
     }
 
+    /// Every serving version loaded, over all tenants.
+    pub(crate) fn all_serving(&self) -> Vec<Arc<F>> {
+        self.inner.read().serving.values().flat_map(|functions| functions.values().cloned()).collect()
+    }
+
     /// Serving versions loaded, over all tenants.
     pub(crate) fn len(&self) -> usize {
         self.inner.read().serving.values().map(HashMap::len).sum()

@@ -278,7 +278,7 @@ impl Platform {
     }
 
     /// Records `tenant`'s disk usage as the registry counts it now (after a delete).
-    fn refresh_disk_usage(&self, tenant: &str) {
+    pub(super) fn refresh_disk_usage(&self, tenant: &str) {
         if let (Ok(t), Ok(used)) = (self.tenant_runtime(tenant), self.registry.tenant_disk_usage(tenant)) {
             t.disk_used.store(used, Ordering::Relaxed);
         }

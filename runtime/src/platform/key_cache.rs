@@ -73,7 +73,8 @@ impl KeyCache {
     }
 
     /// Keys cached now.
-    pub(crate) fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.inner.lock().keys.len()
     }
 }

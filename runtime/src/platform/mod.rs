@@ -10,6 +10,7 @@
 //! - `weights`: each tenant's placed weights, bounded by its device-memory quota;
 //! - `revocation`: open streams and feeds check their key again after a revocation;
 //! - `key_cache`: the keys this node has checked, so a request reads no registry;
+//! - `propagation`: other nodes' changes (a shared registry's notifications) in force here;
 //! - `admission`: the concurrency limits (a full server answers 429 at once instead
 //!   of queueing);
 //! - `functions`: deploy (validate → precompile → durable store → load), artifacts,
@@ -51,6 +52,7 @@ mod lifecycle;
 mod live;
 mod metrics;
 mod policy;
+mod propagation;
 mod repository;
 mod revocation;
 mod serving;
@@ -110,6 +112,9 @@ pub struct PlatformConfig {
     /// The registry's database: a `postgres://` URL (blobs in `<data_dir>/blobs`) or a
     /// directory; `None`: sled in `data_dir`.
     pub registry: Option<String>,
+    /// The blob directory with a `postgres://` registry (shared by the nodes; `None`:
+    /// `<data_dir>/blobs`).
+    pub blob_dir: Option<PathBuf>,
     /// Invocations in flight at once, server-wide.
     pub max_concurrency: u32,
     /// Invocations in flight at once per tenant, unless the tenant's settings say otherwise.
@@ -186,6 +191,7 @@ impl Default for PlatformConfig {
         PlatformConfig {
             data_dir: PathBuf::from("./sluice-data"),
             registry: None,
+            blob_dir: None,
             max_concurrency: 64,
             tenant_max_concurrency: 16,
             default_priority: PriorityClass::Batch,
@@ -389,8 +395,11 @@ impl Platform {
         if config.tenant_max_uploads == 0 || config.default_keep_versions == 0 {
             return Err(PlatformError::InvalidRequest("upload and version limits must be at least 1".into()));
         }
-        let registry =
-            Registry::open_location(RegistryLocation::from_args(config.registry.as_deref(), &config.data_dir))?;
+        let registry = Registry::open_location(RegistryLocation::from_args(
+            config.registry.as_deref(),
+            &config.data_dir,
+            config.blob_dir.as_deref(),
+        ))?;
         // Room for every invocation in flight plus as many warm instances (the engine
         // keeps at most half of its instances warm).
         let engine = Engine::new(EngineConfig {

@@ -20,7 +20,7 @@
 //! | 429 | `tenant_concurrency_limit`, `concurrency_limit`, `quota_exceeded` (with `Retry-After`) |
 //! | 500 | `function_failed`, `function_trapped`, `memory_limit_exceeded`, `internal`, `storage`, `corrupt`, `data_dir_in_use` |
 //! | 502 | `output_too_large`, `transfer_too_large` |
-//! | 503 | `shutting_down`, `insufficient_device_memory` (no device can hold the weights), `instance_pool_exhausted` |
+//! | 503 | `shutting_down`, `insufficient_device_memory` (no device can hold the weights), `instance_pool_exhausted`, `registry_unavailable` (the shared registry cannot be reached) |
 //! | 504 | `timeout` |
 
 use axum::Json;
@@ -83,6 +83,16 @@ impl From<crate::platform::HostMemoryRefusal> for HttpError {
 impl From<PlatformError> for HttpError {
     fn from(e: PlatformError) -> Self {
         let code = e.code();
+        if code == Code::RegistryUnavailable {
+            // Not the client's doing and not a bug: the operator sees why once in a while,
+            // the client what to do.
+            tracing::warn!(error = %e, "the registry cannot be reached");
+            return HttpError::new(
+                code,
+                "the platform's registry cannot be reached: functions already loaded still serve, \
+                 changes and first loads wait for it; retry later",
+            );
+        }
         if e.is_internal() {
             // Operator detail stays in the log; the client gets the code.
             tracing::error!(code = code.as_str(), error = %e, "internal error");

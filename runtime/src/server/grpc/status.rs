@@ -44,7 +44,7 @@ pub fn grpc_code(code: Code) -> tonic::Code {
             tonic::Code::ResourceExhausted
         }
         Code::ShuttingDown => tonic::Code::Unavailable,
-        Code::InstancePoolExhausted => tonic::Code::Unavailable,
+        Code::InstancePoolExhausted | Code::RegistryUnavailable => tonic::Code::Unavailable,
         Code::Timeout => tonic::Code::DeadlineExceeded,
         Code::Cancelled => tonic::Code::Cancelled,
         // Uploads are HTTP-only; mapped for completeness.
