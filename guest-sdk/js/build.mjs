@@ -35,7 +35,7 @@ try {
     witPath: resolve(witDir),
     worldName: world,
     // No WASI clocks, randomness or HTTP: a sluice guest gets none (stdio stays, for
-    // console.log and uncaught errors, which go to the invocation's log).
+    // console.log and uncaught errors, which the host captures).
     disableFeatures: ['random', 'clocks', 'http', 'fetch-event'],
   });
   writeFileSync(resolve(out), component);
