@@ -6,7 +6,8 @@
 //! wasm build. Outputs: `functions/target/wasm32-wasip2/release/<crate_name>.wasm`,
 //! where `<crate_name>` is the package name with `-` replaced by `_`. Python functions
 //! (`functions/<name>/app.py`) are built beside them by [`crate::python_functions`],
-//! and the examples are written as bundles by [`crate::bundles`].
+//! JavaScript functions (`functions/<name>/app.js`) by [`crate::js_functions`], and the
+//! examples are written as bundles by [`crate::bundles`].
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -14,7 +15,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 
 use crate::setup::{self, WASM_TARGET};
-use crate::{bundles, cmd, python_functions};
+use crate::{bundles, cmd, js_functions, python_functions};
 
 /// The first 8 bytes of a component: `\0asm`, version 0x0d, layer 1.
 const COMPONENT_MAGIC: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
@@ -57,6 +58,11 @@ pub fn run(args: &[String]) -> Result<Vec<PathBuf>> {
     for path in python_functions::build(&out_dir)? {
         let size = check_component(&path)?;
         println!("{:>10} bytes  {}  (Python)", size, path.display());
+        built.push(path);
+    }
+    for path in js_functions::build(&out_dir)? {
+        let size = check_component(&path)?;
+        println!("{:>10} bytes  {}  (JavaScript)", size, path.display());
         built.push(path);
     }
     let bundles = bundles::write(&out_dir, &target_dir.join("bundles"))?;

@@ -40,12 +40,18 @@ fn examples() -> Vec<Example> {
         plain("gemm-burn", "gemm_burn", "batch"),
         plain("echo-py", "echo_py", "latency"),
         plain("mlp-py", "mlp_py", "latency"),
+        plain("echo-js", "echo_js", "latency"),
     ];
     match cached("SLUICE_MODEL_DIR", "all-MiniLM-L6-v2", "model.safetensors") {
         Some(dir) => {
             let files = || ["model.safetensors", "vocab.txt", "config.json"].map(|f| dir.join(f));
             let [model, vocab, config] = files();
-            for (name, component) in [("minilm-embed", "minilm_embed"), ("minilm-embed-py", "minilm_embed_py")] {
+            let minilms = [
+                ("minilm-embed", "minilm_embed"),
+                ("minilm-embed-py", "minilm_embed_py"),
+                ("minilm-embed-js", "minilm_embed_js"),
+            ];
+            for (name, component) in minilms {
                 let artifacts = vec![("model", model.clone()), ("vocab", vocab.clone()), ("config", config.clone())];
                 list.push(Example { name, component, priority: "latency", timeout_ms: None, artifacts });
             }

@@ -98,7 +98,7 @@ pub fn ensure_llm_for_tests() -> Result<Option<PathBuf>> {
 }
 
 /// `$XDG_CACHE_HOME/sluice` or `~/.cache/sluice`.
-fn cache_dir() -> Result<PathBuf> {
+pub(crate) fn cache_dir() -> Result<PathBuf> {
     let cache = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
         Some(dir) => PathBuf::from(dir),
         None => PathBuf::from(std::env::var_os("HOME").context("HOME is not set")?).join(".cache"),
@@ -107,7 +107,7 @@ fn cache_dir() -> Result<PathBuf> {
 }
 
 /// FNV-1a, 64 bits: a stable name for a requirements file's content.
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
 }
 

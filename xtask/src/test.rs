@@ -1,6 +1,8 @@
 //! `cargo xtask test`: every check and every test of the project, from a fresh machine.
 //!
-//! Set-up first (the wasm target, the guest components, the MiniLM and SmolLM2 models, NVRTC,
+//! Set-up first (the wasm target, the guest components — Rust, Python with componentize-py
+//! from a cached venv, JavaScript with componentize-js from a cached `npm ci`, which needs
+//! the machine's Node.js 20 and npm: [`build_functions`] —, the MiniLM and SmolLM2 models, NVRTC,
 //! the Python clients' environment and the SmolLM2 reference's: [`clients_venv`], Chromium for the console's browser
 //! tests: [`browser`], haproxy for the fleet's tests: [`debian`], the MNIST demo's model:
 //! [`fetch_model::fetch_mnist`]), then the
