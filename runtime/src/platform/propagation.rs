@@ -83,6 +83,11 @@ impl Platform {
                 self.functions.remove(tenant, name);
                 self.metrics.forget(tenant, Some(name));
             }
+            // The database went away again: keep serving what is loaded (the watcher
+            // resyncs once it is back).
+            Err(e) if e.is_unavailable() => {
+                tracing::warn!(tenant, function = name, error = %e, "could not check a changed function");
+            }
             Err(e) => {
                 // Serving what may be stale is worse than one reload.
                 tracing::warn!(tenant, function = name, error = %e, "could not read a changed function; unloading it");
@@ -96,12 +101,16 @@ impl Platform {
     /// the registry (forgets the tenant if it was deleted).
     fn tenant_changed(&self, tenant: &str) {
         let stored = match self.registry.get_tenant(tenant) {
+            Ok(stored) => stored,
             Err(RegistryError::NotFound { .. }) => return self.forget_tenant(tenant),
-            stored => stored.ok(),
+            Err(e) => {
+                // As for a function: keep what is in force until the database answers.
+                tracing::warn!(tenant, error = %e, "could not check a changed tenant");
+                return;
+            }
         };
         let Some(runtime) = self.tenants.lock().get(tenant).cloned() else { return };
-        let policy = stored.map(|t| TenantPolicy::resolve(&t.settings, &self.config));
-        if policy.as_ref() != Some(&runtime.policy) {
+        if TenantPolicy::resolve(&stored.settings, &self.config) != runtime.policy {
             self.tenants.lock().remove(tenant);
             self.functions.remove_tenant(tenant);
         }
