@@ -17,7 +17,8 @@
 //!   key made through node A works on B and C; a function deployed through B is invoked
 //!   through the proxy; a delete through C ends it on A and B, a new version through A
 //!   replaces the one B had loaded, a key revoked through A is refused on C that had
-//!   cached it (each delay printed); kill -9 under load as above; and PostgreSQL
+//!   cached it (each delay printed); kill -9 and a rolling restart under load as above;
+//!   and PostgreSQL
 //!   stopped and started again while A deploys in a loop and clients invoke: no
 //!   invocation fails, every refused deploy is `503 registry_unavailable`, and every
 //!   acknowledged version is stored afterwards.
@@ -374,6 +375,21 @@ fn nodes_on_one_postgresql_registry_share_keys_and_functions_and_keep_what_was_a
     assert!(failures.len() <= CLIENTS, "more failures than requests in flight at the kill: {failures:?}");
     nodes[owner] = shared.node(owner, &addrs[owner]);
     proxy.wait_all("nodes", "UP");
+
+    // A rolling restart under load loses no request.
+    let load = Load::start(&proxy.url, &key, &["echo"]);
+    load.wait_for(20);
+    for i in 0..3 {
+        nodes[i].terminate();
+        let code = nodes[i].wait_exit(Duration::from_secs(120));
+        assert_eq!(code, Some(0), "node {i} did not drain and exit cleanly; log:\n{}", nodes[i].log());
+        nodes[i] = shared.node(i, &addrs[i]);
+        proxy.wait_all("nodes", "UP");
+        load.wait_for(20);
+    }
+    let (failures, ok) = load.finish();
+    println!("shared registry, rolling restart: {ok} requests succeeded, {} failed", failures.len());
+    assert_eq!(failures, Vec::<String>::new(), "a rolling restart lost requests; haproxy:\n{}", proxy.log());
 
     // PostgreSQL restarts while A deploys in a loop and clients invoke: every
     // acknowledged deploy is there afterwards, the refused ones were 503

@@ -17,12 +17,14 @@
 //! dynamic batching (`--bin batch-bench`: MiniLM one sentence per request at 1, 4 and
 //! 16 clients, unbatched and batched) and continuous batching (`--bin llm-batch-bench`:
 //! SmolLM2 at 1, 4 and 8 streams, unbatched, batched and llama.cpp's batched decode; the
-//! GGUF fetched first, llama-cpp-python built once by `bench/llm/run_peer.sh`). Results
+//! GGUF fetched first, llama-cpp-python built once by `bench/llm/run_peer.sh`), and the
+//! control plane's cost on an invocation (`--bin fleet-bench`: one node on sled, one on
+//! PostgreSQL, three behind haproxy; Debian's haproxy and PostgreSQL installed first). Results
 //! are recorded by hand in `bench/RESULTS.md`.
 
 use anyhow::Result;
 
-use crate::{build_functions, cmd, fetch_llm, fetch_model};
+use crate::{build_functions, cmd, debian, fetch_llm, fetch_model, postgres};
 
 pub fn run(args: &[String]) -> Result<()> {
     build_functions::run(&[])?;
@@ -60,5 +62,15 @@ pub fn run(args: &[String]) -> Result<()> {
             .current_dir(cmd::repo_root())
             .args(["run", "--release", "-q", "-p", "sluice-tests", "--bin", "llm-batch-bench"])
             .env(fetch_llm::DIR_VAR, &llm_dir),
-    )
+    )?;
+    let haproxy = debian::ensure(&debian::HAPROXY)?;
+    let mut fleet = cmd::cargo();
+    fleet
+        .current_dir(cmd::repo_root())
+        .args(["run", "--release", "-q", "-p", "sluice-tests", "--bin", "fleet-bench"])
+        .env(debian::HAPROXY_VAR, haproxy);
+    if let Some(bin) = postgres::ensure_for_tests()? {
+        fleet.env(postgres::BIN_VAR, bin);
+    }
+    cmd::run(&mut fleet)
 }
