@@ -212,37 +212,58 @@ fn a_fleet_behind_haproxy_routes_by_function_survives_a_kill_and_restarts_withou
         assert_eq!(counts.iter().filter(|c| **c == 20).count(), 1, "{function} spread over nodes: {counts:?}");
     }
 
-    // kill -9 of echo's node under load: echo moves; at most one failure per client.
-    let owner = nodes.iter().position(|n| successes(n, KEY, "echo") > 0).expect("echo's node");
-    let before: Vec<u64> = nodes.iter().map(|n| successes(n, KEY, "echo")).collect();
-    let load = Load::start(&proxy.url, KEY, &["echo"]);
+    let start = |i: usize| shared.node(i, &addrs[i]);
+    kill_under_load(&mut nodes, &start, &proxy, KEY, "model repository");
+    rolling_restart(&mut nodes, &start, &proxy, KEY, &["echo", "mlp"], "model repository");
+}
+
+/// kill -9 of the node serving `echo` while clients invoke it through the proxy: at
+/// most one failure per client (the request in flight at the kill), and `echo` moves to
+/// another node; then the node is started again on its address and data directory.
+fn kill_under_load(nodes: &mut [Server], start: &dyn Fn(usize) -> Server, proxy: &Haproxy, key: &str, what: &str) {
+    let owner = nodes.iter().position(|n| successes(n, key, "echo") > 0).expect("echo's node");
+    let before: Vec<u64> = nodes.iter().map(|n| successes(n, key, "echo")).collect();
+    let load = Load::start(&proxy.url, key, &["echo"]);
     load.wait_for(20);
     nodes[owner].kill9();
     load.wait_for(50);
     let (failures, ok) = load.finish();
     println!(
-        "kill -9 of node {owner} under {CLIENTS} clients: {ok} requests succeeded, {} failed: {failures:?}",
+        "{what}: kill -9 of node {owner} under {CLIENTS} clients: {ok} requests succeeded, {} failed: {failures:?}",
         failures.len()
     );
     assert!(failures.len() <= CLIENTS, "more failures than requests in flight at the kill: {failures:?}");
-    let moved: u64 = (0..3).filter(|i| *i != owner).map(|i| successes(&nodes[i], KEY, "echo") - before[i]).sum();
+    let moved: u64 = (0..3).filter(|i| *i != owner).map(|i| successes(&nodes[i], key, "echo") - before[i]).sum();
     assert!(moved >= 50, "echo did not move to another node: {moved} there");
-
-    // Back on its address and data directory; then a rolling restart loses nothing.
-    nodes[owner] = shared.node(owner, &addrs[owner]);
+    nodes[owner] = start(owner);
     proxy.wait_all("nodes", "UP");
-    let load = Load::start(&proxy.url, KEY, &["echo", "mlp"]);
+}
+
+/// SIGTERM one node at a time (wait for its clean exit, start it again, wait until the
+/// proxy sees it up) while clients invoke `functions`: no request may fail.
+fn rolling_restart(
+    nodes: &mut [Server],
+    start: &dyn Fn(usize) -> Server,
+    proxy: &Haproxy,
+    key: &str,
+    functions: &[&'static str],
+    what: &str,
+) {
+    let load = Load::start(&proxy.url, key, functions);
     load.wait_for(20);
-    for i in 0..3 {
-        nodes[i].terminate();
-        let code = nodes[i].wait_exit(Duration::from_secs(120));
-        assert_eq!(code, Some(0), "node {i} did not drain and exit cleanly; log:\n{}", nodes[i].log());
-        nodes[i] = shared.node(i, &addrs[i]);
+    for (i, node) in nodes.iter_mut().enumerate() {
+        node.terminate();
+        let code = node.wait_exit(Duration::from_secs(120));
+        assert_eq!(code, Some(0), "node {i} did not drain and exit cleanly; log:\n{}", node.log());
+        *node = start(i);
         proxy.wait_all("nodes", "UP");
         load.wait_for(20);
     }
     let (failures, ok) = load.finish();
-    println!("rolling restart of 3 nodes under {CLIENTS} clients: {ok} requests succeeded, {} failed", failures.len());
+    println!(
+        "{what}: rolling restart of 3 nodes under {CLIENTS} clients: {ok} requests succeeded, {} failed",
+        failures.len()
+    );
     assert_eq!(failures, Vec::<String>::new(), "a rolling restart lost requests; haproxy:\n{}", proxy.log());
 }
 
@@ -363,33 +384,11 @@ fn nodes_on_one_postgresql_registry_share_keys_and_functions_and_keep_what_was_a
     let took = until(&nodes[2], "/v1/functions", second, "the revoked key", |s| s == 401);
     println!("a key revoked through A was refused on C after {:.0} ms", took.as_secs_f64() * 1e3);
 
-    // kill -9 of echo's node under load: echo moves to a node that loads it from the
-    // shared registry; at most one failure per client.
-    let owner = nodes.iter().position(|n| successes(n, &key, "echo") > 0).expect("echo's node");
-    let load = Load::start(&proxy.url, &key, &["echo"]);
-    load.wait_for(20);
-    nodes[owner].kill9();
-    load.wait_for(50);
-    let (failures, ok) = load.finish();
-    println!("shared registry, kill -9 of node {owner}: {ok} requests succeeded, {} failed", failures.len());
-    assert!(failures.len() <= CLIENTS, "more failures than requests in flight at the kill: {failures:?}");
-    nodes[owner] = shared.node(owner, &addrs[owner]);
-    proxy.wait_all("nodes", "UP");
-
-    // A rolling restart under load loses no request.
-    let load = Load::start(&proxy.url, &key, &["echo"]);
-    load.wait_for(20);
-    for i in 0..3 {
-        nodes[i].terminate();
-        let code = nodes[i].wait_exit(Duration::from_secs(120));
-        assert_eq!(code, Some(0), "node {i} did not drain and exit cleanly; log:\n{}", nodes[i].log());
-        nodes[i] = shared.node(i, &addrs[i]);
-        proxy.wait_all("nodes", "UP");
-        load.wait_for(20);
-    }
-    let (failures, ok) = load.finish();
-    println!("shared registry, rolling restart: {ok} requests succeeded, {} failed", failures.len());
-    assert_eq!(failures, Vec::<String>::new(), "a rolling restart lost requests; haproxy:\n{}", proxy.log());
+    // kill -9 under load: echo moves to a node that loads it from the shared registry;
+    // then a rolling restart loses no request.
+    let start = |i: usize| shared.node(i, &addrs[i]);
+    kill_under_load(&mut nodes, &start, &proxy, &key, "shared registry");
+    rolling_restart(&mut nodes, &start, &proxy, &key, &["echo"], "shared registry");
 
     // PostgreSQL restarts while A deploys in a loop and clients invoke: every
     // acknowledged deploy is there afterwards, the refused ones were 503

@@ -20,11 +20,10 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::SystemTime;
 
 use anyhow::{Context, Result, bail};
 
-use crate::{clients_venv, cmd};
+use crate::{clients_venv, cmd, guest_sources};
 
 /// The SDK's directory, relative to the repository root.
 const SDK_DIR: &str = "guest-sdk/js";
@@ -41,7 +40,7 @@ const MIN_NODE_MAJOR: u32 = 20;
 /// Builds every JavaScript function into `out_dir`; returns the components' paths.
 pub fn build(out_dir: &Path) -> Result<Vec<PathBuf>> {
     let root = cmd::repo_root();
-    let functions = js_functions(&root.join("functions"))?;
+    let functions = guest_sources::functions_with(&root.join("functions"), APP)?;
     if functions.is_empty() {
         return Ok(Vec::new());
     }
@@ -58,8 +57,10 @@ pub fn build(out_dir: &Path) -> Result<Vec<PathBuf>> {
             bail!("{}: JavaScript functions build against host-api/wit only (no host-api-version)", dir.display());
         }
         let out = out_dir.join(format!("{}.wasm", name.replace('-', "_")));
-        let inputs_changed =
-            newest(&[&dir, &sdk.join("sluice_guest"), &driver, &sdk.join(LOCKFILE), &sdk.join("package.json"), &wit])?;
+        let inputs_changed = guest_sources::newest(
+            &[&dir, &sdk.join("sluice_guest"), &driver, &sdk.join(LOCKFILE), &sdk.join("package.json"), &wit],
+            "node_modules",
+        )?;
         let fresh = fs::metadata(&out).and_then(|m| m.modified()).is_ok_and(|built| built > inputs_changed);
         if !fresh {
             eprintln!("xtask: building the JavaScript function {name} with componentize-js");
@@ -110,40 +111,4 @@ fn ensure_node_modules() -> Result<PathBuf> {
         fs::write(&done, &lock).with_context(|| format!("writing {}", done.display()))?;
     }
     Ok(dir.join("node_modules"))
-}
-
-/// The directories under `functions` that hold an `app.js`, sorted.
-fn js_functions(functions: &Path) -> Result<Vec<PathBuf>> {
-    let mut dirs = Vec::new();
-    for entry in fs::read_dir(functions).with_context(|| format!("reading {}", functions.display()))? {
-        let path = entry?.path();
-        if path.join(APP).is_file() {
-            dirs.push(path);
-        }
-    }
-    dirs.sort();
-    Ok(dirs)
-}
-
-/// The latest modification time of any file under `roots` (`node_modules` skipped).
-fn newest(roots: &[&Path]) -> Result<SystemTime> {
-    let mut latest = SystemTime::UNIX_EPOCH;
-    let mut stack: Vec<PathBuf> = roots.iter().map(|p| p.to_path_buf()).collect();
-    while let Some(path) = stack.pop() {
-        let meta = fs::metadata(&path).with_context(|| format!("reading {}", path.display()))?;
-        if meta.is_dir() {
-            if path.file_name().is_some_and(|n| n == "node_modules") {
-                continue;
-            }
-            for entry in fs::read_dir(&path)? {
-                stack.push(entry?.path());
-            }
-        } else {
-            latest = latest.max(meta.modified()?);
-        }
-    }
-    if latest == SystemTime::UNIX_EPOCH {
-        bail!("no files under {roots:?}");
-    }
-    Ok(latest)
 }

@@ -16,6 +16,7 @@ mod fake_cuda;
 mod fetch_llm;
 mod fetch_model;
 mod fetch_nvrtc;
+mod guest_sources;
 mod js_functions;
 mod lint;
 mod postgres;

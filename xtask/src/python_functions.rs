@@ -16,11 +16,10 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::SystemTime;
 
 use anyhow::{Context, Result, bail};
 
-use crate::{clients_venv, cmd};
+use crate::{clients_venv, cmd, guest_sources};
 
 /// The requirements of the build tool, relative to the repository root.
 pub const REQUIREMENTS: &str = "guest-sdk/python/requirements-build.txt";
@@ -46,7 +45,7 @@ const SIGNATURE_SECTION: &str = "sluice:signature";
 /// Builds every Python function into `out_dir`; returns the components' paths.
 pub fn build(out_dir: &Path) -> Result<Vec<PathBuf>> {
     let root = cmd::repo_root();
-    let functions = python_functions(&root.join("functions"))?;
+    let functions = guest_sources::functions_with(&root.join("functions"), &format!("{APP}.py"))?;
     if functions.is_empty() {
         return Ok(Vec::new());
     }
@@ -59,7 +58,7 @@ pub fn build(out_dir: &Path) -> Result<Vec<PathBuf>> {
         let name = dir.file_name().and_then(|n| n.to_str()).context("a function directory without a name")?;
         let out = out_dir.join(format!("{}.wasm", name.replace('-', "_")));
         let wit = wit_of(&root, &dir)?;
-        let inputs_changed = newest(&[&dir, &sdk, &wit])?;
+        let inputs_changed = guest_sources::newest(&[&dir, &sdk, &wit], "__pycache__")?;
         let fresh = fs::metadata(&out).and_then(|m| m.modified()).is_ok_and(|built| built > inputs_changed);
         if !fresh {
             eprintln!("xtask: building the Python function {name} with componentize-py");
@@ -138,42 +137,6 @@ fn wit_of(root: &Path, dir: &Path) -> Result<PathBuf> {
         );
     }
     Ok(wit)
-}
-
-/// The directories under `functions` that hold an `app.py`, sorted.
-fn python_functions(functions: &Path) -> Result<Vec<PathBuf>> {
-    let mut dirs = Vec::new();
-    for entry in fs::read_dir(functions).with_context(|| format!("reading {}", functions.display()))? {
-        let path = entry?.path();
-        if path.join(format!("{APP}.py")).is_file() {
-            dirs.push(path);
-        }
-    }
-    dirs.sort();
-    Ok(dirs)
-}
-
-/// The latest modification time of any file under `roots` (Python caches skipped).
-fn newest(roots: &[&Path]) -> Result<SystemTime> {
-    let mut latest = SystemTime::UNIX_EPOCH;
-    let mut stack: Vec<PathBuf> = roots.iter().map(|p| p.to_path_buf()).collect();
-    while let Some(path) = stack.pop() {
-        let meta = fs::metadata(&path).with_context(|| format!("reading {}", path.display()))?;
-        if meta.is_dir() {
-            if path.file_name().is_some_and(|n| n == "__pycache__") {
-                continue;
-            }
-            for entry in fs::read_dir(&path)? {
-                stack.push(entry?.path());
-            }
-        } else {
-            latest = latest.max(meta.modified()?);
-        }
-    }
-    if latest == SystemTime::UNIX_EPOCH {
-        bail!("no files under {roots:?}");
-    }
-    Ok(latest)
 }
 
 #[cfg(test)]
