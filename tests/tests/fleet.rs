@@ -17,8 +17,8 @@
 //!   key made through node A works on B and C; a function deployed through B is invoked
 //!   through the proxy; a delete through C ends it on A and B, a new version through A
 //!   replaces the one B had loaded, a key revoked through A is refused on C that had
-//!   cached it (each delay printed); kill -9 and a rolling restart under load as above;
-//!   and PostgreSQL
+//!   cached it, a tenant's new weight set through A is in force on B (each delay
+//!   printed); kill -9 and a rolling restart under load as above; and PostgreSQL
 //!   stopped and started again while A deploys in a loop and clients invoke: no
 //!   invocation fails, every refused deploy is `503 registry_unavailable`, and every
 //!   acknowledged version is stored afterwards.
@@ -383,6 +383,24 @@ fn nodes_on_one_postgresql_registry_share_keys_and_functions_and_keep_what_was_a
     assert_eq!(nodes[0].delete(&format!("/v1/tenants/acme/keys/{key_id}"), sluice_tests::ADMIN_KEY).status, 204);
     let took = until(&nodes[2], "/v1/functions", second, "the revoked key", |s| s == 401);
     println!("a key revoked through A was refused on C after {:.0} ms", took.as_secs_f64() * 1e3);
+
+    // A policy change through A is in force on B, which held the tenant's old policy.
+    let patch = json!({ "weight": 3 }).to_string().into_bytes();
+    let patched =
+        nodes[0].call("PATCH", "/v1/tenants/acme", Some(sluice_tests::ADMIN_KEY), Some(("application/json", patch)));
+    assert_eq!(patched.expect(200)["settings"]["weight"], 3);
+    let started = std::time::Instant::now();
+    loop {
+        nodes[1].post_json("/v2/models/echo/infer", &key, &request("echo")).expect(200);
+        let status = nodes[1].status(sluice_tests::ADMIN_KEY);
+        let tenant = status["tenants"].as_array().unwrap().iter().find(|t| t["tenant"] == "acme").cloned();
+        if tenant.as_ref().is_some_and(|t| t["weight"] == 3) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "B still has acme's old policy: {tenant:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    println!("a policy change through A in force on B after {:.0} ms", started.elapsed().as_secs_f64() * 1e3);
 
     // kill -9 under load: echo moves to a node that loads it from the shared registry;
     // then a rolling restart loses no request.

@@ -10,9 +10,9 @@
 //!   before never installs (the function cache's tombstones);
 //! - a key: the key cache is cleared and a revocation counted, so the next request looks
 //!   its key up again and open streams and feeds check theirs before their next message;
-//! - a tenant: as a key (a deleted tenant's keys go with it), and the tenant's runtime
-//!   state (its policy, limits and loaded functions) is dropped, to be built again from
-//!   the registry; a deleted tenant is forgotten;
+//! - a tenant: as a key (a deleted tenant's keys go with it); if its policy changed, the
+//!   tenant's runtime state (its policy, limits and loaded functions) is dropped, to be
+//!   built again from the registry; a deleted tenant is forgotten;
 //! - a resync (the watcher reconnected and may have missed changes): all of the above
 //!   for everything this node holds.
 //!
