@@ -19,6 +19,7 @@ use std::time::{Instant, SystemTime};
 use anyhow::{Context, Result, bail};
 
 use crate::cmd;
+use crate::host_tests::{self, HostTests, TestBinary};
 
 mod bench_refusal;
 mod serve_smoke;
@@ -36,16 +37,18 @@ pub fn lib_dir() -> PathBuf {
     out_dir().join("lib")
 }
 
-/// `cargo xtask test-cuda-fake [extra cargo test args]`.
+/// `cargo xtask test-cuda-fake [test filter and libtest args]`: the executables come
+/// from the host test build ([`host_tests`]), so nothing is rebuilt with other features.
 pub fn run(args: &[String]) -> Result<()> {
     build()?;
+    let tests = host_tests::build()?;
     let started = Instant::now();
     let mut summary = Vec::new();
     for schedule in SCHEDULES {
-        let counts = test(schedule, args)?;
+        let counts = test(&tests, schedule, args)?;
         summary.push(format!("{schedule}: {counts}"));
     }
-    serve_smoke::run(SCHEDULES[0])?;
+    serve_smoke::run(&host_tests::sluice_bin(), SCHEDULES[0])?;
     summary.push("sluice serve --device cuda with MiniLM f32 and f16: ok".into());
     bench_refusal::check()?;
     summary.push("bench/gpu refuses the emulator: ok".into());
@@ -85,35 +88,33 @@ pub fn env(command: &mut Command, schedule: &str) -> Result<()> {
     Ok(())
 }
 
-/// Runs the CUDA backend's unit tests and conformance suite (not the real-NVRTC compile
-/// test, which checks real CUBINs) on the fake with `schedule`.
-fn test(schedule: &str, extra: &[String]) -> Result<Counts> {
+/// The CUDA backend's test executables that run on the fake (not the real-NVRTC compile
+/// test, which checks real CUBINs).
+const BACKEND_TESTS: [(&str, &str); 4] =
+    [("lib", "sluice_backend_cuda"), ("test", "conformance"), ("test", "fake_mutations"), ("test", "device_loss")];
+
+/// Runs the CUDA backend's unit tests and conformance suite on the fake with `schedule`.
+fn test(tests: &HostTests, schedule: &str, extra: &[String]) -> Result<Counts> {
     let skip_log = out_dir().join(format!("skipped-{schedule}.tsv"));
     std::fs::write(&skip_log, "").with_context(|| format!("creating {}", skip_log.display()))?;
-    let mut c = cmd::cargo();
-    c.current_dir(cmd::repo_root())
-        .args(["test", "-p", "sluice-backend-cuda", "--lib", "--test", "conformance", "--test", "fake_mutations"])
-        .args(["--test", "device_loss"])
-        .args(extra)
-        .args(["--", "--nocapture"]);
-    env(&mut c, schedule)?;
-    c.env("SLUICE_SKIP_LOG", &skip_log);
     eprintln!("xtask: running the CUDA tests on the fake device, schedule {schedule}");
-    let out = c.output().context("could not start cargo test")?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() {
-        eprint!("{stderr}");
-        print!("{stdout}");
-        bail!("the CUDA tests failed on the fake device (schedule {schedule})");
+    let mut stdout = String::new();
+    for (kind, target) in BACKEND_TESTS {
+        let mut c = tests.find("sluice-backend-cuda", kind, target)?.command();
+        c.args(extra).arg("--nocapture");
+        env(&mut c, schedule)?;
+        c.env("SLUICE_SKIP_LOG", &skip_log);
+        stdout.push_str(&run_test(c, &format!("the CUDA backend's {target} tests (schedule {schedule})"))?);
     }
     // The runtime's CUDA device recovering from a lost GPU, alone in its process: the
     // second kernel launch of the process fails (a sticky error, process-wide).
-    let lost_stdout = alone(schedule, &skip_log, &["--lib", "device::cuda::tests::"], 2, "CUDA device-loss")?;
+    let runtime_lib = tests.find("sluice-runtime", "lib", "sluice_runtime")?;
+    let lost_stdout = alone(schedule, &skip_log, runtime_lib, &["device::cuda::tests::"], 2, "CUDA device-loss")?;
     // An engine invocation losing the GPU through the scheduler, which resets it; the
     // next invocations run (the mlp component: build it if needed).
     crate::build_functions::run(&[])?;
-    let reset_stdout = alone(schedule, &skip_log, &["--test", "cuda_device_loss"], 3, "scheduler's device-reset")?;
+    let reset = tests.find("sluice-runtime", "test", "cuda_device_loss")?;
+    let reset_stdout = alone(schedule, &skip_log, reset, &[], 3, "scheduler's device-reset")?;
     let lost_stdout = format!("{lost_stdout}\n{reset_stdout}");
     let skipped = std::fs::read_to_string(&skip_log).unwrap_or_default().lines().count();
     let counts = count(&format!("{stdout}\n{lost_stdout}"), skipped);
@@ -121,23 +122,31 @@ fn test(schedule: &str, extra: &[String]) -> Result<Counts> {
     Ok(counts)
 }
 
-/// Runs the runtime's tests selected by `select` alone in a process whose
+/// Runs the tests of `binary` selected by `filter` alone in a process whose
 /// `fail_launch`-th kernel launch fails with an illegal address; returns their output.
-fn alone(schedule: &str, skip_log: &Path, select: &[&str], fail_launch: u32, what: &str) -> Result<String> {
-    let mut r = cmd::cargo();
-    r.current_dir(cmd::repo_root()).args(["test", "-p", "sluice-runtime"]).args(select).args([
-        "--",
-        "--nocapture",
-        "--test-threads=1",
-    ]);
-    env(&mut r, schedule)?;
-    r.env("SLUICE_SKIP_LOG", skip_log).env("SLUICE_FAKE_CUDA_FAIL_LAUNCH", fail_launch.to_string());
-    let out = r.output().context("could not start cargo test")?;
+fn alone(
+    schedule: &str,
+    skip_log: &Path,
+    binary: &TestBinary,
+    filter: &[&str],
+    fail_launch: u32,
+    what: &str,
+) -> Result<String> {
+    let mut c = binary.command();
+    c.args(filter).args(["--nocapture", "--test-threads=1"]);
+    env(&mut c, schedule)?;
+    c.env("SLUICE_SKIP_LOG", skip_log).env("SLUICE_FAKE_CUDA_FAIL_LAUNCH", fail_launch.to_string());
+    run_test(c, &format!("the runtime's {what} test (schedule {schedule})"))
+}
+
+/// Runs a test executable; its standard output, or an error with both its outputs.
+fn run_test(mut c: Command, what: &str) -> Result<String> {
+    let out = c.output().with_context(|| format!("could not start {c:?}"))?;
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     if !out.status.success() {
         eprint!("{}", String::from_utf8_lossy(&out.stderr));
         print!("{stdout}");
-        bail!("the runtime's {what} test failed on the fake device (schedule {schedule})");
+        bail!("{what} failed on the fake device ({})", out.status);
     }
     Ok(stdout)
 }

@@ -17,6 +17,7 @@ mod fetch_llm;
 mod fetch_model;
 mod fetch_nvrtc;
 mod guest_sources;
+mod host_tests;
 mod js_functions;
 mod lint;
 mod postgres;

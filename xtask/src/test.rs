@@ -32,8 +32,8 @@ use anyhow::{Context, Result};
 
 use crate::steps::Steps;
 use crate::{
-    browser, build_functions, clients_venv, cmd, debian, fake_cuda, fetch_llm, fetch_model, fetch_nvrtc, lint,
-    postgres, python_functions, skips,
+    browser, build_functions, clients_venv, cmd, debian, fake_cuda, fetch_llm, fetch_model, fetch_nvrtc, host_tests,
+    lint, postgres, python_functions, skips,
 };
 
 /// The test steps after the lint steps.
@@ -60,8 +60,12 @@ pub fn run(args: &[String]) -> Result<()> {
         host.current_dir(&root)
             // Benchmarks are programs that print figures (harness = false): they are
             // type-checked below, not run as tests.
-            .args(["test", "--workspace", "--no-fail-fast", "--lib", "--bins", "--tests"])
+            .args(["test", "--no-fail-fast"])
+            .args(host_tests::TARGETS)
             .args(args)
+            // The `sluice` this build makes, not one built by the tests themselves
+            // with other features (a rebuild of most dependencies: host_tests.rs).
+            .env("SLUICE_BIN", host_tests::sluice_bin())
             .env("SLUICE_MODEL_DIR", &model_dir)
             .env(fetch_llm::DIR_VAR, &llm_dir)
             .env("SLUICE_SKIP_LOG", &skip_log);

@@ -112,19 +112,18 @@ fn client(sluice: &Path, url: &str, key: &str, args: &[&str]) -> Result<String> 
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Runs the smoke test with `schedule`.
-pub fn run(schedule: &str) -> Result<()> {
+/// Runs the smoke test with `schedule` and the debug binary `sluice` (the host test
+/// build's).
+pub fn run(sluice: &Path, schedule: &str) -> Result<()> {
     let root = cmd::repo_root();
     build_functions::run(&[])?;
     let model = fetch_model::fetch()?;
-    cmd::run(cmd::cargo().current_dir(&root).args(["build", "-p", "sluice-runtime", "--bin", "sluice"]))?;
-    let sluice = root.join("target/debug/sluice");
     let data = std::env::temp_dir().join(format!("sluice-fake-serve-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
     let addr = format!("127.0.0.1:{}", free_port()?);
     let url = format!("http://{addr}");
     let admin = format!("sluice_admin_fake_{}", std::process::id());
-    let mut c = Command::new(&sluice);
+    let mut c = Command::new(sluice);
     c.args(["serve", "--addr", &addr, "--grpc-listen", "127.0.0.1:0", "--device", "cuda", "--data-dir"])
         .arg(&data)
         .env("SLUICE_ADMIN_KEY", &admin)
@@ -147,13 +146,13 @@ pub fn run(schedule: &str) -> Result<()> {
     if !status.contains("sluice CPU emulator") {
         bail!("the server does not run on the fake CUDA device: {status}");
     }
-    let created = client(&sluice, &url, &admin, &["tenants", "create", "smoke"])?;
+    let created = client(sluice, &url, &admin, &["tenants", "create", "smoke"])?;
     let key = string_after(&created, "key").context("no key in the answer to `tenants create`")?.to_owned();
     let wasm = root.join("functions/target/wasm32-wasip2/release/minilm_embed.wasm");
     let artifact = |name: &str, file: &str| format!("{name}={}", model.join(file).display());
     for (function, _, _) in RUNS {
         client(
-            &sluice,
+            sluice,
             &url,
             &key,
             &[
