@@ -200,6 +200,14 @@ fn over_http(text: &str, steps: usize, (warmup, runs): (usize, usize)) -> Vec<Ru
             measured.push(Run { prompt_tokens, tokens: Vec::new(), prompt_per_s, decode_per_s });
         }
     }
+    // As `sluice serve` stops: the serving invocation, idle after the last run, returns
+    // before the async runtime it waits on goes away.
+    platform.begin_shutdown();
+    rt.block_on(async {
+        while platform.serving_invocations() > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
     rt.shutdown_timeout(Duration::from_millis(200));
     drop(platform);
     let _ = std::fs::remove_dir_all(&data_dir);

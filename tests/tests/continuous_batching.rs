@@ -12,6 +12,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use sluice_tests::fixtures::llm_gguf;
@@ -66,7 +67,7 @@ fn memory_used(server: &Server, key: &str) -> u64 {
 #[test]
 fn joined_generations_match_each_alone_and_a_leaver_frees_its_cache() {
     let Some(gguf) = llm_gguf() else { return };
-    let server = Server::start();
+    let mut server = Server::start();
     let key = server.create_tenant("llm");
     deploy(&server, &key, "chat", &gguf);
     let prompts = prompts();
@@ -125,4 +126,14 @@ fn joined_generations_match_each_alone_and_a_leaver_frees_its_cache() {
     server.wait_for_status(&key, "every generation's memory back", |st| {
         st["in_flight"] == 0 && st["tenants"][0]["memory_used_bytes"].as_u64() == Some(idle)
     });
+
+    // SIGTERM just after an answer, while the serving invocation idles for more (the
+    // guest waits 200 ms for a next request): the shutdown closes the queue, the
+    // invocation returns, and the process exits cleanly. Before the queue was closed,
+    // the runtime went away under the idle guest, whose wait then panicked.
+    tokens(&server.post_json(path, &key, &request(&prompts[0])));
+    server.terminate();
+    assert_eq!(server.wait_exit(Duration::from_secs(120)), Some(0), "sluice serve exits cleanly");
+    let log = std::fs::read_to_string(&server.log_path).expect("the server's log");
+    assert!(!log.contains("panicked"), "the shutdown panicked a guest thread:\n{log}");
 }

@@ -61,6 +61,9 @@ struct QueueState {
     waiting: VecDeque<Pending>,
     /// Whether a serving invocation runs (or is starting) for this queue.
     running: bool,
+    /// The platform is shutting down: [`ServingQueue::take`] hands out what waits but
+    /// no longer waits for more, so an idle serving invocation returns at once.
+    closed: bool,
 }
 
 /// The requests of one serving function version and class, waiting for its serving
@@ -105,6 +108,13 @@ impl ServingQueue {
         self.taken.load(Ordering::Relaxed)
     }
 
+    /// Closes the queue for the shutdown: waiting requests are still handed out, but
+    /// [`ServingQueue::take`] no longer waits, and a waiting one returns now.
+    pub fn close(&self) {
+        self.state.lock().expect("serving queue lock").closed = true;
+        self.arrived.notify_waiters();
+    }
+
     /// Every waiting request, taken (to fail them when no invocation can start).
     pub fn take_all(&self) -> Vec<Pending> {
         self.state.lock().expect("serving queue lock").waiting.drain(..).collect()
@@ -119,15 +129,15 @@ impl ServingQueue {
             let notified = self.arrived.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let taken = {
+            let (taken, closed) = {
                 let mut s = self.state.lock().expect("serving queue lock");
                 let now = Instant::now();
                 s.waiting.retain(|p| !p.reply.is_closed() && !p.link.gone() && p.deadline > now);
                 let n = max.min(s.waiting.len());
-                s.waiting.drain(..n).collect::<Vec<_>>()
+                (s.waiting.drain(..n).collect::<Vec<_>>(), s.closed)
             };
             self.taken.fetch_add(taken.len() as u64, Ordering::Relaxed);
-            if !taken.is_empty() || max == 0 || wait.is_zero() {
+            if !taken.is_empty() || max == 0 || wait.is_zero() || closed {
                 return taken;
             }
             if tokio::time::timeout_at(end, notified).await.is_err() {
@@ -258,6 +268,30 @@ mod tests {
         assert_eq!(got.len(), 1, "the gone and the late were skipped");
         assert_eq!(started.elapsed(), Duration::from_millis(10), "woken by the arrival");
         pusher.await.unwrap();
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_closed_queue_hands_out_what_waits_and_wakes_an_idle_take_at_once() {
+        let q = Arc::new(ServingQueue::default());
+        let idle = {
+            let q = q.clone();
+            tokio::spawn(async move {
+                let started = tokio::time::Instant::now();
+                (q.take(4, Duration::from_secs(3600)).await.len(), started.elapsed())
+            })
+        };
+        tokio::task::yield_now().await;
+        q.close();
+        // Simulated time: had the close not woken it, the idle take would have waited
+        // out its hour (the paused clock jumps there when nothing else can run).
+        assert_eq!(idle.await.unwrap(), (0, Duration::ZERO), "woken by the close, not by its time");
+
+        let (waiting, _r) = pending(Duration::from_secs(60));
+        q.push(waiting);
+        let started = tokio::time::Instant::now();
+        assert_eq!(q.take(4, Duration::from_secs(3600)).await.len(), 1, "what waits is still served");
+        assert!(q.take(4, Duration::from_secs(3600)).await.is_empty());
+        assert_eq!(started.elapsed(), Duration::ZERO, "and nothing waits for more");
     }
 
     #[test]

@@ -44,8 +44,18 @@ impl Platform {
         self.draining.store(true, Ordering::Release);
     }
 
-    /// Stops admitting new invocations (in-flight ones finish).
+    /// Stops admitting new invocations (in-flight ones finish) and closes the serving
+    /// functions' queues: a serving invocation finishes the requests it holds or that
+    /// wait, then returns instead of idling for more.
     pub fn begin_shutdown(&self) {
         self.shutting_down.store(true, Ordering::Release);
+        self.serving.close_all();
+    }
+
+    /// Serving invocations still running: the shutdown waits for them as for
+    /// in-flight requests (an idle one returns at [`Platform::begin_shutdown`]), so none
+    /// is cut off by the async runtime's end.
+    pub fn serving_invocations(&self) -> usize {
+        self.serving.running()
     }
 }

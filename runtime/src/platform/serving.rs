@@ -19,6 +19,7 @@
 //! run concurrently with the others as any function's are).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -41,13 +42,36 @@ type QueueEntry = (Arc<LoadedFunction>, Arc<ServingQueue>);
 #[derive(Default)]
 pub(crate) struct ServingQueues {
     queues: Mutex<HashMap<QueueKey, QueueEntry>>,
+    /// Set by [`ServingQueues::close_all`] (under the lock): queues made later are
+    /// made closed.
+    closed: AtomicBool,
 }
 
 impl ServingQueues {
     fn queue(&self, function: &Arc<LoadedFunction>, class: PriorityClass) -> Arc<ServingQueue> {
         let key = (Arc::as_ptr(function) as usize, class);
         let mut queues = self.queues.lock().expect("serving queues lock");
-        queues.entry(key).or_insert_with(|| (function.clone(), Arc::default())).1.clone()
+        let closed = self.closed.load(Ordering::Relaxed);
+        let queue = queues.entry(key).or_insert_with(|| (function.clone(), Arc::default())).1.clone();
+        if closed {
+            queue.close();
+        }
+        queue
+    }
+
+    /// Closes every queue for the shutdown ([`ServingQueue::close`]): idle serving
+    /// invocations return now instead of at the end of their wait.
+    pub(super) fn close_all(&self) {
+        let queues = self.queues.lock().expect("serving queues lock");
+        self.closed.store(true, Ordering::Relaxed);
+        for (_, queue) in queues.values() {
+            queue.close();
+        }
+    }
+
+    /// Queues with a serving invocation running (or starting).
+    pub(super) fn running(&self) -> usize {
+        self.queues.lock().expect("serving queues lock").values().filter(|(_, q)| q.is_running()).count()
     }
 
     /// Forgets `queue` once nothing runs for it (and nothing waits).

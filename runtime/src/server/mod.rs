@@ -297,7 +297,7 @@ pub async fn serve_with(
         "shutting down: new requests get 503 shutting_down; in-flight work may finish"
     );
     let deadline = tokio::time::Instant::now() + grace;
-    while drain.active.load(Ordering::Acquire) > 0 || platform.in_flight() > 0 {
+    while drain.active.load(Ordering::Acquire) > 0 || platform.in_flight() > 0 || platform.serving_invocations() > 0 {
         if tokio::time::Instant::now() >= deadline {
             tracing::warn!(in_flight = platform.in_flight(), "grace period over; abandoning in-flight requests");
             platform.registry().flush().map_err(std::io::Error::other)?;
