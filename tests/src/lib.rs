@@ -3,8 +3,10 @@
 //! [`Server::call`]), a minimal raw HTTP/1.1 connection for byte-exact requests and the
 //! benchmark ([`RawConn`]), and the example components ([`function_wasm`]).
 //!
-//! The `sluice` binary is built once per test process with the same cargo profile as the
-//! test itself (`cargo build -p sluice-runtime --bin sluice`), or taken from `SLUICE_BIN`.
+//! The `sluice` binary is taken from `SLUICE_BIN` (`cargo xtask test` sets it to the
+//! one its own test build made), or built once per test process with the same cargo
+//! profile as the test itself (`cargo build -p sluice-runtime --bin sluice`: other
+//! features than the workspace's test build, so a rebuild of most dependencies).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
