@@ -109,7 +109,7 @@ impl ServingQueue {
     }
 
     /// Closes the queue for the shutdown: waiting requests are still handed out, but
-    /// [`ServingQueue::take`] no longer waits, and a waiting one returns now.
+    /// `take` no longer waits, and a waiting one returns now.
     pub fn close(&self) {
         self.state.lock().expect("serving queue lock").closed = true;
         self.arrived.notify_waiters();
