@@ -1,6 +1,6 @@
 //! The CPU device: the reference kernels of `sluice-backend-cpu` behind [`Device`].
 
-use sluice_backend_cpu::CpuBuffer;
+use sluice_backend_cpu::{CpuBuffer, Team};
 use std::ops::Range;
 use std::sync::OnceLock;
 
@@ -18,9 +18,14 @@ use super::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind, PartitionState,
 /// wake-ups on every kernel's path (the pool thread that takes the kernel, then the
 /// scheduler waiting for it), tens of microseconds each on a busy machine: over a quarter of a
 /// decode step's time for a small LLM, whose hundreds of kernels per token are each short.
+///
+/// The kernels that decode splits over the cores (the quantized linear of a few rows,
+/// attention) run on a [`Team`] instead, whose helpers spin between kernels rather than
+/// sleep (see `sluice_backend_cpu::Team`); the rest of the parallel work runs on rayon.
 pub struct CpuDevice {
     threads: usize,
     pool: OnceLock<rayon::ThreadPool>,
+    team: OnceLock<Option<Team>>,
     memory_bytes: u64,
 }
 
@@ -32,7 +37,26 @@ impl CpuDevice {
 
     /// A device whose kernels use `threads` cores (at least one).
     pub fn with_threads(threads: usize) -> Self {
-        CpuDevice { threads: threads.max(1), pool: OnceLock::new(), memory_bytes: physical_memory_bytes() }
+        CpuDevice {
+            threads: threads.max(1),
+            pool: OnceLock::new(),
+            team: OnceLock::new(),
+            memory_bytes: physical_memory_bytes(),
+        }
+    }
+
+    /// Runs `f` with the device's team entered (made on first use; without one, when
+    /// its threads could not be started, the team's kernels run on rayon).
+    fn with_team<R>(&self, f: impl FnOnce() -> R) -> R {
+        let team = self.team.get_or_init(|| {
+            Team::new(self.threads, "sluice-team")
+                .inspect_err(|e| tracing::warn!(error = %e, "the CPU device's kernel team could not start"))
+                .ok()
+        });
+        match team {
+            Some(team) => team.enter(f),
+            None => f(),
+        }
     }
 
     /// The kernel threads: made on first use unless the scheduler's thread joined them.
@@ -149,7 +173,7 @@ impl Device for CpuDevice {
             let written = unsafe { sluice_backend_cpu::write_rows(*offset, dst, src, out) };
             return written.map(Buffer::Cpu).map_err(|e| DeviceError::Failure(e.to_string()));
         }
-        let run = || sluice_backend_cpu::launch(op, &cpu_inputs, out);
+        let run = || self.with_team(|| sluice_backend_cpu::launch(op, &cpu_inputs, out));
         // Where this thread is not one of the pool's (a device used directly, not through
         // a scheduler), handing a kernel to the pool wakes one of its threads; small
         // kernels, which run single-threaded anyway, run right here instead.
@@ -233,7 +257,7 @@ impl RowSlicing for CpuDevice {
     ) -> Result<Buffer, DeviceError> {
         let cpu_inputs = cpu_inputs(inputs)?;
         self.pool()
-            .install(|| sluice_backend_cpu::launch_rows(op, &cpu_inputs, out, rows))
+            .install(|| self.with_team(|| sluice_backend_cpu::launch_rows(op, &cpu_inputs, out, rows)))
             .map(Buffer::Cpu)
             .map_err(|e| DeviceError::Failure(e.to_string()))
     }

@@ -151,9 +151,10 @@ impl Queues {
     pub fn take_all(&mut self) -> Vec<Queued> {
         let mut all: Vec<Queued> = self.system.drain(..).collect();
         for i in self.invocations.values_mut() {
-            for item in i.items.drain(..) {
+            let items = i.items.len();
+            for (n, item) in i.items.drain(..).enumerate() {
                 if let Some(room) = &i.room {
-                    room.release();
+                    room.release(n + 1 == items);
                 }
                 all.push(item);
             }
@@ -248,7 +249,7 @@ impl Queues {
                 let i = self.invocations.get_mut(&id)?;
                 let item = i.items.pop_front()?;
                 if let Some(room) = &i.room {
-                    room.release();
+                    room.release(i.items.is_empty());
                 }
                 let first = !std::mem::replace(&mut i.started, true);
                 Some(Taken {

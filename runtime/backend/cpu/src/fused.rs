@@ -27,6 +27,10 @@ use crate::simd::{self, normalize_rows};
 
 /// Multiply-adds of an attention below which its tiles run on the calling thread.
 const PAR_MIN_MACS: usize = 1 << 16;
+/// Multiply-adds of a cached attention below which its rows run on the calling
+/// thread: lower, as a decode step's attention runs on the team, whose threads are
+/// awake (a row of 64 positions is ~1 µs).
+const GQA_PAR_MIN_MACS: usize = 1 << 14;
 /// Elements per parallel block of a linear's epilogue.
 const PAR_BLOCK: usize = 1 << 14;
 
@@ -159,8 +163,9 @@ pub(crate) fn rms_norm(
 /// Causal grouped-query attention of q `[s, heads, d]` over the first `kv_len` positions
 /// of k, v `[ctx, kv_heads, d]`: query i (position `kv_len - s + i`) reads positions up
 /// to its own; head h reads kv head `h / (heads / kv_heads)`. Per query and head the
-/// scores, the softmax (max subtracted) and the weighted sum of v are f32; the result is
-/// rounded to the dtype once. Queries × heads run in parallel when large.
+/// scores (lane-parallel dot products), the softmax (max subtracted) and the weighted
+/// sum of v are f32 (`simd::attend_row`); the result is rounded to the dtype once.
+/// Queries × heads run in parallel on the device's team when large.
 pub(crate) fn gqa_attention(
     kv_len: u32,
     scale: f32,
@@ -172,34 +177,22 @@ pub(crate) fn gqa_attention(
     let kv_heads = km.shape[1] as usize;
     let (qv, kv, vv) = (q.float_view()?, k.float_view()?, v.float_view()?);
     let (n, group) = (kv_len as usize, heads / kv_heads.max(1));
-    let one = |(row, out): (usize, &mut [f32])| {
+    let one = |row: usize, out: &mut [f32]| {
         let (i, h) = (row / heads, row % heads);
         let g = h / group;
-        let last = n - s + i;
+        let positions = n - s + i + 1;
+        let mut scores = vec![0.0f32; positions];
         let qr = &qv[row * d..(row + 1) * d];
-        let kv_row = |j: usize| (j * kv_heads + g) * d..(j * kv_heads + g + 1) * d;
-        let mut scores: Vec<f32> =
-            (0..=last).map(|j| qr.iter().zip(&kv[kv_row(j)]).map(|(a, b)| a * b).sum::<f32>() * scale).collect();
-        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut sum = 0.0f32;
-        for p in &mut scores {
-            *p = (*p - max).exp();
-            sum += *p;
-        }
-        out.fill(0.0);
-        for (j, p) in scores.iter().enumerate() {
-            let w = p / sum;
-            out.iter_mut().zip(&vv[kv_row(j)]).for_each(|(o, x)| *o += w * x);
-        }
+        simd::attend_row(qr, &kv[g * d..], &vv[g * d..], kv_heads * d, scale, &mut scores, out);
     };
     Ok(float_with(qm.dtype, s * heads * d, |out| {
         if d == 0 {
             return;
         }
-        if s * heads * n * d >= PAR_MIN_MACS {
-            out.par_chunks_mut(d).enumerate().for_each(one);
+        if s * heads * n * d >= GQA_PAR_MIN_MACS {
+            crate::team::for_each_chunk_mut(out, d, one);
         } else {
-            out.chunks_mut(d).enumerate().for_each(one);
+            out.chunks_mut(d).enumerate().for_each(|(row, out)| one(row, out));
         }
     }))
 }

@@ -10,7 +10,7 @@
 //!
 //! The sums run in [`SUM_LANES`] lanes, lane `l` taking elements `4l..4l + 4` of the
 //! block (the shape of AVX2's byte multiply-add); each lane is scaled and accumulated
-//! in f32 over the even blocks and over the odd ones apart (two independent chains of
+//! in f32 (one fused multiply-add per block) over the even blocks and over the odd ones apart (two independent chains of
 //! adds), the two are added, and the lanes are added in order at the end. The AVX2 kernel
 //! and the portable one compute exactly this, so they give the same bits, and each x
 //! row's result does not depend on how many rows are multiplied together.
@@ -88,7 +88,7 @@ pub(crate) fn dot_rows(dtype: DType, w: &[u8], x: &Q8Rows, k: usize, out: &mut [
     debug_assert!((1..=MAX_ROWS).contains(&m) && out.len().is_multiple_of(m));
     #[cfg(target_arch = "x86_64")]
     if crate::simd::level() != crate::simd::Level::Base {
-        // SAFETY: the level says the CPU has AVX2 and F16C; the kernel's loads stay inside the
+        // SAFETY: the level says the CPU has AVX2, FMA and F16C; the kernel's loads stay inside the
         // slices (checked by the shapes above: whole blocks of `w` and of every x row).
         unsafe { avx2::dot_rows(dtype, w, x, k, out) };
         return;
@@ -131,7 +131,7 @@ fn portable_dot_rows(dtype: DType, w: &[u8], x: &Q8Rows, k: usize, out: &mut [f3
                         let wv = if q4 { i32::from(wu[e]) } else { i32::from(wq[e]) };
                         sum + wv * i32::from(xq[e])
                     });
-                    *acc += lane as f32 * dd;
+                    *acc = (lane as f32).mul_add(dd, *acc);
                 }
                 if q4 {
                     offsets[i] += mw * x.s[at];
@@ -169,9 +169,9 @@ mod avx2 {
     /// See [`super::dot_rows`].
     ///
     /// # Safety
-    /// The CPU must have AVX2 and F16C, `w` must hold whole rows of `k / 32` blocks and `x` whole
+    /// The CPU must have AVX2, FMA and F16C, `w` must hold whole rows of `k / 32` blocks and `x` whole
     /// rows of `k`.
-    #[target_feature(enable = "avx2,f16c")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn dot_rows(dtype: DType, w: &[u8], x: &Q8Rows, k: usize, out: &mut [f32]) {
         let m = x.q.len() / k;
         // SAFETY: forwarded (the caller's contract), with M = m ≤ MAX_ROWS.
@@ -193,14 +193,14 @@ mod avx2 {
 
     /// The block's leading f16s (Q4_1's scale and minimum, Q8_0's scale and its first
     /// quants), widened exactly by F16C (the same values as `quant::f16_at`).
-    #[target_feature(enable = "avx2,f16c")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn scale_and_min(block: &[u8]) -> (f32, f32) {
         let bits = i32::from_le_bytes([block[0], block[1], block[2], block[3]]);
         let both = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
         (_mm_cvtss_f32(both), _mm_cvtss_f32(_mm_movehdup_ps(both)))
     }
 
-    #[target_feature(enable = "avx2,f16c")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn rows_of<const M: usize>(dtype: DType, w: &[u8], x: &Q8Rows, k: usize, out: &mut [f32]) {
         let (bb, blocks) = (dtype.block_bytes(), k / QUANT_BLOCK);
         let rows = out.len() / M;
@@ -231,10 +231,10 @@ mod avx2 {
     /// to `acc` (its lanes) and `offsets` (Q4_1's minimum times the x block's sum).
     ///
     /// # Safety
-    /// The CPU must have AVX2 and F16C; `block` must be a whole block of `dtype` and `x`
+    /// The CPU must have AVX2, FMA and F16C; `block` must be a whole block of `dtype` and `x`
     /// hold `M` rows of `blocks` blocks.
     #[inline]
-    #[target_feature(enable = "avx2,f16c")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn accumulate<const M: usize>(
         dtype: DType,
         block: &[u8],
@@ -268,7 +268,7 @@ mod avx2 {
             let pairs = _mm256_maddubs_epi16(wv, xs);
             let lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
             let dd = _mm256_set1_ps(dw * x.d[at]);
-            acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(lanes, dd));
+            acc[i] = _mm256_fmadd_ps(lanes, dd, acc[i]);
             if q4 {
                 offsets[i] += mw * x.s[at];
             }

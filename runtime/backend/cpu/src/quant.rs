@@ -8,7 +8,8 @@
 //! For few rows
 //! of `x` (decode: one token per sequence) each output is a dot product of an x row with
 //! a weight row, summed exactly in integers block by block straight from the packed
-//! bytes ([`q8::dot_rows`]); chunks of weight rows are split over rayon, and each chunk
+//! bytes ([`q8::dot_rows`]); chunks of weight rows are split over the device's kernel
+//! team (`team.rs`: its threads stay awake between a decode step's kernels), and each chunk
 //! serves every x row while it is in cache. For more rows (a prompt) panels of weight
 //! rows are dequantized into f32 and multiplied with the gemm kernels of `matmul.rs`
 //! (with x as its Q8 blocks stand for), one panel per rayon task, so the dequantization
@@ -147,32 +148,32 @@ pub(crate) fn linear(dtype: DType, x: &[f32], w: &[u8], m: usize, k: usize, n: u
         // while it is in cache (decode of several sequences at once reads the weights
         // once, not once per sequence); each output element is the same dot product as
         // for that x row alone, so the bits do not depend on m.
-        let chunk = if parallel { n.div_ceil(rayon::current_num_threads() * 4).max(16) } else { n };
+        let chunk = if parallel { n.div_ceil(crate::team::threads() * 4).max(16) } else { n };
         let xq = q8::quantize_rows(x);
-        let starts: Vec<usize> = (0..n).step_by(chunk).collect();
-        let work = |&start: &usize| {
-            let rows = chunk.min(n - start);
+        if m == 1 {
+            let one = |i: usize, out: &mut [f32]| {
+                let w_rows = &w[i * chunk * row_bytes..(i * chunk + out.len()) * row_bytes];
+                q8::dot_rows(dtype, w_rows, &xq, k, out);
+            };
+            if parallel {
+                crate::team::for_each_chunk_mut(&mut y, chunk, one);
+            } else {
+                one(0, &mut y);
+            }
+            return Ok(y);
+        }
+        let work = |i: usize| {
+            let (start, rows) = (i * chunk, chunk.min(n - i * chunk));
             let w_rows = &w[start * row_bytes..(start + rows) * row_bytes];
             let mut out = vec![0.0f32; m * rows];
             q8::dot_rows(dtype, w_rows, &xq, k, &mut out);
             out
         };
-        if m == 1 {
-            let one = |(i, out): (usize, &mut [f32])| {
-                let w_rows = &w[i * chunk * row_bytes..(i * chunk + out.len()) * row_bytes];
-                q8::dot_rows(dtype, w_rows, &xq, k, out);
-            };
-            if parallel {
-                y.par_chunks_mut(chunk).enumerate().for_each(one);
-            } else {
-                y.chunks_mut(chunk).enumerate().for_each(one);
-            }
-            return Ok(y);
-        }
+        let chunks = n.div_ceil(chunk);
         let parts: Vec<Vec<f32>> =
-            if parallel { starts.par_iter().map(work).collect() } else { starts.iter().map(work).collect() };
-        for (&start, part) in starts.iter().zip(&parts) {
-            let rows = chunk.min(n - start);
+            if parallel { crate::team::map_tasks(chunks, work) } else { (0..chunks).map(work).collect() };
+        for (i, part) in parts.iter().enumerate() {
+            let (start, rows) = (i * chunk, chunk.min(n - i * chunk));
             for (yr, o) in y.chunks_exact_mut(n).zip(part.chunks_exact(rows)) {
                 yr[start..start + rows].copy_from_slice(o);
             }

@@ -231,6 +231,57 @@ fn pairwise(mut acc: [f32; LANES]) -> f32 {
     acc[0]
 }
 
+/// Lane-parallel f32 dot product of `a` and `b` (equal lengths), combined in a fixed order.
+#[inline(always)]
+fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (ta, tb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for ((s, &x), &y) in acc.iter_mut().zip(x).zip(y) {
+            *s += x * y;
+        }
+    }
+    for ((s, &x), &y) in acc.iter_mut().zip(ta).zip(tb) {
+        *s += x * y;
+    }
+    pairwise(acc)
+}
+
+multiversion! {
+    /// One query row's attention over `scores.len()` cached positions: key and value
+    /// `j` are `keys[j · stride..][..d]` and `values[j · stride..][..d]` (`d = q.len()`,
+    /// the slices starting at the row's kv head). Scores `q · k · scale` (lane-parallel
+    /// dots), softmax with the maximum subtracted, then `out = Σ p_j v_j` in position
+    /// order. `scores` is scratch.
+    pub(crate) fn attend_row(
+        q: &[f32],
+        keys: &[f32],
+        values: &[f32],
+        stride: usize,
+        scale: f32,
+        scores: &mut [f32],
+        out: &mut [f32],
+    ) {
+        let d = q.len();
+        for (j, score) in scores.iter_mut().enumerate() {
+            *score = dot_lanes(q, &keys[j * stride..][..d]) * scale;
+        }
+        let max = max_lanes(scores);
+        for p in scores.iter_mut() {
+            *p = exp(*p - max);
+        }
+        let inv = 1.0 / sum_lanes(scores);
+        out.fill(0.0);
+        for (j, &p) in scores.iter().enumerate() {
+            let w = p * inv;
+            for (o, &v) in out.iter_mut().zip(&values[j * stride..][..d]) {
+                *o += w * v;
+            }
+        }
+    }
+}
+
 multiversion! {
     /// Softmax of one row in place: subtracts the maximum, exponentiates, divides by the
     /// sum. A row whose every element is `-inf` becomes zeros; NaN or `+inf` gives NaN.
