@@ -173,11 +173,12 @@ impl Device for CpuDevice {
             let written = unsafe { sluice_backend_cpu::write_rows(*offset, dst, src, out) };
             return written.map(Buffer::Cpu).map_err(|e| DeviceError::Failure(e.to_string()));
         }
-        let run = || self.with_team(|| sluice_backend_cpu::launch(op, &cpu_inputs, out));
+        let run = || sluice_backend_cpu::launch(op, &cpu_inputs, out);
         // Where this thread is not one of the pool's (a device used directly, not through
         // a scheduler), handing a kernel to the pool wakes one of its threads; small
-        // kernels, which run single-threaded anyway, run right here instead.
-        let result = if is_small(op, inputs, out) { run() } else { self.pool().install(run) };
+        // kernels, which run single-threaded anyway (on the team too), run right here
+        // instead.
+        let result = if is_small(op, inputs, out) { run() } else { self.pool().install(|| self.with_team(run)) };
         result.map(Buffer::Cpu).map_err(|e| DeviceError::Failure(e.to_string()))
     }
 

@@ -10,8 +10,9 @@
 //!
 //! The sums run in [`SUM_LANES`] lanes, lane `l` taking elements `4l..4l + 4` of the
 //! block (the shape of AVX2's byte multiply-add); each lane is scaled and accumulated
-//! in f32 (one fused multiply-add per block) over the even blocks and over the odd ones apart (two independent chains of
-//! adds), the two are added, and the lanes are added in order at the end. The AVX2 kernel
+//! in f32 (one fused multiply-add per block) over the even blocks and over the odd ones
+//! apart (two independent chains of adds), the two are added, and the lanes are added in
+//! order at the end. The AVX2 kernel
 //! and the portable one compute exactly this, so they give the same bits, and each x
 //! row's result does not depend on how many rows are multiplied together.
 

@@ -252,8 +252,8 @@ multiversion! {
     /// One query row's attention over `scores.len()` cached positions: key and value
     /// `j` are `keys[j · stride..][..d]` and `values[j · stride..][..d]` (`d = q.len()`,
     /// the slices starting at the row's kv head). Scores `q · k · scale` (lane-parallel
-    /// dots), softmax with the maximum subtracted, then `out = Σ p_j v_j` in position
-    /// order. `scores` is scratch.
+    /// dots), their [`softmax_row`], then `out = Σ p_j v_j` in position order. `scores`
+    /// is scratch.
     pub(crate) fn attend_row(
         q: &[f32],
         keys: &[f32],
@@ -267,14 +267,9 @@ multiversion! {
         for (j, score) in scores.iter_mut().enumerate() {
             *score = dot_lanes(q, &keys[j * stride..][..d]) * scale;
         }
-        let max = max_lanes(scores);
-        for p in scores.iter_mut() {
-            *p = exp(*p - max);
-        }
-        let inv = 1.0 / sum_lanes(scores);
+        softmax_row(scores);
         out.fill(0.0);
-        for (j, &p) in scores.iter().enumerate() {
-            let w = p * inv;
+        for (j, &w) in scores.iter().enumerate() {
             for (o, &v) in out.iter_mut().zip(&values[j * stride..][..d]) {
                 *o += w * v;
             }

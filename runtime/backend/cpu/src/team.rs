@@ -258,23 +258,28 @@ thread_local! {
     static CURRENT: Cell<Option<*const Team>> = const { Cell::new(None) };
 }
 
+/// `f` of the current thread's team ([`Team::enter`]), if it has one.
+fn with_current<R>(f: impl FnOnce(Option<&Team>) -> R) -> R {
+    // SAFETY: a current team outlives its `enter` call, which set it and which is still
+    // running on this thread.
+    f(CURRENT.with(|c| c.get()).map(|team| unsafe { &*team }))
+}
+
 /// Threads a job of the current thread would run on: its team's, else rayon's.
 pub(crate) fn threads() -> usize {
-    // SAFETY: a current team outlives its `enter` call, which set it.
-    CURRENT.with(|c| c.get()).map_or_else(rayon::current_num_threads, |team| unsafe { &*team }.threads())
+    with_current(|team| team.map_or_else(rayon::current_num_threads, Team::threads))
 }
 
 /// Runs `f(0)` … `f(tasks - 1)` in parallel: on the current thread's team if it has one
 /// ([`Team::enter`]), else on rayon.
 pub(crate) fn for_each_task(tasks: usize, f: impl Fn(usize) + Sync) {
-    match CURRENT.with(|c| c.get()) {
-        // SAFETY: a current team outlives its `enter` call, which set it.
-        Some(team) => unsafe { &*team }.run(tasks, &f),
+    with_current(|team| match team {
+        Some(team) => team.run(tasks, &f),
         None => {
             use rayon::prelude::*;
             (0..tasks).into_par_iter().for_each(&f);
         }
-    }
+    })
 }
 
 /// Runs `f(i, chunk)` for every `chunk`-element chunk of `data` (the last may be
