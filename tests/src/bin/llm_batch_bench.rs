@@ -6,7 +6,7 @@
 //! (`bench/llm/llama_cpp_batched.py` through `bench/llm/run_peer.sh`, which builds
 //! llama-cpp-python from PyPI once; `SLUICE_BENCH_PEERS=0` skips it).
 //!
-//! `cargo run --release -p sluice-tests --bin llm-batch-bench [-- --tokens T --runs R]`
+//! `cargo run --release -p sluice-tests --bin llm-batch-bench [-- --tokens T --runs R --streams 1,4,8]`
 //! (needs `cargo xtask build-functions` and `cargo xtask fetch-llm`). Each client sends
 //! one greedy `/v2` request of T tokens (default 64; `max_tokens`, and the prompts are
 //! the three visible SmolLM2 reference prompts in turn); a row is the median of R runs
@@ -112,7 +112,10 @@ fn main() {
         eprintln!("llm-batch-bench: no SmolLM2 model (`cargo xtask fetch-llm` fetches it)");
         std::process::exit(2);
     };
-    let streams = [1usize, 4, 8];
+    let streams: Vec<usize> = std::env::args()
+        .skip_while(|a| a != "--streams")
+        .nth(1)
+        .map_or(vec![1, 4, 8], |s| s.split(',').filter_map(|n| n.parse().ok()).collect());
     // First, with nothing else running: llama.cpp, each prompt's alone tokens checked there.
     let llama = peer(&gguf, &streams, tokens, runs);
     let server = Server::start_with(ServerOptions {

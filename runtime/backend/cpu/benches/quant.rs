@@ -1,12 +1,13 @@
 //! The quantized linear of the CPU backend on SmolLM2-135M's shapes, beside the f32
-//! linear on the same (dequantized) weights: decode (one row) and prompt (64 rows) for a
-//! Q4_1 FFN projection `[1536, 576]` and the Q8_0 output head `[49152, 576]`. Prints the
-//! median time of each and the weight bytes streamed per second; asserts nothing about
-//! time. `cargo bench -p sluice-backend-cpu --bench quant` (part of `cargo xtask bench`).
+//! linear on the same (dequantized) weights: decode of one sequence (one row) and of
+//! eight at once (8 rows), and a prompt (64 rows), for a Q4_1 FFN projection
+//! `[1536, 576]` and the Q8_0 output head `[49152, 576]`, on a kernel team of all the
+//! cores as the device runs them. Prints the median time of each and the weight bytes
+//! streamed per second; asserts nothing about time. `cargo bench -p sluice-backend-cpu --bench quant` (part of `cargo xtask bench`).
 
 use std::time::{Duration, Instant};
 
-use sluice_backend_cpu::{CpuBuffer, launch, vector_width};
+use sluice_backend_cpu::{CpuBuffer, Team, launch, vector_width};
 use sluice_host_api::{DType, Op, TensorMeta, infer};
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -30,9 +31,15 @@ fn time(op: &Op, inputs: &[(&CpuBuffer, &TensorMeta)], reps: usize) -> Duration 
 }
 
 fn main() {
+    let threads = rayon::current_num_threads();
+    let team = Team::new(threads, "bench-team").expect("a kernel team");
+    team.enter(|| run(threads));
+}
+
+fn run(threads: usize) {
     println!(
         "quantized linear, CPU backend ({} threads, {} vectors); median of runs; GB/s = weight bytes / time",
-        rayon::current_num_threads(),
+        threads,
         vector_width()
     );
     println!(
@@ -50,7 +57,7 @@ fn main() {
         let wq_meta = TensorMeta::new(dtype, vec![n, k]).unwrap();
         let wf = CpuBuffer::from_f32(wq.to_f32_vec());
         let wf_meta = TensorMeta::new(DType::F32, vec![n, k]).unwrap();
-        for m in [1u32, 64] {
+        for m in [1u32, 8, 64] {
             let x = CpuBuffer::from_f32((0..(m * k) as usize).map(|i| (i % 13) as f32 / 13.0 - 0.5).collect());
             let x_meta = TensorMeta::new(DType::F32, vec![m, k]).unwrap();
             let reps = if n > 10_000 { 15 } else { 101 };

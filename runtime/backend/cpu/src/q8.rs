@@ -160,6 +160,12 @@ mod avx2 {
     //! 2 · 15 · 127 for Q4_1, 2 · 128 · 127 for Q8_0 with its signs moved onto x, so
     //! nothing saturates) and `vpmaddwd` (pairs into 32 bits: lane `l` holds elements
     //! `4l..4l + 4`), then scaled and accumulated in f32 per lane.
+    //!
+    //! The format is a const parameter and the per-block step is inlined, so a row's
+    //! accumulators stay in registers; up to four x rows share one pass over the weight
+    //! rows (eight accumulators), more take a second pass over the same cached rows. On
+    //! SmolLM2's `[1536, 576]` Q4_1 projection this took 8 rows from 362 to 167 µs and
+    //! one row from 58 to 50 µs (`cargo bench -p sluice-backend-cpu --bench quant`).
 
     use std::arch::x86_64::*;
 
@@ -175,103 +181,165 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn dot_rows(dtype: DType, w: &[u8], x: &Q8Rows, k: usize, out: &mut [f32]) {
         let m = x.q.len() / k;
-        // SAFETY: forwarded (the caller's contract), with M = m ≤ MAX_ROWS.
-        unsafe {
-            match m {
-                1 => rows_of::<1>(dtype, w, x, k, out),
-                2 => rows_of::<2>(dtype, w, x, k, out),
-                3 => rows_of::<3>(dtype, w, x, k, out),
-                4 => rows_of::<4>(dtype, w, x, k, out),
-                5 => rows_of::<5>(dtype, w, x, k, out),
-                6 => rows_of::<6>(dtype, w, x, k, out),
-                7 => rows_of::<7>(dtype, w, x, k, out),
-                _ => rows_of::<8>(dtype, w, x, k, out),
+        let n = out.len() / m;
+        let mut first = 0;
+        while first < m {
+            let group = (m - first).min(GROUP);
+            let rows = Rows { w, x, first, k, out: &mut *out, n };
+            // SAFETY: forwarded (the caller's contract), with `first + group ≤ m`.
+            unsafe {
+                match (dtype == DType::Q4_1, group) {
+                    (true, 1) => rows_of::<1, true>(rows),
+                    (true, 2) => rows_of::<2, true>(rows),
+                    (true, 3) => rows_of::<3, true>(rows),
+                    (true, _) => rows_of::<4, true>(rows),
+                    (false, 1) => rows_of::<1, false>(rows),
+                    (false, 2) => rows_of::<2, false>(rows),
+                    (false, 3) => rows_of::<3, false>(rows),
+                    (false, _) => rows_of::<4, false>(rows),
+                }
             }
+            first += group;
         }
     }
 
+    /// x rows one pass over the weight rows serves: two accumulators per x row (the even
+    /// blocks and the odd ones) and the offsets of four rows fit in the 16 vector
+    /// registers; more x rows take another pass over the (cached) weight rows.
+    const GROUP: usize = 4;
+
     const _: () = assert!(MAX_ROWS == 8 && SUM_LANES == 8, "one __m256 of lanes per x row, 1 to 8 rows");
+
+    /// One pass: every weight row of `w` times x rows `first .. first + M`, into `out`
+    /// (`out[i · n + r]` for x row `i` and weight row `r`).
+    struct Rows<'a> {
+        w: &'a [u8],
+        x: &'a Q8Rows,
+        first: usize,
+        k: usize,
+        out: &'a mut [f32],
+        n: usize,
+    }
 
     /// The block's leading f16s (Q4_1's scale and minimum, Q8_0's scale and its first
     /// quants), widened exactly by F16C (the same values as `quant::f16_at`).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn scale_and_min(block: &[u8]) -> (f32, f32) {
-        let bits = i32::from_le_bytes([block[0], block[1], block[2], block[3]]);
-        let both = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
-        (_mm_cvtss_f32(both), _mm_cvtss_f32(_mm_movehdup_ps(both)))
+    ///
+    /// # Safety
+    /// `block` must point at 4 readable bytes.
+    #[inline(always)]
+    unsafe fn scale_and_min(block: *const u8) -> (f32, f32) {
+        // SAFETY: the caller's contract; F16C is enabled in every caller.
+        unsafe {
+            let both = _mm_cvtph_ps(_mm_cvtsi32_si128(block.cast::<i32>().read_unaligned()));
+            (_mm_cvtss_f32(both), _mm_cvtss_f32(_mm_movehdup_ps(both)))
+        }
     }
 
+    /// # Safety
+    /// As [`dot_rows`], and x rows `first .. first + M` exist.
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn rows_of<const M: usize>(dtype: DType, w: &[u8], x: &Q8Rows, k: usize, out: &mut [f32]) {
-        let (bb, blocks) = (dtype.block_bytes(), k / QUANT_BLOCK);
-        let rows = out.len() / M;
-        for (r, row) in w.chunks_exact(blocks * bb).enumerate().take(rows) {
+    unsafe fn rows_of<const M: usize, const Q4: bool>(p: Rows<'_>) {
+        let dtype = if Q4 { DType::Q4_1 } else { DType::Q8_0 };
+        let (bb, blocks) = (dtype.block_bytes(), p.k / QUANT_BLOCK);
+        assert!(
+            p.w.len() >= p.n * blocks * bb && p.x.q.len() >= (p.first + M) * p.k && p.out.len() >= p.n * (p.first + M)
+        );
+        // The rows' Q4_1 factors block by block (`s[b · 4 + i]`): one load per block.
+        let mut s = vec![0.0f32; if Q4 { blocks * 4 } else { 0 }];
+        for (b, s) in s.chunks_exact_mut(4).enumerate() {
+            for (i, s) in s.iter_mut().enumerate().take(M) {
+                *s = p.x.s[(p.first + i) * blocks + b];
+            }
+        }
+        let xq = p.x.q[p.first * p.k..].as_ptr();
+        let xd = p.x.d[p.first * blocks..].as_ptr();
+        let x = Block { xq, xd, s: s.as_ptr(), blocks };
+        for r in 0..p.n {
+            // SAFETY: weight row `r` is inside `w` (asserted above).
+            let row = unsafe { p.w.as_ptr().add(r * blocks * bb) };
+            let (mut even, mut odd) = ([_mm256_setzero_ps(); M], [_mm256_setzero_ps(); M]);
+            let (mut even_offsets, mut odd_offsets) = (_mm_setzero_ps(), _mm_setzero_ps());
+            let mut b = 0;
             // The even blocks and the odd ones in two chains of adds, so that a block
             // does not wait for the previous one's.
-            let (mut even, mut odd) = ([_mm256_setzero_ps(); M], [_mm256_setzero_ps(); M]);
-            let (mut even_offsets, mut odd_offsets) = ([0.0f32; M], [0.0f32; M]);
-            let mut blocks_of_row = row.chunks_exact(bb).enumerate();
-            while let Some((b, block)) = blocks_of_row.next() {
-                // SAFETY: forwarded (the caller's contract).
-                unsafe { accumulate(dtype, block, x, b, blocks, &mut even, &mut even_offsets) };
-                if let Some((b, block)) = blocks_of_row.next() {
-                    // SAFETY: as above.
-                    unsafe { accumulate(dtype, block, x, b, blocks, &mut odd, &mut odd_offsets) };
+            while b + 1 < blocks {
+                // SAFETY: blocks `b` and `b + 1` of the row and of x's rows are in bounds.
+                unsafe {
+                    x.accumulate::<M, Q4>(row.add(b * bb), b, &mut even, &mut even_offsets);
+                    x.accumulate::<M, Q4>(row.add((b + 1) * bb), b + 1, &mut odd, &mut odd_offsets);
                 }
+                b += 2;
             }
+            if b < blocks {
+                // SAFETY: as above.
+                unsafe { x.accumulate::<M, Q4>(row.add(b * bb), b, &mut even, &mut even_offsets) };
+            }
+            let mut offsets = [0.0f32; 4];
+            // SAFETY: `offsets` is 4 f32s.
+            unsafe { _mm_storeu_ps(offsets.as_mut_ptr(), _mm_add_ps(even_offsets, odd_offsets)) };
             for i in 0..M {
                 let mut lanes = [0.0f32; SUM_LANES];
                 // SAFETY: `lanes` is 8 f32s.
                 unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_add_ps(even[i], odd[i])) };
-                out[i * rows + r] = finish(&lanes, even_offsets[i] + odd_offsets[i]);
+                p.out[(p.first + i) * p.n + r] = finish(&lanes, offsets[i]);
             }
         }
     }
 
-    /// Adds weight block `block` (block `b` of its row) times block `b` of each x row
-    /// to `acc` (its lanes) and `offsets` (Q4_1's minimum times the x block's sum).
-    ///
-    /// # Safety
-    /// The CPU must have AVX2, FMA and F16C; `block` must be a whole block of `dtype` and `x`
-    /// hold `M` rows of `blocks` blocks.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn accumulate<const M: usize>(
-        dtype: DType,
-        block: &[u8],
-        x: &Q8Rows,
-        b: usize,
+    /// The x rows of one pass, as raw pointers for the inner loop.
+    struct Block {
+        /// Their quants, row after row.
+        xq: *const i8,
+        /// Their block scales, row after row.
+        xd: *const f32,
+        /// Their Q4_1 factors, four per block (see `rows_of`).
+        s: *const f32,
         blocks: usize,
-        acc: &mut [__m256; M],
-        offsets: &mut [f32; M],
-    ) {
-        let q4 = dtype == DType::Q4_1;
-        let (dw, mw) = scale_and_min(block);
-        // The block's quants, unsigned for Q4_1; Q8_0's magnitudes, with the signs
-        // applied to x below.
-        let (wv, signs) = if q4 {
-            // SAFETY: bytes 4..20 of the block (20 bytes) are in bounds.
-            let packed = unsafe { _mm_loadu_si128(block.as_ptr().add(4).cast()) };
-            let nibbles = _mm_set1_epi8(15);
-            let lo = _mm_and_si128(packed, nibbles);
-            let hi = _mm_and_si128(_mm_srli_epi16(packed, 4), nibbles);
-            (_mm256_set_m128i(hi, lo), _mm256_setzero_si256())
-        } else {
-            // SAFETY: bytes 2..34 of the block (34 bytes) are in bounds.
-            let q = unsafe { _mm256_loadu_si256(block.as_ptr().add(2).cast()) };
-            (_mm256_sign_epi8(q, q), q)
-        };
-        for i in 0..M {
-            let at = i * blocks + b;
-            // SAFETY: block `b` of x row `i` is 32 bytes inside `x.q`.
-            let xq = unsafe { _mm256_loadu_si256(x.q.as_ptr().add(at * QUANT_BLOCK).cast()) };
-            let xs = if q4 { xq } else { _mm256_sign_epi8(xq, signs) };
-            let pairs = _mm256_maddubs_epi16(wv, xs);
-            let lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
-            let dd = _mm256_set1_ps(dw * x.d[at]);
-            acc[i] = _mm256_fmadd_ps(lanes, dd, acc[i]);
-            if q4 {
-                offsets[i] += mw * x.s[at];
+    }
+
+    impl Block {
+        /// Adds weight block `block` (block `b` of its row) times block `b` of each x
+        /// row to `acc` (its lanes) and `offsets` (lane `i`: Q4_1's minimum times the
+        /// factor of x row `i`; each lane's add rounds as the scalar one would).
+        ///
+        /// # Safety
+        /// The CPU must have AVX2, FMA and F16C; `block` must point at a whole block of
+        /// the format and `b` be a block of the `M` x rows.
+        #[inline(always)]
+        unsafe fn accumulate<const M: usize, const Q4: bool>(
+            &self,
+            block: *const u8,
+            b: usize,
+            acc: &mut [__m256; M],
+            offsets: &mut __m128,
+        ) {
+            // SAFETY: the caller's contract.
+            unsafe {
+                let (dw, mw) = scale_and_min(block);
+                // The block's quants, unsigned for Q4_1; Q8_0's magnitudes, with the
+                // signs applied to x below.
+                let (wv, signs) = if Q4 {
+                    let packed = _mm_loadu_si128(block.add(4).cast());
+                    let nibbles = _mm_set1_epi8(15);
+                    let lo = _mm_and_si128(packed, nibbles);
+                    let hi = _mm_and_si128(_mm_srli_epi16(packed, 4), nibbles);
+                    (_mm256_set_m128i(hi, lo), _mm256_setzero_si256())
+                } else {
+                    let q = _mm256_loadu_si256(block.add(2).cast());
+                    (_mm256_sign_epi8(q, q), q)
+                };
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let at = i * self.blocks + b;
+                    let xq = _mm256_loadu_si256(self.xq.add(at * QUANT_BLOCK).cast());
+                    let xs = if Q4 { xq } else { _mm256_sign_epi8(xq, signs) };
+                    let pairs = _mm256_maddubs_epi16(wv, xs);
+                    let lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+                    *acc = _mm256_fmadd_ps(lanes, _mm256_set1_ps(dw * *self.xd.add(at)), *acc);
+                }
+                if Q4 {
+                    let factors = _mm_loadu_ps(self.s.add(b * 4));
+                    *offsets = _mm_add_ps(*offsets, _mm_mul_ps(_mm_set1_ps(mw), factors));
+                }
             }
         }
     }
@@ -290,8 +358,9 @@ mod tests {
     fn the_avx2_kernel_and_the_portable_one_give_the_same_bits() {
         #[cfg(target_arch = "x86_64")]
         if crate::simd::level() != crate::simd::Level::Base {
-            let (k, n) = (96, 13);
-            for dtype in DType::QUANTIZED {
+            // An even and an odd number of blocks per row.
+            for (k, n, dtype) in [(64, 13), (96, 13)].into_iter().flat_map(|(k, n)| DType::QUANTIZED.map(|d| (k, n, d)))
+            {
                 let w = weights(dtype, n, k);
                 for m in 1..=MAX_ROWS {
                     let x: Vec<f32> = (0..m * k).map(|i| ((i * 104_729 % 811) as f32 - 405.0) / 409.0).collect();
@@ -300,7 +369,7 @@ mod tests {
                     // SAFETY: AVX2 checked above; whole blocks.
                     unsafe { avx2::dot_rows(dtype, &w, &xq, k, &mut fast) };
                     portable_dot_rows(dtype, &w, &xq, k, &mut slow);
-                    assert!(fast.iter().zip(&slow).all(|(a, b)| a.to_bits() == b.to_bits()), "{dtype} m {m}");
+                    assert!(fast.iter().zip(&slow).all(|(a, b)| a.to_bits() == b.to_bits()), "{dtype} k {k} m {m}");
                 }
             }
             return;
