@@ -3,7 +3,8 @@
 //! over HTTP on the CPU device:
 //!
 //! - requests that join a running generation's steps produce, token for token, what
-//!   each produces alone (greedy), and say they shared the invocation
+//!   each produces alone (greedy ones, whose tokens a step reads together, and a
+//!   sampled one beside them, which draws from its own row), and say they shared the invocation
 //!   (`x-sluice-batch-size` ≥ 2, deterministic here: a long stream runs throughout);
 //! - a streaming client that goes has its sequence, and its KV cache, dropped while the
 //!   other generation goes on, which then answers exactly as it does alone.
@@ -33,6 +34,15 @@ fn prompts() -> Vec<String> {
 
 fn request(prompt: &str) -> Value {
     json!({ "inputs": [text_input("text_input", prompt), int_input("max_tokens", TOKENS)] })
+}
+
+/// `prompt` sampled at temperature 0.8 with a fixed seed.
+fn sampled(prompt: &str) -> Value {
+    let mut body = request(prompt);
+    let inputs = body["inputs"].as_array_mut().unwrap();
+    inputs.push(json!({ "name": "temperature", "shape": [1], "datatype": "FP32", "data": [0.8] }));
+    inputs.push(json!({ "name": "seed", "shape": [1], "datatype": "INT64", "data": [7] }));
+    body
 }
 
 fn tokens(r: &Resp) -> Vec<i64> {
@@ -74,7 +84,8 @@ fn joined_generations_match_each_alone_and_a_leaver_frees_its_cache() {
     let path = "/v2/models/chat/infer";
 
     // Each alone, one after the other: a serving invocation with one sequence.
-    let alone: Vec<Vec<i64>> = prompts.iter().map(|p| tokens(&server.post_json(path, &key, &request(p)))).collect();
+    let bodies: Vec<Value> = prompts.iter().map(|p| request(p)).chain([sampled(&prompts[1])]).collect();
+    let alone: Vec<Vec<i64>> = bodies.iter().map(|b| tokens(&server.post_json(path, &key, b))).collect();
     let idle = memory_used(&server, &key);
 
     let stop = AtomicBool::new(false);
@@ -85,12 +96,12 @@ fn joined_generations_match_each_alone_and_a_leaver_frees_its_cache() {
 
         // All at once, while the long generation runs: they join its decode steps.
         let together: Vec<Resp> = std::thread::scope(|s| {
-            let calls: Vec<_> = prompts.iter().map(|p| s.spawn(|| server.post_json(path, &key, &request(p)))).collect();
+            let calls: Vec<_> = bodies.iter().map(|b| s.spawn(|| server.post_json(path, &key, b))).collect();
             calls.into_iter().map(|c| c.join().unwrap()).collect()
         });
-        for ((prompt, alone), r) in prompts.iter().zip(&alone).zip(&together) {
-            assert_eq!(&tokens(r), alone, "{prompt:?}: the same tokens as alone");
-            assert!(shared_with(r) >= 2, "{prompt:?} shared its steps with the long generation");
+        for ((body, alone), r) in bodies.iter().zip(&alone).zip(&together) {
+            assert_eq!(&tokens(r), alone, "{body}: the same tokens as alone");
+            assert!(shared_with(r) >= 2, "{body} shared its steps with the long generation");
         }
 
         // Another generation starts beside the long one; then the long one's client goes.

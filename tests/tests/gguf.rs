@@ -224,6 +224,7 @@ fn a_guest_reads_the_metadata_and_runs_linears_on_quantized_weights() {
         };
         let out = rt.block_on(engine.invoke(&image, ctx, &inputs)).unwrap_or_else(|e| panic!("{name}: {e:?}"));
         assert_eq!(account.used(), 0, "{name}: the cache and its writes are given back");
+        assert_eq!(out.launches, 5, "{name}: the linear, two slices and two writes; a reshape is a view, no kernel");
         let find = |n: &str| &out.outputs.iter().find(|t| t.name == n).unwrap_or_else(|| panic!("no output {n}")).data;
         let IoData::Bytes(d) = find("dtype") else { panic!("dtype is not BYTES") };
         assert_eq!(d[0], dtype.name().as_bytes(), "{name} stays quantized on the device");

@@ -9,7 +9,11 @@
 //! - Output `dtype`: BYTES `[1]`, the weight's dtype as the host loaded it (`q4_1`, ...).
 //! - Output `metadata`: BYTES `[1]`, the file's metadata as the host's JSON.
 //! - Output `cache`: FP32 `[6, 3, 64]`, a KV cache made by `zeros` after `write-rows`
-//!   of x's rows `[m, 192]` (as `[m, 3, 64]`) at position 2 and of x's first row at 5.
+//!   of x's rows `[m, 192]` (as `[m, 3, 64]`) at position 2 and of x's first row at 5,
+//!   read through a reshape of it after the cache's own handle is dropped.
+//!
+//! It launches five kernels (the linear, two slices, two writes): its reshapes are
+//! views and the refused writes queue nothing.
 //! - Output `refusals`: BYTES `[2]`, the error codes (Debug) of a write into the loaded
 //!   weight and into an op's output (a reshape of the cache), both refused.
 
@@ -37,6 +41,9 @@ impl Function for GgufProbe {
         let refusal = |e: Result<()>| format!("{:?}", e.err().and_then(|e| e.code())).into_bytes();
         let view = cache.reshape(&[6, 192])?;
         let refusals = vec![refusal(w.write_rows(0, &w)), refusal(view.write_rows(0, &view))];
+        // The view holds the cache's memory on its own.
+        drop(cache);
+        let cache = view.reshape(&[6, 3, 64])?;
         Ok(vec![
             y.to_io("y")?,
             IoTensor::bytes("dtype", &[1], vec![w.dtype().name().as_bytes().to_vec()]),

@@ -33,7 +33,8 @@
 //! Its serving invocation takes requests from the host's queue between steps, prefills
 //! each new one alone, and runs one decode step for every active sequence at once
 //! ([`Model::step_many`]: one pass over the weights), up to [`MAX_SEQUENCES`]; a
-//! sequence leaves when it ends or its caller goes. A plain invocation (the function
+//! sequence leaves when it ends or its caller goes. The greedy sequences' next tokens
+//! come from one `argmax` over the step's logits and one read. A plain invocation (the function
 //! run outside a serving invocation, e.g. by `sluice run`) generates its one request.
 //! What the metadata gives (tokenizer, template, hyper-parameters) is built once per
 //! instance ([`setup`]); warm instances keep it, never tensor handles.
@@ -97,6 +98,22 @@ struct Request {
     seed: u64,
     stop: Vec<String>,
     return_logits: bool,
+}
+
+impl Request {
+    /// Greedy, without its logits returned: its token can be read with a whole step's.
+    fn greedy_token_only(&self) -> bool {
+        self.temperature == 0.0 && !self.return_logits
+    }
+}
+
+/// What a sequence's next token is chosen from.
+enum Next {
+    /// Its logits `[1, vocab]`, queued on the device.
+    Logits(Tensor),
+    /// Its greedy token, read with those of the other greedy sequences of its step (one
+    /// `argmax` over the step's logits and one read, not one of each per sequence).
+    Token(u32),
 }
 
 fn one<'a, T>(inputs: &'a Inputs, name: &str, get: impl Fn(&'a IoTensor) -> Result<&'a [T]>) -> Result<Option<&'a T>> {
@@ -185,8 +202,8 @@ struct Generated {
     finish: &'static str,
 }
 
-/// One sequence being generated: its request, caches and text so far, and the logits
-/// its next token is chosen from.
+/// One sequence being generated: its request, caches and text so far, and what its
+/// next token is chosen from.
 struct Sequence {
     caller: Caller,
     request: Request,
@@ -197,7 +214,7 @@ struct Sequence {
     text_ids: Vec<u32>,
     /// Bytes of `g.text` already sent to the caller.
     emitted: usize,
-    logits: Tensor,
+    next: Next,
 }
 
 impl Sequence {
@@ -213,7 +230,8 @@ impl Sequence {
             Ok((request, prompt, max_tokens, cache, logits)) => {
                 let g = Generated { ids: Vec::new(), logits: Vec::new(), text: String::new(), finish: "length" };
                 let text_ids = Vec::new();
-                Ok(Sequence { caller, request, prompt, max_tokens, cache, g, text_ids, emitted: 0, logits })
+                let next = Next::Logits(logits);
+                Ok(Sequence { caller, request, prompt, max_tokens, cache, g, text_ids, emitted: 0, next })
             }
             Err(e) => Err((caller, e)),
         }
@@ -241,19 +259,25 @@ impl Sequence {
         Ok((request, prompt, max_tokens, cache, logits))
     }
 
-    /// Chooses the next token from the logits and sends its text: `Some(token)` when
+    /// Chooses the next token (from the logits, unless a step's argmax already did) and
+    /// sends its text: `Some(token)` when
     /// the sequence goes on (the token is to be run), `None` when it has ended (the
     /// end-of-sequence token, a stop string, `max_tokens`, or its caller has gone).
     fn choose(&mut self, setup: &Setup) -> Result<Option<u32>> {
         let request = &self.request;
-        let row = if request.return_logits { self.logits.to_vec_f32()? } else { Vec::new() };
-        let chosen = if request.temperature > 0.0 {
-            let seed = request.seed.wrapping_add(self.g.ids.len() as u64);
-            self.logits.sample(request.temperature, 0, request.top_p, seed)?
-        } else {
-            self.logits.argmax()?
+        let (next, row) = match &self.next {
+            Next::Token(token) => (*token, Vec::new()),
+            Next::Logits(logits) => {
+                let row = if request.return_logits { logits.to_vec_f32()? } else { Vec::new() };
+                let chosen = if request.temperature > 0.0 {
+                    let seed = request.seed.wrapping_add(self.g.ids.len() as u64);
+                    logits.sample(request.temperature, 0, request.top_p, seed)?
+                } else {
+                    logits.argmax()?
+                };
+                (chosen.to_vec_i64()?[0] as u32, row)
+            }
         };
-        let next = chosen.to_vec_i64()?[0] as u32;
         self.g.ids.push(next);
         if request.return_logits {
             self.g.logits.extend_from_slice(&row);
@@ -325,7 +349,7 @@ impl Function for Chat {
         // A plain invocation: prefill, then decode steps until the sequence ends.
         let mut seq = Sequence::start(&model, setup, &inputs, Caller::Invocation).map_err(|(_, e)| e)?;
         while let Some(next) = seq.choose(setup)? {
-            seq.logits = model.step(&mut seq.cache, &[next])?;
+            seq.next = Next::Logits(model.step(&mut seq.cache, &[next])?);
         }
         seq.outputs().1
     }
@@ -377,10 +401,17 @@ fn serve(model: &Model, setup: &Setup) -> Result<()> {
             model.step_many(&mut caches, &tokens)?
         };
         if let [seq] = going.as_mut_slice() {
-            seq.logits = logits;
+            seq.next = Next::Logits(logits);
         } else {
+            // The greedy sequences' tokens in one argmax and one read; row i is
+            // sequence i's, as its own row's argmax would give.
+            let greedy = going.iter().filter(|s| s.request.greedy_token_only()).count();
+            let tokens = if greedy > 1 { logits.argmax()?.to_vec_i64()? } else { Vec::new() };
             for (i, seq) in (0u32..).zip(going.iter_mut()) {
-                seq.logits = logits.slice(0, i, i + 1)?;
+                seq.next = match tokens.get(i as usize) {
+                    Some(&token) if seq.request.greedy_token_only() => Next::Token(token as u32),
+                    _ => Next::Logits(logits.slice(0, i, i + 1)?),
+                };
             }
         }
         active = going;

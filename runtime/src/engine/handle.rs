@@ -1,5 +1,9 @@
 //! The host representation of a guest tensor: a [`TensorHandle`] in the invocation's
 //! resource table, holding the lease that frees the device memory when it is dropped.
+//!
+//! Several handles may hold one tensor: every holder of a shared artifact weight, and a
+//! reshape and its input ([`TensorHandle::view`]: a new shape over the same device
+//! tensor, made without a kernel). The tensor is freed with its last holder.
 
 use std::sync::Arc;
 
@@ -12,26 +16,25 @@ pub struct TensorHandle {
     pub(crate) id: TensorId,
     pub(crate) meta: TensorMeta,
     /// Made by `tensor.zeros`: its own memory, which `tensor.write-rows` may change
-    /// (no other tensor may be written: a weight is shared, and an op's output, e.g. a
-    /// reshape, may share its input's memory).
+    /// (no other tensor may be written: a weight is shared, and a reshape is a view of
+    /// its input's memory).
     pub(crate) writable: bool,
-    _lease: Lease,
-}
-
-#[expect(dead_code, reason = "the leases are held only for their Drop")]
-enum Lease {
-    /// The tensor belongs to this handle alone.
-    Owned(TensorLease),
-    /// A shared read-only tensor (weights); freed with its last holder.
-    Shared(Arc<TensorLease>),
+    lease: Arc<TensorLease>,
 }
 
 impl TensorHandle {
     pub(crate) fn owned(lease: TensorLease, meta: TensorMeta) -> Self {
-        TensorHandle { id: lease.id(), meta, writable: false, _lease: Lease::Owned(lease) }
+        Self::shared(Arc::new(lease), meta)
     }
 
     pub(crate) fn shared(lease: Arc<TensorLease>, meta: TensorMeta) -> Self {
-        TensorHandle { id: lease.id(), meta, writable: false, _lease: Lease::Shared(lease) }
+        TensorHandle { id: lease.id(), meta, writable: false, lease }
+    }
+
+    /// The same device tensor as `meta` (a reshape: the same dtype and element count),
+    /// never writable: it shows the writes into this tensor that ran before it is read.
+    pub(crate) fn view(&self, meta: TensorMeta) -> Self {
+        debug_assert!(meta.dtype == self.meta.dtype && meta.byte_len() == self.meta.byte_len());
+        Self::shared(Arc::clone(&self.lease), meta)
     }
 }
