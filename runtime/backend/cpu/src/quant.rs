@@ -12,15 +12,15 @@
 //! team (`team.rs`: its threads stay awake between a decode step's kernels), and each chunk
 //! serves every x row while it is in cache. For more rows (a prompt) panels of weight
 //! rows are dequantized into f32 and multiplied with the gemm kernels of `matmul.rs`
-//! (with x as its Q8 blocks stand for), one panel per rayon task, so the dequantization
-//! is paid once per panel rather than once per x row. The two paths sum in different
+//! (with x as its Q8 blocks stand for), one panel per task of the kernel team (at least
+//! two a thread), so the dequantization is paid once per panel rather than once per x
+//! row, and the team's helpers work rather than spin beside rayon's threads. The two paths sum in different
 //! orders, so they agree to f32 rounding (the conformance tests bound the difference
 //! against a reference that quantizes x the same way), not bit for bit.
 
 use std::sync::Arc;
 
 use half::f16;
-use rayon::prelude::*;
 use sluice_host_api::{DType, QUANT_BLOCK};
 
 use crate::KernelError;
@@ -183,7 +183,11 @@ pub(crate) fn linear(dtype: DType, x: &[f32], w: &[u8], m: usize, k: usize, n: u
     // Panels of dequantized weight rows, each multiplied into its own [m, rows] block,
     // with x as its Q8 blocks stand for (the dot path's activations).
     let x = &q8::quantize_rows(x).dequantize();
-    let panels: Vec<(usize, usize)> = (0..n).step_by(PANEL_ROWS).map(|s| (s, PANEL_ROWS.min(n - s))).collect();
+    // At least two panels a thread where the weight allows (a `[192, 576]` projection
+    // is four panels on two threads, not one).
+    let rows = if parallel { n.div_ceil(crate::team::threads() * 2).next_multiple_of(16) } else { n };
+    let rows = rows.clamp(16, PANEL_ROWS);
+    let panels: Vec<(usize, usize)> = (0..n).step_by(rows).map(|s| (s, rows.min(n - s))).collect();
     let panel = |&(start, rows): &(usize, usize)| {
         let mut wf = vec![0.0f32; rows * k];
         dequantize_into(dtype, &w[start * row_bytes..(start + rows) * row_bytes], &mut wf);
@@ -192,8 +196,11 @@ pub(crate) fn linear(dtype: DType, x: &[f32], w: &[u8], m: usize, k: usize, n: u
         gemm_f32(m, rows, k, &mut block, rows, (x, k, 1), (&wf, 1, k));
         block
     };
-    let blocks: Vec<Vec<f32>> =
-        if parallel { panels.par_iter().map(panel).collect() } else { panels.iter().map(panel).collect() };
+    let blocks: Vec<Vec<f32>> = if parallel {
+        crate::team::map_tasks(panels.len(), |i| panel(&panels[i]))
+    } else {
+        panels.iter().map(panel).collect()
+    };
     for (&(start, rows), block) in panels.iter().zip(&blocks) {
         for (yr, br) in y.chunks_exact_mut(n).zip(block.chunks_exact(rows)) {
             yr[start..start + rows].copy_from_slice(br);
