@@ -9,8 +9,8 @@
 //! from the first token to the last. In-process: `Engine::invoke` with a streaming
 //! caller, the times of the chunks as the engine saw them. Over HTTP: a server in this
 //! process on loopback, `POST /v2/models/smollm2-chat/generate_stream` by a tenant of
-//! the latency class, the arrival time of each server-sent event at the client. Correctness: sluice's greedy tokens are
-//! held to an independent NumPy model by `tests/tests/smollm2.rs`; here the leading
+//! the latency class, the arrival time of each server-sent event at the client.
+//! Correctness: sluice's greedy tokens are held to an independent NumPy model by `tests/tests/smollm2.rs`; here the leading
 //! tokens the sides agree on are printed (both quantize activations to Q8 blocks, and
 //! the different orders of their f32 sums move a value across a rounding boundary now
 //! and then, so at a near tie the two may part).

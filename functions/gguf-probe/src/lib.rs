@@ -11,11 +11,11 @@
 //! - Output `cache`: FP32 `[6, 3, 64]`, a KV cache made by `zeros` after `write-rows`
 //!   of x's rows `[m, 192]` (as `[m, 3, 64]`) at position 2 and of x's first row at 5,
 //!   read through a reshape of it after the cache's own handle is dropped.
+//! - Output `refusals`: BYTES `[2]`, the error codes (Debug) of a write into the loaded
+//!   weight and into an op's output (a reshape of the cache), both refused.
 //!
 //! It launches five kernels (the linear, two slices, two writes): its reshapes are
 //! views and the refused writes queue nothing.
-//! - Output `refusals`: BYTES `[2]`, the error codes (Debug) of a write into the loaded
-//!   weight and into an op's output (a reshape of the cache), both refused.
 
 use sluice_guest::{DType, Error, Function, Inputs, IoData, IoTensor, Result, Tensor, artifacts};
 

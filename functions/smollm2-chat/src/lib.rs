@@ -34,8 +34,8 @@
 //! each new one alone, and runs one decode step for every active sequence at once
 //! ([`Model::step_many`]: one pass over the weights), up to [`MAX_SEQUENCES`]; a
 //! sequence leaves when it ends or its caller goes. The greedy sequences' next tokens
-//! come from one `argmax` over the step's logits and one read. A plain invocation (the function
-//! run outside a serving invocation, e.g. by `sluice run`) generates its one request.
+//! come from one `argmax` over the step's logits and one read. A plain invocation (the
+//! function run outside a serving invocation, e.g. by `sluice run`) generates its one request.
 //! What the metadata gives (tokenizer, template, hyper-parameters) is built once per
 //! instance ([`setup`]); warm instances keep it, never tensor handles.
 
@@ -260,9 +260,9 @@ impl Sequence {
     }
 
     /// Chooses the next token (from the logits, unless a step's argmax already did) and
-    /// sends its text: `Some(token)` when
-    /// the sequence goes on (the token is to be run), `None` when it has ended (the
-    /// end-of-sequence token, a stop string, `max_tokens`, or its caller has gone).
+    /// sends its text: `Some(token)` when the sequence goes on (the token is to be run),
+    /// `None` when it has ended (the end-of-sequence token, a stop string, `max_tokens`,
+    /// or its caller has gone).
     fn choose(&mut self, setup: &Setup) -> Result<Option<u32>> {
         let request = &self.request;
         let (next, row) = match &self.next {

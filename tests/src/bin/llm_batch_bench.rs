@@ -6,13 +6,13 @@
 //! (`bench/llm/llama_cpp_batched.py` through `bench/llm/run_peer.sh`, which builds
 //! llama-cpp-python from PyPI once; `SLUICE_BENCH_PEERS=0` skips it).
 //!
-//! `cargo run --release -p sluice-tests --bin llm-batch-bench [-- --tokens T --runs R --streams 1,4,8]`
-//! (needs `cargo xtask build-functions` and `cargo xtask fetch-llm`). Each client sends
-//! one greedy `/v2` request of T tokens (default 64; `max_tokens`, and the prompts are
-//! the three visible SmolLM2 reference prompts in turn); a row is the median of R runs
-//! (default 3) of all clients at once: aggregate generated tokens per second of wall
-//! time (prefill included) and the slowest request's time. The tenant runs in the
-//! latency class, as an interactive chat's would. llama.cpp's rows are
+//! `cargo run --release -p sluice-tests --bin llm-batch-bench [-- --tokens T --runs R
+//! --streams 1,4,8]` (needs `cargo xtask build-functions` and `cargo xtask fetch-llm`).
+//! Each client sends one greedy `/v2` request of T tokens (default 64; `max_tokens`, and
+//! the prompts are the three visible SmolLM2 reference prompts in turn); a row is the
+//! median of R runs (default 3) of all clients at once: aggregate generated tokens per
+//! second of wall time (prefill included) and the slowest request's time. The tenant
+//! runs in the latency class, as an interactive chat's would. llama.cpp's rows are
 //! measured the same way, in-process, on the same prompts' token ids, threads and file.
 //! Checked on both sides: every generation has T tokens or ends on the end-of-sequence
 //! token, and its tokens are compared with the same prompt run alone (the count that

@@ -3,7 +3,8 @@
 //! eight at once (8 rows), and a prompt (64 rows), for a Q4_1 FFN projection
 //! `[1536, 576]` and the Q8_0 output head `[49152, 576]`, on a kernel team of all the
 //! cores as the device runs them. Prints the median time of each and the weight bytes
-//! streamed per second; asserts nothing about time. `cargo bench -p sluice-backend-cpu --bench quant` (part of `cargo xtask bench`).
+//! streamed per second; asserts nothing about time. `cargo bench -p sluice-backend-cpu
+//! --bench quant` (part of `cargo xtask bench`).
 
 use std::time::{Duration, Instant};
 
