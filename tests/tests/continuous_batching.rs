@@ -4,8 +4,9 @@
 //!
 //! - requests that join a running generation's steps produce, token for token, what
 //!   each produces alone (greedy ones, whose tokens a step reads together, and a
-//!   sampled one beside them, which draws from its own row), and say they shared the invocation
-//!   (`x-sluice-batch-size` ≥ 2, deterministic here: a long stream runs throughout);
+//!   sampled one beside them, which draws from its own row), and say they shared the
+//!   invocation (`x-sluice-batch-size` ≥ 2, deterministic here: a long stream runs
+//!   throughout);
 //! - a streaming client that goes has its sequence, and its KV cache, dropped while the
 //!   other generation goes on, which then answers exactly as it does alone.
 //!

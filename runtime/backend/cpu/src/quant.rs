@@ -15,8 +15,9 @@
 //! (with x as its Q8 blocks stand for), one panel per task of the kernel team (at least
 //! two a thread), so the dequantization is paid once per panel rather than once per x
 //! row, and the team's helpers work rather than spin beside rayon's threads. The two
-//! paths sum in different orders, so they agree to f32 rounding (the conformance tests bound the difference
-//! against a reference that quantizes x the same way), not bit for bit.
+//! paths sum in different orders, so they agree to f32 rounding (the conformance tests
+//! bound the difference against a reference that quantizes x the same way), not bit for
+//! bit.
 
 use std::sync::Arc;
 
