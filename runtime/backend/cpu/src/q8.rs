@@ -24,7 +24,8 @@ use crate::simd::multiversion;
 pub(crate) const SUM_LANES: usize = 8;
 /// Elements of a block each lane sums.
 const PER_LANE: usize = QUANT_BLOCK / SUM_LANES;
-/// x rows one weight row is applied to at once, at most.
+/// x rows the portable kernel applies one weight row to at once (more take another
+/// pass).
 pub(crate) const MAX_ROWS: usize = 8;
 
 /// Rows of f32 activations as Q8 blocks: `q` (one byte per element), and per block its
@@ -83,25 +84,50 @@ impl Q8Rows {
 }
 
 /// The weight rows `w` (consecutive, `k / 32` blocks of `dtype` each) times every x row
-/// of `x` (at most [`MAX_ROWS`]): `out[i · rows + r]` for x row `i` and weight row `r`.
+/// of `x` (any number): `out[i · rows + r]` for x row `i` and weight row `r`.
 pub(crate) fn dot_rows(dtype: DType, w: &[u8], x: &Q8Rows, k: usize, out: &mut [f32]) {
     let m = x.q.len() / k;
-    debug_assert!((1..=MAX_ROWS).contains(&m) && out.len().is_multiple_of(m));
+    debug_assert!(m >= 1 && out.len().is_multiple_of(m));
     #[cfg(target_arch = "x86_64")]
     if crate::simd::level() != crate::simd::Level::Base {
-        // SAFETY: the level says the CPU has AVX2, FMA and F16C; the kernel's loads stay inside the
-        // slices (checked by the shapes above: whole blocks of `w` and of every x row).
-        unsafe { avx2::dot_rows(dtype, w, x, k, out) };
+        // SAFETY: the level says the CPU has AVX2, FMA and F16C, and `vnni` that it has
+        // AVX-512 VNNI and VL; the kernel's loads stay inside the slices (checked by the
+        // shapes above: whole blocks of `w` and of every x row).
+        unsafe {
+            if avx2::vnni() { avx2::dot_rows_vnni(dtype, w, x, k, out) } else { avx2::dot_rows(dtype, w, x, k, out) }
+        };
         return;
     }
     portable_dot_rows(dtype, w, x, k, out);
 }
 
+/// Whether the vector kernel runs (AVX2), so that a prompt's rows go through
+/// [`dot_rows`] rather than the gemm path (the portable kernel is too slow for them).
+pub(crate) fn fast() -> bool {
+    cfg!(target_arch = "x86_64") && crate::simd::level() != crate::simd::Level::Base
+}
+
 /// [`dot_rows`] in plain Rust, lane for lane the AVX2 kernel's arithmetic.
 fn portable_dot_rows(dtype: DType, w: &[u8], x: &Q8Rows, k: usize, out: &mut [f32]) {
-    let (bb, blocks) = (dtype.block_bytes(), k / QUANT_BLOCK);
     let m = x.q.len() / k;
     let rows = out.len() / m;
+    for first in (0..m).step_by(MAX_ROWS) {
+        let group = (m - first).min(MAX_ROWS);
+        portable_group(dtype, w, x, k, (first, group), rows, out);
+    }
+}
+
+/// [`portable_dot_rows`] for x rows `first .. first + group` (at most [`MAX_ROWS`]).
+fn portable_group(
+    dtype: DType,
+    w: &[u8],
+    x: &Q8Rows,
+    k: usize,
+    (first, m): (usize, usize),
+    rows: usize,
+    out: &mut [f32],
+) {
+    let (bb, blocks) = (dtype.block_bytes(), k / QUANT_BLOCK);
     let q4 = dtype == DType::Q4_1;
     let mut wq = [0i8; QUANT_BLOCK];
     let mut wu = [0u8; QUANT_BLOCK];
@@ -124,7 +150,7 @@ fn portable_dot_rows(dtype: DType, w: &[u8], x: &Q8Rows, k: usize, out: &mut [f3
                 }
             }
             for i in 0..m {
-                let at = i * blocks + b;
+                let at = (first + i) * blocks + b;
                 let xq = &x.q[at * QUANT_BLOCK..(at + 1) * QUANT_BLOCK];
                 let dd = dw * x.d[at];
                 for (l, acc) in acc[i].iter_mut().enumerate() {
@@ -141,7 +167,7 @@ fn portable_dot_rows(dtype: DType, w: &[u8], x: &Q8Rows, k: usize, out: &mut [f3
         }
         for i in 0..m {
             let lanes: [f32; SUM_LANES] = std::array::from_fn(|l| acc[0][i][l] + acc[1][i][l]);
-            out[i * rows + r] = finish(&lanes, offsets[0][i] + offsets[1][i]);
+            out[(first + i) * rows + r] = finish(&lanes, offsets[0][i] + offsets[1][i]);
         }
     }
 }
@@ -166,12 +192,22 @@ mod avx2 {
     //! rows (eight accumulators), more take a second pass over the same cached rows. On
     //! SmolLM2's `[1536, 576]` Q4_1 projection this took 8 rows from 362 to 167 µs and
     //! one row from 58 to 50 µs (`cargo bench -p sluice-backend-cpu --bench quant`).
+    //!
+    //! Where the CPU has AVX-512 VNNI (with VL), one `vpdpbusd` on 256-bit registers does
+    //! the two multiply-adds' work: it sums the same four products per 32-bit lane
+    //! exactly, so the bits are the same.
 
     use std::arch::x86_64::*;
 
     use sluice_host_api::{DType, QUANT_BLOCK};
 
-    use super::{MAX_ROWS, Q8Rows, SUM_LANES, finish};
+    use super::{Q8Rows, SUM_LANES, finish};
+
+    /// Whether the CPU has AVX-512 VNNI and VL (detected once).
+    pub(super) fn vnni() -> bool {
+        static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *VNNI.get_or_init(|| is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl"))
+    }
 
     /// See [`super::dot_rows`].
     ///
@@ -180,6 +216,26 @@ mod avx2 {
     /// rows of `k`.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn dot_rows(dtype: DType, w: &[u8], x: &Q8Rows, k: usize, out: &mut [f32]) {
+        // SAFETY: the caller's contract.
+        unsafe { passes::<false>(dtype, w, x, k, out) }
+    }
+
+    /// [`dot_rows`] with `vpdpbusd`.
+    ///
+    /// # Safety
+    /// As [`dot_rows`], and the CPU must have AVX-512 F, VL and VNNI ([`vnni`]).
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    pub(super) unsafe fn dot_rows_vnni(dtype: DType, w: &[u8], x: &Q8Rows, k: usize, out: &mut [f32]) {
+        // SAFETY: the caller's contract.
+        unsafe { passes::<true>(dtype, w, x, k, out) }
+    }
+
+    /// The passes over the weight rows, [`GROUP`] x rows at a time.
+    ///
+    /// # Safety
+    /// As [`dot_rows`] (and [`dot_rows_vnni`] with `VNNI`); inlined into them.
+    #[inline(always)]
+    unsafe fn passes<const VNNI: bool>(dtype: DType, w: &[u8], x: &Q8Rows, k: usize, out: &mut [f32]) {
         let m = x.q.len() / k;
         let n = out.len() / m;
         let mut first = 0;
@@ -189,14 +245,14 @@ mod avx2 {
             // SAFETY: forwarded (the caller's contract), with `first + group ≤ m`.
             unsafe {
                 match (dtype == DType::Q4_1, group) {
-                    (true, 1) => rows_of::<1, true>(rows),
-                    (true, 2) => rows_of::<2, true>(rows),
-                    (true, 3) => rows_of::<3, true>(rows),
-                    (true, _) => rows_of::<4, true>(rows),
-                    (false, 1) => rows_of::<1, false>(rows),
-                    (false, 2) => rows_of::<2, false>(rows),
-                    (false, 3) => rows_of::<3, false>(rows),
-                    (false, _) => rows_of::<4, false>(rows),
+                    (true, 1) => rows_of::<1, true, VNNI>(rows),
+                    (true, 2) => rows_of::<2, true, VNNI>(rows),
+                    (true, 3) => rows_of::<3, true, VNNI>(rows),
+                    (true, _) => rows_of::<4, true, VNNI>(rows),
+                    (false, 1) => rows_of::<1, false, VNNI>(rows),
+                    (false, 2) => rows_of::<2, false, VNNI>(rows),
+                    (false, 3) => rows_of::<3, false, VNNI>(rows),
+                    (false, _) => rows_of::<4, false, VNNI>(rows),
                 }
             }
             first += group;
@@ -208,7 +264,7 @@ mod avx2 {
     /// registers; more x rows take another pass over the (cached) weight rows.
     const GROUP: usize = 4;
 
-    const _: () = assert!(MAX_ROWS == 8 && SUM_LANES == 8, "one __m256 of lanes per x row, 1 to 8 rows");
+    const _: () = assert!(SUM_LANES == 8, "one __m256 of lanes per x row");
 
     /// One pass: every weight row of `w` times x rows `first .. first + M`, into `out`
     /// (`out[i · n + r]` for x row `i` and weight row `r`).
@@ -236,9 +292,9 @@ mod avx2 {
     }
 
     /// # Safety
-    /// As [`dot_rows`], and x rows `first .. first + M` exist.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn rows_of<const M: usize, const Q4: bool>(p: Rows<'_>) {
+    /// As [`passes`], and x rows `first .. first + M` exist.
+    #[inline(always)]
+    unsafe fn rows_of<const M: usize, const Q4: bool, const VNNI: bool>(p: Rows<'_>) {
         let dtype = if Q4 { DType::Q4_1 } else { DType::Q8_0 };
         let (bb, blocks) = (dtype.block_bytes(), p.k / QUANT_BLOCK);
         assert!(
@@ -257,29 +313,31 @@ mod avx2 {
         for r in 0..p.n {
             // SAFETY: weight row `r` is inside `w` (asserted above).
             let row = unsafe { p.w.as_ptr().add(r * blocks * bb) };
-            let (mut even, mut odd) = ([_mm256_setzero_ps(); M], [_mm256_setzero_ps(); M]);
-            let (mut even_offsets, mut odd_offsets) = (_mm_setzero_ps(), _mm_setzero_ps());
+            // SAFETY: the CPU has AVX (the caller's contract).
+            let (mut even, mut odd) = unsafe { ([_mm256_setzero_ps(); M], [_mm256_setzero_ps(); M]) };
+            // SAFETY: as above.
+            let (mut even_offsets, mut odd_offsets) = unsafe { (_mm_setzero_ps(), _mm_setzero_ps()) };
             let mut b = 0;
             // The even blocks and the odd ones in two chains of adds, so that a block
             // does not wait for the previous one's.
             while b + 1 < blocks {
                 // SAFETY: blocks `b` and `b + 1` of the row and of x's rows are in bounds.
                 unsafe {
-                    x.accumulate::<M, Q4>(row.add(b * bb), b, &mut even, &mut even_offsets);
-                    x.accumulate::<M, Q4>(row.add((b + 1) * bb), b + 1, &mut odd, &mut odd_offsets);
+                    x.accumulate::<M, Q4, VNNI>(row.add(b * bb), b, &mut even, &mut even_offsets);
+                    x.accumulate::<M, Q4, VNNI>(row.add((b + 1) * bb), b + 1, &mut odd, &mut odd_offsets);
                 }
                 b += 2;
             }
             if b < blocks {
                 // SAFETY: as above.
-                unsafe { x.accumulate::<M, Q4>(row.add(b * bb), b, &mut even, &mut even_offsets) };
+                unsafe { x.accumulate::<M, Q4, VNNI>(row.add(b * bb), b, &mut even, &mut even_offsets) };
             }
             let mut offsets = [0.0f32; 4];
-            // SAFETY: `offsets` is 4 f32s.
+            // SAFETY: `offsets` is 4 f32s (and the CPU has AVX).
             unsafe { _mm_storeu_ps(offsets.as_mut_ptr(), _mm_add_ps(even_offsets, odd_offsets)) };
             for i in 0..M {
                 let mut lanes = [0.0f32; SUM_LANES];
-                // SAFETY: `lanes` is 8 f32s.
+                // SAFETY: `lanes` is 8 f32s (and the CPU has AVX).
                 unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_add_ps(even[i], odd[i])) };
                 p.out[(p.first + i) * p.n + r] = finish(&lanes, offsets[i]);
             }
@@ -303,10 +361,11 @@ mod avx2 {
         /// factor of x row `i`; each lane's add rounds as the scalar one would).
         ///
         /// # Safety
-        /// The CPU must have AVX2, FMA and F16C; `block` must point at a whole block of
-        /// the format and `b` be a block of the `M` x rows.
+        /// The CPU must have AVX2, FMA and F16C (and AVX-512 VNNI and VL with `VNNI`);
+        /// `block` must point at a whole block of the format and `b` be a block of the
+        /// `M` x rows.
         #[inline(always)]
-        unsafe fn accumulate<const M: usize, const Q4: bool>(
+        unsafe fn accumulate<const M: usize, const Q4: bool, const VNNI: bool>(
             &self,
             block: *const u8,
             b: usize,
@@ -332,8 +391,12 @@ mod avx2 {
                     let at = i * self.blocks + b;
                     let xq = _mm256_loadu_si256(self.xq.add(at * QUANT_BLOCK).cast());
                     let xs = if Q4 { xq } else { _mm256_sign_epi8(xq, signs) };
-                    let pairs = _mm256_maddubs_epi16(wv, xs);
-                    let lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+                    let sums = if VNNI {
+                        _mm256_dpbusd_epi32(_mm256_setzero_si256(), wv, xs)
+                    } else {
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xs), _mm256_set1_epi16(1))
+                    };
+                    let lanes = _mm256_cvtepi32_ps(sums);
                     *acc = _mm256_fmadd_ps(lanes, _mm256_set1_ps(dw * *self.xd.add(at)), *acc);
                 }
                 if Q4 {
@@ -362,7 +425,9 @@ mod tests {
             for (k, n, dtype) in [(64, 13), (96, 13)].into_iter().flat_map(|(k, n)| DType::QUANTIZED.map(|d| (k, n, d)))
             {
                 let w = weights(dtype, n, k);
-                for m in 1..=MAX_ROWS {
+                // Up to a prompt's rows: several groups of the vector kernel's passes and of
+                // the portable kernel's.
+                for m in (1..=MAX_ROWS).chain([13, 21]) {
                     let x: Vec<f32> = (0..m * k).map(|i| ((i * 104_729 % 811) as f32 - 405.0) / 409.0).collect();
                     let xq = quantize_rows(&x);
                     let (mut fast, mut slow) = (vec![0.0; m * n], vec![0.0; m * n]);
@@ -370,6 +435,26 @@ mod tests {
                     unsafe { avx2::dot_rows(dtype, &w, &xq, k, &mut fast) };
                     portable_dot_rows(dtype, &w, &xq, k, &mut slow);
                     assert!(fast.iter().zip(&slow).all(|(a, b)| a.to_bits() == b.to_bits()), "{dtype} k {k} m {m}");
+                    if avx2::vnni() {
+                        let mut vnni = vec![0.0; m * n];
+                        // SAFETY: AVX-512 VNNI and VL checked; whole blocks.
+                        unsafe { avx2::dot_rows_vnni(dtype, &w, &xq, k, &mut vnni) };
+                        assert!(
+                            vnni.iter().zip(&slow).all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "VNNI {dtype} k {k} m {m}"
+                        );
+                    }
+                    // Each row as it comes out alone.
+                    for i in 0..m {
+                        let one = Q8Rows {
+                            q: xq.q[i * k..(i + 1) * k].to_vec(),
+                            d: xq.d[i * k / 32..(i + 1) * k / 32].to_vec(),
+                            s: xq.s[i * k / 32..(i + 1) * k / 32].to_vec(),
+                        };
+                        let mut alone = vec![0.0; n];
+                        dot_rows(dtype, &w, &one, k, &mut alone);
+                        assert!(alone.iter().zip(&slow[i * n..]).all(|(a, b)| a.to_bits() == b.to_bits()));
+                    }
                 }
             }
             return;
