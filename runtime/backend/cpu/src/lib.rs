@@ -7,9 +7,10 @@
 //! data-dependent faults (an embedding id out of range, an integer
 //! division by zero) as [`KernelError`]s instead of panicking. Kernels are grouped by op
 //! family, one module each; small tensors run on the calling thread and large ones use
-//! rayon, except the kernels of a decode step (the quantized linear of a few rows,
-//! cached attention), which run on the [`Team`] the caller entered (its threads spin
-//! between kernels instead of sleeping; `team.rs`). f32 products run on the panel GEMM (`panel_gemm.rs`: AVX-512 or AVX2 + FMA
+//! rayon, except the kernels of a language model (the quantized linear, cached
+//! attention), which run on the [`Team`] the caller entered (its threads spin between
+//! kernels instead of sleeping; `team.rs`). f32 products run on the panel GEMM
+//! (`panel_gemm.rs`: AVX-512 or AVX2 + FMA
 //! micro-kernels, the right operand packed into column panels, threads split by panels);
 //! a linear's weight is packed once and shared by every later launch (`packed.rs`).
 //!

@@ -38,28 +38,46 @@ pub(crate) struct Q8Rows {
 
 const MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23: adding it rounds to an integer, ties to even
 
+/// Quantizes `x` (whole blocks of 32) to Q8 blocks.
+fn quantize_into(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if fast() {
+        assert!(q.len() == x.len() && d.len() == x.len() / QUANT_BLOCK && s.len() == d.len());
+        // SAFETY: the level says the CPU has AVX2; the lengths are checked above.
+        unsafe { avx2::quantize_into(x, q, d, s) };
+        return;
+    }
+    portable_quantize_into(x, q, d, s);
+}
+
 multiversion! {
-    /// Quantizes `x` (whole blocks of 32) to Q8 blocks.
-    fn quantize_into(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
+    /// [`quantize_into`] in plain Rust, value for value the AVX2 kernel's arithmetic.
+    fn portable_quantize_into(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
         for (((xb, qb), d), s) in x.chunks_exact(QUANT_BLOCK).zip(q.chunks_exact_mut(QUANT_BLOCK)).zip(d).zip(s) {
-            let amax = xb.iter().fold(0.0f32, |a, &v| a.max(v.abs()));
-            // The sum is NaN exactly when a value is NaN or infinities meet; an infinite
-            // max catches the rest.
-            let finite = !xb.iter().sum::<f32>().is_nan() && amax.is_finite();
-            let scale = if finite { amax / 127.0 } else { f32::NAN };
-            let inverse = if scale != 0.0 { 1.0 / scale } else { 0.0 };
-            let mut total = 0i32;
-            for (q, &v) in qb.iter_mut().zip(xb) {
-                // |v · inverse| ≤ 127 (up to rounding), so the magic number rounds it
-                // exactly; NaN becomes 0 (and the NaN scale carries it).
-                let r = ((v * inverse + MAGIC) - MAGIC) as i8;
-                *q = r;
-                total += i32::from(r);
-            }
-            *d = scale;
-            *s = scale * total as f32;
+            (*d, *s) = quantize_block(xb, qb);
         }
     }
+}
+
+/// One block of 32: its quants into `qb`; returns its scale `d` and `d · Σ q`.
+#[inline(always)]
+fn quantize_block(xb: &[f32], qb: &mut [i8]) -> (f32, f32) {
+    let amax = xb.iter().fold(0.0f32, |a, &v| a.max(v.abs()));
+    // The sum is NaN exactly when a value is NaN or infinities meet; an infinite
+    // max catches the rest.
+    let finite = !xb.iter().sum::<f32>().is_nan() && amax.is_finite();
+    let scale = if finite { amax / 127.0 } else { f32::NAN };
+    let inverse = if scale != 0.0 { 1.0 / scale } else { 0.0 };
+    let mut total = 0i32;
+    for (q, &v) in qb.iter_mut().zip(xb) {
+        // |v · inverse| ≤ 127 (up to rounding), so the magic number rounds it
+        // exactly; NaN becomes 0 (and the NaN scale carries it); with a subnormal
+        // scale the inverse is infinite and the cast saturates.
+        let r = ((v * inverse + MAGIC) - MAGIC) as i8;
+        *q = r;
+        total += i32::from(r);
+    }
+    (scale, scale * total as f32)
 }
 
 /// `x` (rows of `k`, `k` a multiple of 32) as Q8 blocks.
@@ -202,6 +220,60 @@ mod avx2 {
     use sluice_host_api::{DType, QUANT_BLOCK};
 
     use super::{Q8Rows, SUM_LANES, finish};
+
+    /// See [`super::quantize_into`]: per block the largest magnitude, whether every
+    /// value is finite, and the rounding of `v · (1 / d)` by the magic number, as the
+    /// portable code computes them (a maximum and the checks are exact in any order);
+    /// a block whose inverse scale is not finite goes to the scalar code. 6× faster than
+    /// the compiler's vectorization of the portable code (64 × 576 values: 81 → 13 µs).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2; `q` must have `x`'s length and `d` and `s` one element
+    /// per block of 32.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn quantize_into(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
+        let magnitude = _mm256_set1_ps(f32::from_bits(0x7fff_ffff));
+        let (infinity, magic) = (_mm256_set1_ps(f32::INFINITY), _mm256_set1_ps(super::MAGIC));
+        for (b, xb) in x.chunks_exact(QUANT_BLOCK).enumerate() {
+            // SAFETY: a block is 32 f32s, four registers' worth.
+            let v: [__m256; 4] = std::array::from_fn(|j| unsafe { _mm256_loadu_ps(xb.as_ptr().add(8 * j)) });
+            let abs = v.map(|v| _mm256_and_ps(v, magnitude));
+            // Finite: every magnitude below infinity (false for a NaN).
+            let below = abs.map(|a| _mm256_cmp_ps::<_CMP_LT_OQ>(a, infinity));
+            let all_below = _mm256_and_ps(_mm256_and_ps(below[0], below[1]), _mm256_and_ps(below[2], below[3]));
+            let finite = _mm256_movemask_ps(all_below) == 0xff;
+            let qb = &mut q[b * QUANT_BLOCK..(b + 1) * QUANT_BLOCK];
+            let scale = if finite {
+                let m = _mm256_max_ps(_mm256_max_ps(abs[0], abs[1]), _mm256_max_ps(abs[2], abs[3]));
+                let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+                let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+                _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m))) / 127.0
+            } else {
+                f32::NAN
+            };
+            let inverse = if scale != 0.0 { 1.0 / scale } else { 0.0 };
+            if !inverse.is_finite() {
+                // A NaN or infinite value, or a subnormal scale: the scalar code's casts
+                // (NaN to 0, saturating) rather than the vector conversion's.
+                (d[b], s[b]) = super::quantize_block(xb, qb);
+                continue;
+            }
+            let inv = _mm256_set1_ps(inverse);
+            // Integers in -127..=127, so the conversions and the packs are exact.
+            let ints = v.map(|v| _mm256_cvtps_epi32(_mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(v, inv), magic), magic)));
+            let total = _mm256_add_epi32(_mm256_add_epi32(ints[0], ints[1]), _mm256_add_epi32(ints[2], ints[3]));
+            let total = _mm_add_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256::<1>(total));
+            let total = _mm_add_epi32(total, _mm_shuffle_epi32::<0b01_00_11_10>(total));
+            let total = _mm_cvtsi128_si32(_mm_add_epi32(total, _mm_shuffle_epi32::<0b10_11_00_01>(total)));
+            // packs interleave 128-bit halves: words [0l 1l 0h 1h], bytes reordered back below.
+            let words = [_mm256_packs_epi32(ints[0], ints[1]), _mm256_packs_epi32(ints[2], ints[3])];
+            let bytes = _mm256_packs_epi16(words[0], words[1]);
+            let ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            // SAFETY: `qb` is 32 bytes.
+            unsafe { _mm256_storeu_si256(qb.as_mut_ptr().cast(), ordered) };
+            (d[b], s[b]) = (scale, scale * total as f32);
+        }
+    }
 
     /// Whether the CPU has AVX-512 VNNI and VL (detected once).
     pub(super) fn vnni() -> bool {
@@ -460,6 +532,32 @@ mod tests {
             return;
         }
         println!("skipping: no AVX2 here, the portable kernel is the only one");
+    }
+
+    #[test]
+    fn the_avx2_quantization_and_the_portable_one_give_the_same_bits() {
+        if !fast() {
+            println!("skipping: no AVX2 here, the portable quantization is the only one");
+            return;
+        }
+        let mut x: Vec<f32> = (0..32 * 40).map(|i| ((i * 104_729 % 811) as f32 - 405.0) / 409.0 * 1e3).collect();
+        x[32..64].fill(0.0);
+        x[70] = f32::NAN;
+        x[100] = f32::INFINITY;
+        x[130] = f32::NEG_INFINITY;
+        x[131] = f32::INFINITY;
+        x[160..192].iter_mut().enumerate().for_each(|(i, v)| *v = i as f32 * 0.5 - 7.5); // ties
+        x[192] = f32::MIN_POSITIVE / 4.0; // a subnormal value
+        x[224..256].iter_mut().enumerate().for_each(|(i, v)| *v = f32::MIN_POSITIVE * (i as f32 - 9.0) / 64.0); // a subnormal scale
+        let blocks = x.len() / 32;
+        let mut fast_out = (vec![0i8; x.len()], vec![0f32; blocks], vec![0f32; blocks]);
+        let mut slow = fast_out.clone();
+        quantize_into(&x, &mut fast_out.0, &mut fast_out.1, &mut fast_out.2);
+        portable_quantize_into(&x, &mut slow.0, &mut slow.1, &mut slow.2);
+        assert_eq!(fast_out.0, slow.0);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&fast_out.1), bits(&slow.1));
+        assert_eq!(bits(&fast_out.2), bits(&slow.2));
     }
 
     #[test]
