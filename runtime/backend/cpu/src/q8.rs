@@ -107,12 +107,16 @@ pub(crate) fn dot_rows(dtype: DType, w: &[u8], x: &Q8Rows, k: usize, out: &mut [
     let m = x.q.len() / k;
     debug_assert!(m >= 1 && out.len().is_multiple_of(m));
     #[cfg(target_arch = "x86_64")]
-    if crate::simd::level() != crate::simd::Level::Base {
+    if fast() {
         // SAFETY: the level says the CPU has AVX2, FMA and F16C, and `vnni` that it has
         // AVX-512 VNNI and VL; the kernel's loads stay inside the slices (checked by the
         // shapes above: whole blocks of `w` and of every x row).
         unsafe {
-            if avx2::vnni() { avx2::dot_rows_vnni(dtype, w, x, k, out) } else { avx2::dot_rows(dtype, w, x, k, out) }
+            if crate::simd::vnni() {
+                avx2::dot_rows_vnni(dtype, w, x, k, out)
+            } else {
+                avx2::dot_rows(dtype, w, x, k, out)
+            }
         };
         return;
     }
@@ -277,12 +281,6 @@ mod avx2 {
         }
     }
 
-    /// Whether the CPU has AVX-512 VNNI and VL (detected once).
-    pub(super) fn vnni() -> bool {
-        static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *VNNI.get_or_init(|| is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl"))
-    }
-
     /// See [`super::dot_rows`].
     ///
     /// # Safety
@@ -297,7 +295,8 @@ mod avx2 {
     /// [`dot_rows`] with `vpdpbusd`.
     ///
     /// # Safety
-    /// As [`dot_rows`], and the CPU must have AVX-512 F, VL and VNNI ([`vnni`]).
+    /// As [`dot_rows`], and the CPU must have AVX-512 F, VL and VNNI
+    /// ([`crate::simd::vnni`]).
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
     pub(super) unsafe fn dot_rows_vnni(dtype: DType, w: &[u8], x: &Q8Rows, k: usize, out: &mut [f32]) {
         // SAFETY: the caller's contract.
@@ -319,26 +318,34 @@ mod avx2 {
             let rows = Rows { w, x, first, k, out: &mut *out, n };
             // SAFETY: forwarded (the caller's contract), with `first + group ≤ m`.
             unsafe {
-                match (dtype == DType::Q4_1, group) {
-                    (true, 1) => rows_of::<1, true, VNNI>(rows),
-                    (true, 2) => rows_of::<2, true, VNNI>(rows),
-                    (true, 3) => rows_of::<3, true, VNNI>(rows),
-                    (true, 4) => rows_of::<4, true, VNNI>(rows),
-                    (true, 5) => rows_of::<5, true, VNNI>(rows),
-                    (true, 6) => rows_of::<6, true, VNNI>(rows),
-                    (true, 7) => rows_of::<7, true, VNNI>(rows),
-                    (true, _) => rows_of::<8, true, VNNI>(rows),
-                    (false, 1) => rows_of::<1, false, VNNI>(rows),
-                    (false, 2) => rows_of::<2, false, VNNI>(rows),
-                    (false, 3) => rows_of::<3, false, VNNI>(rows),
-                    (false, 4) => rows_of::<4, false, VNNI>(rows),
-                    (false, 5) => rows_of::<5, false, VNNI>(rows),
-                    (false, 6) => rows_of::<6, false, VNNI>(rows),
-                    (false, 7) => rows_of::<7, false, VNNI>(rows),
-                    (false, _) => rows_of::<8, false, VNNI>(rows),
+                if dtype == DType::Q4_1 {
+                    group_of::<true, VNNI>(rows, group)
+                } else {
+                    group_of::<false, VNNI>(rows, group)
                 }
             }
             first += group;
+        }
+    }
+
+    /// One pass of `group` x rows (1 to 8) in `rows_of`'s instance for that count.
+    ///
+    /// # Safety
+    /// As [`rows_of`] with `M = group`.
+    #[inline(always)]
+    unsafe fn group_of<const Q4: bool, const VNNI: bool>(rows: Rows<'_>, group: usize) {
+        // SAFETY: forwarded (the caller's contract).
+        unsafe {
+            match group {
+                1 => rows_of::<1, Q4, VNNI>(rows),
+                2 => rows_of::<2, Q4, VNNI>(rows),
+                3 => rows_of::<3, Q4, VNNI>(rows),
+                4 => rows_of::<4, Q4, VNNI>(rows),
+                5 => rows_of::<5, Q4, VNNI>(rows),
+                6 => rows_of::<6, Q4, VNNI>(rows),
+                7 => rows_of::<7, Q4, VNNI>(rows),
+                _ => rows_of::<8, Q4, VNNI>(rows),
+            }
         }
     }
 
@@ -521,7 +528,7 @@ mod tests {
                     unsafe { avx2::dot_rows(dtype, &w, &xq, k, &mut fast) };
                     portable_dot_rows(dtype, &w, &xq, k, &mut slow);
                     assert!(fast.iter().zip(&slow).all(|(a, b)| a.to_bits() == b.to_bits()), "{dtype} k {k} m {m}");
-                    if avx2::vnni() {
+                    if crate::simd::vnni() {
                         let mut vnni = vec![0.0; m * n];
                         // SAFETY: AVX-512 VNNI and VL checked; whole blocks.
                         unsafe { avx2::dot_rows_vnni(dtype, &w, &xq, k, &mut vnni) };

@@ -86,6 +86,15 @@ pub(crate) fn level() -> Level {
     })
 }
 
+/// Whether the CPU has AVX-512 VNNI and VL (detected once), for the Q8 dot kernel's
+/// `vpdpbusd` form (`q8.rs`).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn vnni() -> bool {
+    use std::sync::OnceLock;
+    static VNNI: OnceLock<bool> = OnceLock::new();
+    *VNNI.get_or_init(|| is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl"))
+}
+
 /// The widest level this CPU supports (always the baseline off x86-64).
 #[cfg(not(target_arch = "x86_64"))]
 pub(crate) fn level() -> Level {
