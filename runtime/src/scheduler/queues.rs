@@ -9,6 +9,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use rustc_hash::FxHashMap;
+
 use super::status::TenantStatus;
 use super::work::{Queued, Work};
 use super::{InvocationId, Policy, PriorityClass, QueueRoom, SchedulingInfo};
@@ -42,7 +44,7 @@ struct Tenant {
 #[derive(Default)]
 pub(super) struct Queues {
     system: VecDeque<Queued>,
-    invocations: HashMap<InvocationId, Invocation>,
+    invocations: FxHashMap<InvocationId, Invocation>,
     tenants: Vec<Tenant>,
     tenant_index: HashMap<(Arc<str>, PriorityClass), usize>,
     seq: u64,

@@ -12,8 +12,7 @@
 //! a pending tensor does, and afterwards waits for the writer's lane. A failed write
 //! poisons the tensor written.
 
-use std::collections::HashMap;
-
+use rustc_hash::FxHashMap;
 use sluice_host_api::{ApiError, ErrorCode, Op, TensorMeta};
 use tokio::sync::oneshot;
 
@@ -66,7 +65,8 @@ const SHRINK_ABOVE: usize = 1024;
 /// Every tensor of one device.
 #[derive(Default)]
 pub(super) struct TensorTable {
-    slots: HashMap<TensorId, Slot>,
+    /// Keyed by the host-assigned (sequential) id, so a fast hash serves.
+    slots: FxHashMap<TensorId, Slot>,
     resident_bytes: u64,
 }
 

@@ -112,38 +112,44 @@ pub fn silu(x: f32) -> f32 {
 }
 
 pub(crate) fn float_unary(op: UnaryOp, x: &[f32]) -> std::sync::Arc<[f32]> {
-    match op {
-        UnaryOp::Relu => map(x, |v: f32| if v < 0.0 { 0.0 } else { v }),
-        UnaryOp::Gelu => new_with(x.len(), |o| {
+    match scalar_unary(op) {
+        Some(f) => map(x, f),
+        None => new_with(x.len(), |o| {
             o.copy_from_slice(x);
             float_unary_in_place(UnaryOp::Gelu, o);
         }),
-        UnaryOp::GeluTanh => map(x, gelu_tanh),
-        UnaryOp::Tanh => map(x, f32::tanh),
-        UnaryOp::Sigmoid => map(x, |v: f32| 1.0 / (1.0 + (-v).exp())),
-        UnaryOp::Exp => map(x, f32::exp),
-        UnaryOp::Log => map(x, f32::ln),
-        UnaryOp::Sqrt => map(x, f32::sqrt),
-        UnaryOp::Rsqrt => map(x, |v: f32| 1.0 / v.sqrt()),
-        UnaryOp::Neg => map(x, |v: f32| -v),
-        UnaryOp::Abs => map(x, f32::abs),
-        UnaryOp::Silu => map(x, silu),
     }
 }
 
-/// `op` of every element of `x`, in place (GELU through the vector kernel, rows of
-/// blocks in parallel when large).
+/// The f32 function of `op`, element by element; `None` for GELU, whose vector kernel
+/// works on slices.
+fn scalar_unary(op: UnaryOp) -> Option<fn(f32) -> f32> {
+    Some(match op {
+        UnaryOp::Gelu => return None,
+        UnaryOp::Relu => |v: f32| if v < 0.0 { 0.0 } else { v },
+        UnaryOp::GeluTanh => gelu_tanh,
+        UnaryOp::Tanh => f32::tanh,
+        UnaryOp::Sigmoid => |v: f32| 1.0 / (1.0 + (-v).exp()),
+        UnaryOp::Exp => f32::exp,
+        UnaryOp::Log => f32::ln,
+        UnaryOp::Sqrt => f32::sqrt,
+        UnaryOp::Rsqrt => |v: f32| 1.0 / v.sqrt(),
+        UnaryOp::Neg => |v: f32| -v,
+        UnaryOp::Abs => f32::abs,
+        UnaryOp::Silu => silu,
+    })
+}
+
+/// `op` of every element of `x`, in place, without an allocation (GELU through the
+/// vector kernel; blocks in parallel when large). The same values as [`float_unary`].
 pub(crate) fn float_unary_in_place(op: UnaryOp, x: &mut [f32]) {
-    if op == UnaryOp::Gelu {
-        if x.len() >= PAR_MIN_ELEMS {
-            x.par_chunks_mut(PAR_CHUNK).for_each(simd::gelu_in_place);
-        } else {
-            simd::gelu_in_place(x);
-        }
-        return;
+    let large = x.len() >= PAR_MIN_ELEMS;
+    match scalar_unary(op) {
+        None if large => x.par_chunks_mut(PAR_CHUNK).for_each(simd::gelu_in_place),
+        None => simd::gelu_in_place(x),
+        Some(f) if large => x.par_chunks_mut(PAR_CHUNK).for_each(|c| c.iter_mut().for_each(|v| *v = f(*v))),
+        Some(f) => x.iter_mut().for_each(|v| *v = f(*v)),
     }
-    let f = float_unary(op, x);
-    x.copy_from_slice(&f);
 }
 
 fn int_unary<T: Int>(op: UnaryOp, x: &CpuBuffer) -> Result<CpuBuffer, KernelError> {

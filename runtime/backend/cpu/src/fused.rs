@@ -67,7 +67,12 @@ pub(crate) fn linear(
     }
     let y = if w.1.dtype.is_quantized() {
         let (wdt, wb) = w.0.blocks()?;
-        crate::quant::linear(wdt, x.typed::<f32>()?, wb, m as usize, k as usize, n as usize)?.into()
+        let (m, k, n) = (m as usize, k as usize, n as usize);
+        if bias.is_none() {
+            // The activation is applied by each task to the outputs it made.
+            return Ok(CpuBuffer::F32(crate::quant::linear(wdt, x.typed::<f32>()?, wb, (m, k, n), activation)?));
+        }
+        CpuBuffer::F32(crate::quant::linear(wdt, x.typed::<f32>()?, wb, (m, k, n), None)?)
     } else {
         let matrix = |shape| TensorMeta::new(dtype, shape).map_err(|e| KernelError(e.message));
         let (x2, y2) = (matrix(vec![m, k])?, matrix(vec![m, n])?);

@@ -24,9 +24,12 @@
 use std::sync::Arc;
 
 use half::f16;
-use sluice_host_api::{DType, QUANT_BLOCK};
+use sluice_host_api::{DType, QUANT_BLOCK, UnaryOp};
 
 use crate::KernelError;
+use crate::broadcast::PAR_CHUNK;
+use crate::buffer::new_with;
+use crate::elementwise::float_unary_in_place;
 use crate::matmul::gemm_f32;
 use crate::q8;
 
@@ -137,9 +140,17 @@ fn dot_path(m: usize) -> bool {
     m <= DOT_MAX_ROWS || q8::fast()
 }
 
-/// `y = x · Wᵀ` for `x` `[m, k]` f32 and the block-format weight `w` `[n, k]` (packed
-/// bytes); `y` is `[m, n]` f32.
-pub(crate) fn linear(dtype: DType, x: &[f32], w: &[u8], m: usize, k: usize, n: usize) -> Result<Vec<f32>, KernelError> {
+/// `y = act(x · Wᵀ)` for `x` `[m, k]` f32 and the block-format weight `w` `[n, k]`
+/// (packed bytes); `y` is `[m, n]` f32, made in the buffer it is returned in (no copy).
+/// The activation, if any, is applied by each task to the outputs it computed, while
+/// they are in cache.
+pub(crate) fn linear(
+    dtype: DType,
+    x: &[f32],
+    w: &[u8],
+    (m, k, n): (usize, usize, usize),
+    activation: Option<UnaryOp>,
+) -> Result<Arc<[f32]>, KernelError> {
     let row_bytes = k / QUANT_BLOCK * dtype.block_bytes();
     if !k.is_multiple_of(QUANT_BLOCK) || x.len() != m * k || w.len() != n * row_bytes {
         return Err(KernelError(format!(
@@ -148,9 +159,29 @@ pub(crate) fn linear(dtype: DType, x: &[f32], w: &[u8], m: usize, k: usize, n: u
             w.len()
         )));
     }
-    let mut y = vec![0.0f32; m * n];
+    Ok(new_with(m * n, |y| linear_into(dtype, x, w, (m, k, n, row_bytes), activation, y)))
+}
+
+/// [`linear`] into `y` (zeros), its shapes checked.
+fn linear_into(
+    dtype: DType,
+    x: &[f32],
+    w: &[u8],
+    (m, k, n, row_bytes): (usize, usize, usize, usize),
+    activation: Option<UnaryOp>,
+    y: &mut [f32],
+) {
+    // In pieces below the elementwise kernels' parallel threshold: a task of the team
+    // does not fan out again.
+    const _: () = assert!(PAR_CHUNK < crate::broadcast::PAR_MIN_ELEMS);
+    let activate = |out: &mut [f32]| {
+        if let Some(op) = activation {
+            out.chunks_mut(PAR_CHUNK).for_each(|piece| float_unary_in_place(op, piece));
+        }
+    };
     if m == 0 || n == 0 || k == 0 {
-        return Ok(y);
+        activate(y);
+        return;
     }
     let parallel = m * n * k >= PAR_MIN_MACS;
     if dot_path(m) {
@@ -164,19 +195,21 @@ pub(crate) fn linear(dtype: DType, x: &[f32], w: &[u8], m: usize, k: usize, n: u
             let one = |i: usize, out: &mut [f32]| {
                 let w_rows = &w[i * chunk * row_bytes..(i * chunk + out.len()) * row_bytes];
                 q8::dot_rows(dtype, w_rows, &xq, k, out);
+                activate(out);
             };
             if parallel {
-                crate::team::for_each_chunk_mut(&mut y, chunk, one);
+                crate::team::for_each_chunk_mut(y, chunk, one);
             } else {
-                one(0, &mut y);
+                one(0, y);
             }
-            return Ok(y);
+            return;
         }
         let work = |i: usize| {
             let (start, rows) = (i * chunk, chunk.min(n - i * chunk));
             let w_rows = &w[start * row_bytes..(start + rows) * row_bytes];
             let mut out = vec![0.0f32; m * rows];
             q8::dot_rows(dtype, w_rows, &xq, k, &mut out);
+            activate(&mut out);
             out
         };
         let chunks = n.div_ceil(chunk);
@@ -188,7 +221,7 @@ pub(crate) fn linear(dtype: DType, x: &[f32], w: &[u8], m: usize, k: usize, n: u
                 yr[start..start + rows].copy_from_slice(o);
             }
         }
-        return Ok(y);
+        return;
     }
     // Panels of dequantized weight rows, each multiplied into its own [m, rows] block,
     // with x as its Q8 blocks stand for (the dot path's activations).
@@ -204,6 +237,7 @@ pub(crate) fn linear(dtype: DType, x: &[f32], w: &[u8], m: usize, k: usize, n: u
         let mut block = vec![0.0f32; m * rows];
         // rhs[p, j] = W[start + j, p]: rows of wf are columns of the product.
         gemm_f32(m, rows, k, &mut block, rows, (x, k, 1), (&wf, 1, k));
+        activate(&mut block);
         block
     };
     let blocks: Vec<Vec<f32>> = if parallel {
@@ -216,7 +250,6 @@ pub(crate) fn linear(dtype: DType, x: &[f32], w: &[u8], m: usize, k: usize, n: u
             yr[start..start + rows].copy_from_slice(br);
         }
     }
-    Ok(y)
 }
 
 /// Rows `rows` of the `[vocab, dim]` block-format table, dequantized (`[rows.len(), dim]`).
@@ -248,11 +281,11 @@ mod tests {
                 let packed = quantize(dtype, &w);
                 for m in (1..=DOT_MAX_ROWS).chain(prompt.iter().copied()) {
                     let x: Vec<f32> = (0..m * k).map(|i| ((i * 104_729 % 811) as f32 - 405.0) / 409.0).collect();
-                    let all = linear(dtype, &x, &packed, m, k, n).unwrap();
+                    let all = linear(dtype, &x, &packed, (m, k, n), None).unwrap();
                     for (r, got) in all.chunks_exact(n).enumerate() {
-                        let alone = linear(dtype, &x[r * k..(r + 1) * k], &packed, 1, k, n).unwrap();
+                        let alone = linear(dtype, &x[r * k..(r + 1) * k], &packed, (1, k, n), None).unwrap();
                         assert!(
-                            got.iter().zip(&alone).all(|(a, b)| a.to_bits() == b.to_bits()),
+                            got.iter().zip(alone.iter()).all(|(a, b)| a.to_bits() == b.to_bits()),
                             "{dtype} m {m} row {r}"
                         );
                     }

@@ -272,18 +272,80 @@ multiversion! {
         scores: &mut [f32],
         out: &mut [f32],
     ) {
-        let d = q.len();
-        for (j, score) in scores.iter_mut().enumerate() {
-            *score = dot_lanes(q, &keys[j * stride..][..d]) * scale;
+        match q.len() {
+            64 => scores_of::<64>(q, keys, stride, scale, scores),
+            128 => scores_of::<128>(q, keys, stride, scale, scores),
+            _ => scores_any(q, keys, stride, scale, scores),
         }
         softmax_row(scores);
-        out.fill(0.0);
-        for (j, &w) in scores.iter().enumerate() {
-            for (o, &v) in out.iter_mut().zip(&values[j * stride..][..d]) {
-                *o += w * v;
+        weighted_sum(scores, values, stride, out);
+    }
+}
+
+/// `scores[j] = (q · k_j) · scale` by [`dot_lanes`], `k_j = keys[j · stride..][..d]`.
+#[inline(always)]
+fn scores_any(q: &[f32], keys: &[f32], stride: usize, scale: f32, scores: &mut [f32]) {
+    for (j, score) in scores.iter_mut().enumerate() {
+        *score = dot_lanes(q, &keys[j * stride..][..q.len()]) * scale;
+    }
+}
+
+/// [`scores_any`] for a head size known at compile time (a multiple of [`LANES`]): each
+/// dot as [`dot_lanes`] computes it (lane `l` sums elements `l, l + 16, …` in order,
+/// then [`pairwise`]), in whole vectors; the generic loop vectorizes across positions
+/// instead, in 128-bit pieces.
+#[inline(always)]
+fn scores_of<const D: usize>(q: &[f32], keys: &[f32], stride: usize, scale: f32, scores: &mut [f32]) {
+    const { assert!(D.is_multiple_of(LANES)) };
+    let q: &[f32; D] = q.try_into().expect("D elements");
+    for (j, score) in scores.iter_mut().enumerate() {
+        let k: &[f32; D] = keys[j * stride..][..D].try_into().expect("D keys");
+        let mut acc = [0.0f32; LANES];
+        for (x, y) in q.chunks_exact(LANES).zip(k.chunks_exact(LANES)) {
+            for ((s, &x), &y) in acc.iter_mut().zip(x).zip(y) {
+                *s += x * y;
             }
         }
+        *score = pairwise(acc) * scale;
     }
+}
+
+/// `out = Σ_j w_j v_j` over the weights `w` in position order, `v_j =
+/// values[j · stride..][..out.len()]`, each element's products added one after the other
+/// from zero. The common head sizes (64, 128) keep the sums in registers across the
+/// positions (one load, multiply and add per element and position; the generic loop
+/// reloads and stores `out` for every position): the same operations in the same
+/// order, so the same bits.
+#[inline(always)]
+fn weighted_sum(weights: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
+    match out.len() {
+        64 => weighted_sum_of::<64>(weights, values, stride, out),
+        128 => weighted_sum_of::<128>(weights, values, stride, out),
+        _ => weighted_sum_any(weights, values, stride, out),
+    }
+}
+
+#[inline(always)]
+fn weighted_sum_any(weights: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
+    let d = out.len();
+    out.fill(0.0);
+    for (j, &w) in weights.iter().enumerate() {
+        for (o, &v) in out.iter_mut().zip(&values[j * stride..][..d]) {
+            *o += w * v;
+        }
+    }
+}
+
+#[inline(always)]
+fn weighted_sum_of<const D: usize>(weights: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
+    let mut acc = [0.0f32; D];
+    for (j, &w) in weights.iter().enumerate() {
+        let v: &[f32; D] = values[j * stride..][..D].try_into().expect("D values");
+        for (a, &v) in acc.iter_mut().zip(v) {
+            *a += w * v;
+        }
+    }
+    out.copy_from_slice(&acc);
 }
 
 multiversion! {
@@ -368,6 +430,46 @@ mod tests {
 
     fn gelu_exact(x: f64) -> f64 {
         0.5 * x * libm::erfc(-x * std::f64::consts::FRAC_1_SQRT_2)
+    }
+
+    #[test]
+    fn the_attentions_loops_for_common_head_sizes_give_the_generic_loops_bits() {
+        // Positions of a cache with three kv heads (the stride), in the multiversioned
+        // forms the attention runs (AVX-512 or AVX2 where the CPU has them).
+        multiversion! {
+            fn both(weights: &[f32], values: &[f32], stride: usize, d: usize) -> (Vec<f32>, Vec<f32>) {
+                let (mut fast, mut generic) = (vec![f32::NAN; d], vec![f32::NAN; d]);
+                weighted_sum(weights, values, stride, &mut fast);
+                weighted_sum_any(weights, values, stride, &mut generic);
+                (fast, generic)
+            }
+        }
+        multiversion! {
+            fn scores(q: &[f32], keys: &[f32], stride: usize, positions: usize) -> (Vec<f32>, Vec<f32>) {
+                let (mut fast, mut generic) = (vec![f32::NAN; positions], vec![f32::NAN; positions]);
+                match q.len() {
+                    64 => scores_of::<64>(q, keys, stride, 0.125, &mut fast),
+                    128 => scores_of::<128>(q, keys, stride, 0.125, &mut fast),
+                    _ => scores_any(q, keys, stride, 0.125, &mut fast),
+                }
+                scores_any(q, keys, stride, 0.125, &mut generic);
+                (fast, generic)
+            }
+        }
+        for d in [64, 128, 24] {
+            for positions in [1, 7, 150] {
+                let stride = 3 * d;
+                let wave = |i: usize, m: usize| ((i * m % 1009) as f32 - 504.0) / 311.0;
+                let weights: Vec<f32> = (0..positions).map(|j| wave(j, 7919).abs() / positions as f32).collect();
+                let values: Vec<f32> = (0..positions * stride).map(|i| wave(i, 104_729)).collect();
+                let (fast, generic) = both(&weights, &values, stride, d);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&fast), bits(&generic), "d {d}, {positions} positions");
+                let q: Vec<f32> = (0..d).map(|i| wave(i, 613)).collect();
+                let (fast, generic) = scores(&q, &values, stride, positions);
+                assert_eq!(bits(&fast), bits(&generic), "scores: d {d}, {positions} positions");
+            }
+        }
     }
 
     #[test]

@@ -61,6 +61,28 @@ fn quantized_linears_match_dequantize_then_f64() {
 }
 
 #[test]
+fn a_quantized_linears_activation_gives_the_bits_of_the_unary_op_after_it() {
+    // Without a bias the activation is applied inside the linear's tasks (each to the
+    // outputs it made): the same bits as the linear followed by the unary op, on the
+    // serial and the parallel split, on both paths.
+    let mut rng = StdRng::seed_from_u64(45);
+    for dtype in DType::QUANTIZED {
+        for (m, k, n) in [(1, 64, 7), (3, 96, 40), (4, 576, 37), (17, 160, 513), (1, 576, 1537)] {
+            let x = random(&mut rng, DType::F32, &[m, k], -2.0, 2.0);
+            let w = quantized(&mut rng, dtype, &[n, k]);
+            let plain = run(&Op::Linear { transpose_w: true, activation: None }, &[&x, &w], &[m, n]);
+            let plain = Input { vals: values(&plain), buf: plain, meta: meta(DType::F32, &[m, n]) };
+            for act in [UnaryOp::Silu, UnaryOp::Exp, UnaryOp::Gelu, UnaryOp::Tanh] {
+                let fused = run(&Op::Linear { transpose_w: true, activation: Some(act) }, &[&x, &w], &[m, n]);
+                let after = run(&Op::Unary(act), &[&plain], &[m, n]);
+                let bits = |b: &CpuBuffer| values(b).iter().map(|v| (*v as f32).to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&fused), bits(&after), "{dtype} {act:?} m={m} k={k} n={n}");
+            }
+        }
+    }
+}
+
+#[test]
 fn quantized_linears_in_row_blocks_concatenate_to_the_whole() {
     let mut rng = StdRng::seed_from_u64(42);
     for dtype in DType::QUANTIZED {
