@@ -67,12 +67,13 @@ pub(crate) fn linear(
     }
     let y = if w.1.dtype.is_quantized() {
         let (wdt, wb) = w.0.blocks()?;
-        let (m, k, n) = (m as usize, k as usize, n as usize);
+        // Without a bias, each task applies the activation to the outputs it made.
+        let inside = activation.filter(|_| bias.is_none());
+        let y = crate::quant::linear(wdt, x.typed::<f32>()?, wb, (m as usize, k as usize, n as usize), inside)?;
         if bias.is_none() {
-            // The activation is applied by each task to the outputs it made.
-            return Ok(CpuBuffer::F32(crate::quant::linear(wdt, x.typed::<f32>()?, wb, (m, k, n), activation)?));
+            return Ok(CpuBuffer::F32(y));
         }
-        CpuBuffer::F32(crate::quant::linear(wdt, x.typed::<f32>()?, wb, (m, k, n), None)?)
+        CpuBuffer::F32(y)
     } else {
         let matrix = |shape| TensorMeta::new(dtype, shape).map_err(|e| KernelError(e.message));
         let (x2, y2) = (matrix(vec![m, k])?, matrix(vec![m, n])?);

@@ -272,17 +272,25 @@ multiversion! {
         scores: &mut [f32],
         out: &mut [f32],
     ) {
-        match q.len() {
-            64 => scores_of::<64>(q, keys, stride, scale, scores),
-            128 => scores_of::<128>(q, keys, stride, scale, scores),
-            _ => scores_any(q, keys, stride, scale, scores),
-        }
+        scores_into(q, keys, stride, scale, scores);
         softmax_row(scores);
         weighted_sum(scores, values, stride, out);
     }
 }
 
 /// `scores[j] = (q · k_j) · scale` by [`dot_lanes`], `k_j = keys[j · stride..][..d]`.
+/// For the common head sizes (64, 128) the length is known at compile time, so each dot
+/// runs in whole vectors; the generic loop vectorizes across positions instead, in
+/// 128-bit pieces. The same operations in the same order, so the same bits.
+#[inline(always)]
+fn scores_into(q: &[f32], keys: &[f32], stride: usize, scale: f32, scores: &mut [f32]) {
+    match q.len() {
+        64 => scores_of::<64>(q, keys, stride, scale, scores),
+        128 => scores_of::<128>(q, keys, stride, scale, scores),
+        _ => scores_any(q, keys, stride, scale, scores),
+    }
+}
+
 #[inline(always)]
 fn scores_any(q: &[f32], keys: &[f32], stride: usize, scale: f32, scores: &mut [f32]) {
     for (j, score) in scores.iter_mut().enumerate() {
@@ -290,23 +298,12 @@ fn scores_any(q: &[f32], keys: &[f32], stride: usize, scale: f32, scores: &mut [
     }
 }
 
-/// [`scores_any`] for a head size known at compile time (a multiple of [`LANES`]): each
-/// dot as [`dot_lanes`] computes it (lane `l` sums elements `l, l + 16, …` in order,
-/// then [`pairwise`]), in whole vectors; the generic loop vectorizes across positions
-/// instead, in 128-bit pieces.
 #[inline(always)]
 fn scores_of<const D: usize>(q: &[f32], keys: &[f32], stride: usize, scale: f32, scores: &mut [f32]) {
-    const { assert!(D.is_multiple_of(LANES)) };
     let q: &[f32; D] = q.try_into().expect("D elements");
     for (j, score) in scores.iter_mut().enumerate() {
         let k: &[f32; D] = keys[j * stride..][..D].try_into().expect("D keys");
-        let mut acc = [0.0f32; LANES];
-        for (x, y) in q.chunks_exact(LANES).zip(k.chunks_exact(LANES)) {
-            for ((s, &x), &y) in acc.iter_mut().zip(x).zip(y) {
-                *s += x * y;
-            }
-        }
-        *score = pairwise(acc) * scale;
+        *score = dot_lanes(q, k) * scale;
     }
 }
 
@@ -447,11 +444,7 @@ mod tests {
         multiversion! {
             fn scores(q: &[f32], keys: &[f32], stride: usize, positions: usize) -> (Vec<f32>, Vec<f32>) {
                 let (mut fast, mut generic) = (vec![f32::NAN; positions], vec![f32::NAN; positions]);
-                match q.len() {
-                    64 => scores_of::<64>(q, keys, stride, 0.125, &mut fast),
-                    128 => scores_of::<128>(q, keys, stride, 0.125, &mut fast),
-                    _ => scores_any(q, keys, stride, 0.125, &mut fast),
-                }
+                scores_into(q, keys, stride, 0.125, &mut fast);
                 scores_any(q, keys, stride, 0.125, &mut generic);
                 (fast, generic)
             }
