@@ -18,6 +18,13 @@ the streams' greedy tokens compared with each prompt decoded alone (one stream).
 Prints one JSON object on stdout (versions, threads, per stream count the rate, the wall
 time and the matches); progress on stderr. Run through bench/llm/run_peer.sh
 --script llama_cpp_batched.py, which builds llama-cpp-python from PyPI once.
+
+With --serve, it loads the model, prints the header object (versions, threads, the
+alone tokens) as one line, and then runs one timed run per line read on stdin (a
+stream count; the first run of a count is preceded by an untimed warm-up), printing
+each row as one line, until stdin closes: llm-batch-bench then interleaves llama.cpp's
+runs with sluice's, so that a machine whose speed drifts over minutes slows both sides
+alike.
 """
 
 import argparse
@@ -117,6 +124,7 @@ def main():
     ap.add_argument("--streams", default="1,4,8")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--serve", action="store_true", help="one run per stream count read on stdin (see above)")
     args = ap.parse_args()
 
     with open(args.prompts) as f:
@@ -128,30 +136,47 @@ def main():
     alone = [llm.generate([p], args.tokens)[0] for p in prompts]
     log(f"{len(prompts)} prompts, {args.tokens} tokens per stream, {args.threads} threads")
 
-    rows = []
-    for n in counts:
-        streams = [prompts[c % len(prompts)] for c in range(n)]
-        llm.generate(streams, args.tokens)  # warm-up
-        results = []
-        for _ in range(args.runs):
-            t0 = time.perf_counter()
-            out = llm.generate(streams, args.tokens)
-            wall = time.perf_counter() - t0
-            matches = sum(o == alone[c % len(alone)] for c, o in enumerate(out))
-            results.append((sum(map(len, out)) / wall, wall, matches))
-        results.sort()
-        rate, wall, matches = results[len(results) // 2]
-        log(f"{n} streams: {rate:.1f} tok/s, {wall:.2f} s, {matches}/{n} same as alone")
-        rows.append({"streams": n, "tokens_per_s": rate, "wall_s": wall, "same_as_alone": matches,
-                     "runs_tokens_per_s": [r[0] for r in results]})
-    print(json.dumps({
+    header = {
         "llama_cpp_python": llama_cpp.__version__,
         "python": platform.python_version(),
         "threads": args.threads,
         "tokens": args.tokens,
         "alone_tokens": alone,
-        "rows": rows,
-    }))
+    }
+
+    def timed(n):
+        """One timed run of n streams: (tokens per second, wall seconds, matches)."""
+        streams = [prompts[c % len(prompts)] for c in range(n)]
+        t0 = time.perf_counter()
+        out = llm.generate(streams, args.tokens)
+        wall = time.perf_counter() - t0
+        matches = sum(o == alone[c % len(alone)] for c, o in enumerate(out))
+        return sum(map(len, out)) / wall, wall, matches
+
+    if args.serve:
+        print(json.dumps(header), flush=True)
+        warmed = set()
+        for line in sys.stdin:
+            n = int(line)
+            if not 1 <= n <= max(counts):
+                raise SystemExit(f"--serve: {n} streams (the context holds 1 to {max(counts)})")
+            if n not in warmed:
+                llm.generate([prompts[c % len(prompts)] for c in range(n)], args.tokens)
+                warmed.add(n)
+            rate, wall, matches = timed(n)
+            print(json.dumps({"streams": n, "tokens_per_s": rate, "wall_s": wall, "same_as_alone": matches}),
+                  flush=True)
+        return
+
+    rows = []
+    for n in counts:
+        llm.generate([prompts[c % len(prompts)] for c in range(n)], args.tokens)  # warm-up
+        results = sorted(timed(n) for _ in range(args.runs))
+        rate, wall, matches = results[len(results) // 2]
+        log(f"{n} streams: {rate:.1f} tok/s, {wall:.2f} s, {matches}/{n} same as alone")
+        rows.append({"streams": n, "tokens_per_s": rate, "wall_s": wall, "same_as_alone": matches,
+                     "runs_tokens_per_s": [r[0] for r in results]})
+    print(json.dumps({**header, "rows": rows}))
 
 
 if __name__ == "__main__":

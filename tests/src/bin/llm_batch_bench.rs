@@ -13,12 +13,18 @@
 //! median of R runs (default 3) of all clients at once: aggregate generated tokens per
 //! second of wall time (prefill included) and the slowest request's time. The tenant
 //! runs in the latency class, as an interactive chat's would. llama.cpp's rows are
-//! measured the same way, in-process, on the same prompts' token ids, threads and file.
+//! measured the same way, in-process, on the same prompts' token ids, threads and file,
+//! by one peer process kept for the whole run (`--serve`). The three sides take turns
+//! run by run (the starting side rotating), and each ratio is the median of the runs'
+//! own ratios: this machine's speed drifts by tens of percent over minutes, and sides
+//! measured one after the other took that drift for a difference between them.
 //! Checked on both sides: every generation has T tokens or ends on the end-of-sequence
 //! token, and its tokens are compared with the same prompt run alone (the count that
 //! match exactly is printed; sluice's must all match: a sequence's rows are computed
 //! with the arithmetic of that row alone, the Q8 activations included).
 
+use std::io::{BufRead, BufReader, Lines, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -74,36 +80,119 @@ fn threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// llama.cpp's batched decode of the same prompts at each stream count; `None` (the
-/// reason on stderr) when skipped.
-fn peer(gguf: &std::path::Path, streams: &[usize], tokens: i32, runs: usize) -> Option<Value> {
-    if std::env::var("SLUICE_BENCH_PEERS").is_ok_and(|v| v == "0") {
-        eprintln!("llm-batch-bench: SLUICE_BENCH_PEERS=0: llama.cpp skipped");
-        return None;
-    }
-    let root = sluice_tests::repo_root();
-    let script = root.join("bench/llm/run_peer.sh");
-    let streams = streams.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
-    let out = std::process::Command::new(&script)
-        .args(["--script", "llama_cpp_batched.py", "--gguf"])
-        .arg(gguf)
-        .arg("--prompts")
-        .arg(root.join("tests/data/smollm2_ref_visible.json"))
-        .args(["--streams", &streams, "--tokens", &tokens.to_string(), "--runs", &runs.to_string()])
-        .args(["--threads", &threads().to_string()])
-        .stderr(std::process::Stdio::inherit())
-        .output();
-    match out {
-        Ok(out) if out.status.success() => serde_json::from_slice(&out.stdout).ok(),
-        Ok(out) => {
-            eprintln!("llm-batch-bench: {} failed ({}): llama.cpp skipped", script.display(), out.status);
-            None
+/// One timed run of one side: aggregate tokens per second, wall time, streams whose
+/// tokens matched the same prompt alone.
+#[derive(Clone, Copy, Debug)]
+struct Row {
+    rate: f64,
+    wall: Duration,
+    matches: usize,
+}
+
+/// llama.cpp's batched decode (`llama_cpp_batched.py --serve`), one process for the
+/// whole benchmark, asked for one timed run at a time so that its runs interleave with
+/// sluice's.
+struct Peer {
+    child: Child,
+    ask: ChildStdin,
+    rows: Lines<BufReader<ChildStdout>>,
+    /// What it printed first: versions, threads.
+    header: Value,
+}
+
+impl Peer {
+    /// Starts it (the model loaded, each prompt's alone tokens computed); `None`, with the
+    /// reason on stderr, when skipped.
+    fn start(gguf: &std::path::Path, streams: &[usize], tokens: i32) -> Option<Peer> {
+        if std::env::var("SLUICE_BENCH_PEERS").is_ok_and(|v| v == "0") {
+            eprintln!("llm-batch-bench: SLUICE_BENCH_PEERS=0: llama.cpp skipped");
+            return None;
         }
-        Err(e) => {
-            eprintln!("llm-batch-bench: {}: {e}: llama.cpp skipped", script.display());
-            None
+        let root = sluice_tests::repo_root();
+        let script = root.join("bench/llm/run_peer.sh");
+        let streams = streams.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+        let spawned = Command::new(&script)
+            .args(["--script", "llama_cpp_batched.py", "--serve", "--gguf"])
+            .arg(gguf)
+            .arg("--prompts")
+            .arg(root.join("tests/data/smollm2_ref_visible.json"))
+            .args(["--streams", &streams, "--tokens", &tokens.to_string()])
+            .args(["--threads", &threads().to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                eprintln!("llm-batch-bench: {}: {e}: llama.cpp skipped", script.display());
+                return None;
+            }
+        };
+        let ask = child.stdin.take()?;
+        let mut rows = BufReader::new(child.stdout.take()?).lines();
+        match rows.next().and_then(Result::ok).and_then(|l| serde_json::from_str(&l).ok()) {
+            Some(header) => Some(Peer { child, ask, rows, header }),
+            None => {
+                let status = child.wait().map_or_else(|e| e.to_string(), |s| s.to_string());
+                eprintln!("llm-batch-bench: {} failed to start ({status}): llama.cpp skipped", script.display());
+                None
+            }
         }
     }
+
+    /// One timed run of `streams` streams (the first of a count after a warm-up).
+    fn run(&mut self, streams: usize) -> Row {
+        writeln!(self.ask, "{streams}").expect("llama.cpp peer: write");
+        let line = self.rows.next().expect("llama.cpp peer: it exited").expect("llama.cpp peer: read");
+        let row: Value = serde_json::from_str(&line).expect("llama.cpp peer: a JSON row");
+        let number = |k: &str| row[k].as_f64().unwrap_or_else(|| panic!("llama.cpp peer: no {k} in {row}"));
+        Row {
+            rate: number("tokens_per_s"),
+            wall: Duration::from_secs_f64(number("wall_s")),
+            matches: number("same_as_alone") as usize,
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        // It would exit when its stdin closes; it is stopped outright instead.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The sides a run measures, in the order of run 0; run r starts r places later, so that
+/// no side always follows the same other one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Llama,
+    Alone,
+    Batched,
+}
+
+const SIDES: [Side; 3] = [Side::Llama, Side::Alone, Side::Batched];
+
+/// The median of `values` (sorted here).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// The run whose rate is the median of `rows`.
+fn median_row(rows: &[Row]) -> Row {
+    let mut sorted = rows.to_vec();
+    sorted.sort_by(|a, b| a.rate.total_cmp(&b.rate));
+    sorted[sorted.len() / 2]
+}
+
+/// `a[i] / b[i]` for each run: the median, the lowest and the highest.
+fn paired(a: &[Row], b: &[Row]) -> (f64, f64, f64) {
+    let ratios: Vec<f64> = a.iter().zip(b).map(|(a, b)| a.rate / b.rate).collect();
+    let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = ratios.iter().copied().fold(0.0, f64::max);
+    (median(ratios), lo, hi)
 }
 
 fn main() {
@@ -117,8 +206,8 @@ fn main() {
         .skip_while(|a| a != "--streams")
         .nth(1)
         .map_or(vec![1, 4, 8], |s| s.split(',').filter_map(|n| n.parse().ok()).collect());
-    // First, with nothing else running: llama.cpp, each prompt's alone tokens checked there.
-    let llama = peer(&gguf, &streams, tokens, runs);
+    // llama.cpp loads its model and checks each prompt alone before sluice starts.
+    let mut llama = Peer::start(&gguf, &streams, tokens);
     let server = Server::start_with(ServerOptions {
         args: vec!["--tenant-max-concurrency".into(), "64".into()],
         ..ServerOptions::default()
@@ -144,46 +233,47 @@ fn main() {
     }
 
     println!(
-        "SmolLM2-135M-Instruct Q4_1, greedy, {tokens} tokens per request, /v2 over HTTP, {} CPUs, median of {runs}",
+        "SmolLM2-135M-Instruct Q4_1, greedy, {tokens} tokens per request, /v2 over HTTP, {} CPUs, median of {runs} \
+         runs, each side's runs interleaved with the others'",
         threads()
     );
-    println!("{:<8} {:<34} {:>12} {:>12} {:>16}", "streams", "sluice", "tokens/s", "slowest s", "same as alone");
+    println!("{:<8} {:<34} {:>12} {:>12} {:>16}", "streams", "", "tokens/s", "slowest s", "same as alone");
     for clients in streams {
-        let mut rates = Vec::new();
-        for (function, label) in
-            [("chat-alone", "without batching (max_batch_size=1)"), ("chat", "continuous batching")]
-        {
-            let mut results: Vec<(f64, Duration, usize)> = (0..runs)
-                .map(|_| {
+        let (mut without, mut batched, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
+        for r in 0..runs {
+            for i in 0..SIDES.len() {
+                let sluice = |function| {
                     let (n, wall, matches) = run(&server, &key, function, &prompts, &alone, clients, tokens);
-                    (n as f64 / wall.as_secs_f64(), wall, matches)
-                })
-                .collect();
-            results.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let (rate, wall, matches) = results[runs / 2];
-            rates.push(rate);
-            println!("{clients:<8} {label:<34} {rate:>12.1} {:>12.2} {:>13}/{clients}", wall.as_secs_f64(), matches);
+                    Row { rate: n as f64 / wall.as_secs_f64(), wall, matches }
+                };
+                match SIDES[(r + i) % SIDES.len()] {
+                    Side::Llama => theirs.extend(llama.as_mut().map(|l| l.run(clients))),
+                    Side::Alone => without.push(sluice("chat-alone")),
+                    Side::Batched => batched.push(sluice("chat")),
+                }
+            }
         }
-        println!("{clients:<8} {:<34} {:>11.2}×", "continuous / without", rates[1] / rates[0]);
-        let theirs = llama.as_ref().and_then(|l| {
-            l["rows"].as_array()?.iter().find(|r| r["streams"].as_u64() == Some(clients as u64)).cloned()
-        });
-        if let Some(row) = theirs {
-            let rate = row["tokens_per_s"].as_f64().unwrap_or(f64::NAN);
-            println!(
-                "{clients:<8} {:<34} {rate:>12.1} {:>12.2} {:>13}/{clients}",
-                "llama.cpp, batched in one context",
-                row["wall_s"].as_f64().unwrap_or(f64::NAN),
-                row["same_as_alone"].as_u64().unwrap_or(0),
-            );
-            println!("{clients:<8} {:<34} {:>11.2}×", "continuous / llama.cpp", rates[1] / rate);
+        let print_row = |label: &str, rows: &[Row]| {
+            let Row { rate, wall, matches } = median_row(rows);
+            println!("{clients:<8} {label:<34} {rate:>12.1} {:>12.2} {matches:>13}/{clients}", wall.as_secs_f64());
+        };
+        let print_ratio = |label: &str, (mid, lo, hi): (f64, f64, f64)| {
+            println!("{clients:<8} {label:<34} {mid:>11.2}×  (runs {lo:.2}–{hi:.2}×)");
+        };
+        print_row("sluice without batching", &without);
+        print_row("sluice, continuous batching", &batched);
+        print_ratio("continuous / without", paired(&batched, &without));
+        if !theirs.is_empty() {
+            print_row("llama.cpp, batched in one context", &theirs);
+            print_ratio("continuous / llama.cpp", paired(&batched, &theirs));
         }
     }
     if let Some(l) = &llama {
         println!(
-            "llama.cpp: llama-cpp-python {}, {} threads, the same prompts' token ids, greedy",
-            l["llama_cpp_python"].as_str().unwrap_or("?"),
-            l["threads"]
+            "llama.cpp: llama-cpp-python {}, {} threads, the same prompts' token ids, greedy; ratios are the median \
+             (lowest–highest) of each run's pair",
+            l.header["llama_cpp_python"].as_str().unwrap_or("?"),
+            l.header["threads"]
         );
     }
 }
