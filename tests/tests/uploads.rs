@@ -1,6 +1,7 @@
 //! Artifact uploads against slow clients over real HTTP: a body that stalls or trickles
 //! is cut off with 408 `upload_stalled` and leaves nothing; a tenant's uploads in flight
-//! are capped (429 `too_many_uploads` with `Retry-After`, before the body is read); and
+//! are capped (429 `too_many_uploads` with `Retry-After`, before the body is read, whose
+//! bytes the client goes on sending are dropped rather than reset); and
 //! slow uploads left open hold nothing that a delete (and its gc) or another tenant's
 //! deploy waits for.
 
@@ -114,6 +115,18 @@ fn slow_uploads_are_capped_per_tenant_and_hold_nothing_deletes_or_other_tenants_
     assert!(r.expect_error(429, "too_many_uploads").contains("2 artifact uploads"));
     assert_eq!(r.headers.get("retry-after").map(String::as_str), Some("1"));
     assert_eq!(r.headers.get("connection").map(String::as_str), Some("close"));
+
+    // A refused client that goes on sending its body (as one that writes the whole
+    // request before reading does) still gets its refusal: what it sends is read and
+    // dropped before the connection closes, rather than answered by a reset.
+    let mut fourth = RawConn::connect(server.addr()).unwrap();
+    fourth.write(upload_head("f", "w3.bin", &slow_key, 512 << 10).as_bytes()).unwrap();
+    fourth.write(&[1; 64 << 10]).unwrap();
+    // Long enough for the refusal to be on its way.
+    std::thread::sleep(Duration::from_millis(200));
+    fourth.write(&[1; 448 << 10]).expect("the rest of the body is taken, not reset");
+    let r = fourth.read_response().expect("the refusal arrives");
+    r.expect_error(429, "too_many_uploads");
 
     assert_eq!(server.delete(&format!("/v1/tenants/{}", "slow"), ADMIN_KEY).status, 204);
 

@@ -9,8 +9,9 @@
 //! least `upload_min_bytes_per_s` over every `upload_read_timeout` window, else it is
 //! cut off (408 `upload_stalled`); it is cut off too when it grows past the size limit
 //! or the disk quota. A refused upload leaves nothing: its temporary file is removed.
-//! A refusal before the end of the body says `Connection: close`, since the rest of
-//! the body is never kept. What the client has already sent is read and dropped first
+//! A refusal before the end of the body (or before any of it: no upload slot, over the
+//! disk quota) says `Connection: close`, since the rest of the body is never kept.
+//! What the client has already sent is read and dropped first
 //! (at most [`DISCARD_BYTES`], for at most [`DISCARD_TIME`]): a socket closed with
 //! unread bytes is reset, and a client still writing its body could then lose the
 //! refusal (a `disk.rs` test saw "broken pipe" instead of its 429, once in four runs
@@ -59,7 +60,13 @@ pub async fn put_artifact(
     let p = platform.clone();
     let upload = match blocking(move || p.begin_upload(&tenant, &name, &artifact, declared)).await {
         Ok(upload) => upload,
-        Err(e) => return closing(e.into()),
+        Err(e) => {
+            // Refused before the body (no upload slot, over the disk quota, …): what the
+            // client has sent meanwhile is read and dropped too, or a reset may take its
+            // refusal with it.
+            discard_sent(&mut body).await;
+            return closing(e.into());
+        }
     };
     let upload = match receive(upload, &mut body, &limits).await {
         Ok(upload) => upload,
