@@ -164,7 +164,7 @@ impl Drop for Peer {
 }
 
 /// The sides a run measures, in the order of run 0; run r starts r places later, so that
-/// no side always follows the same other one.
+/// no side is always the first (or the last) of a run.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Side {
     Llama,
