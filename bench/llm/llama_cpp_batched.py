@@ -144,11 +144,14 @@ def main():
         "alone_tokens": alone,
     }
 
+    def streams(n):
+        """The prompts of n streams: stream c takes prompt c mod 3."""
+        return [prompts[c % len(prompts)] for c in range(n)]
+
     def timed(n):
         """One timed run of n streams: (tokens per second, wall seconds, matches)."""
-        streams = [prompts[c % len(prompts)] for c in range(n)]
         t0 = time.perf_counter()
-        out = llm.generate(streams, args.tokens)
+        out = llm.generate(streams(n), args.tokens)
         wall = time.perf_counter() - t0
         matches = sum(o == alone[c % len(alone)] for c, o in enumerate(out))
         return sum(map(len, out)) / wall, wall, matches
@@ -161,7 +164,7 @@ def main():
             if not 1 <= n <= max(counts):
                 raise SystemExit(f"--serve: {n} streams (the context holds 1 to {max(counts)})")
             if n not in warmed:
-                llm.generate([prompts[c % len(prompts)] for c in range(n)], args.tokens)
+                llm.generate(streams(n), args.tokens)
                 warmed.add(n)
             rate, wall, matches = timed(n)
             print(json.dumps({"streams": n, "tokens_per_s": rate, "wall_s": wall, "same_as_alone": matches}),
@@ -170,7 +173,7 @@ def main():
 
     rows = []
     for n in counts:
-        llm.generate([prompts[c % len(prompts)] for c in range(n)], args.tokens)  # warm-up
+        llm.generate(streams(n), args.tokens)  # warm-up
         results = sorted(timed(n) for _ in range(args.runs))
         rate, wall, matches = results[len(results) // 2]
         log(f"{n} streams: {rate:.1f} tok/s, {wall:.2f} s, {matches}/{n} same as alone")

@@ -65,19 +65,17 @@ pub(crate) fn linear(
     {
         return linear_panels(transpose_w, activation, xv, wv, bias, (m as usize, k as usize, n as usize));
     }
-    let y = if w.1.dtype.is_quantized() {
+    // The product, and the activation still to apply after the bias.
+    let (y, activation) = if w.1.dtype.is_quantized() {
         let (wdt, wb) = w.0.blocks()?;
         // Without a bias, each task applies the activation to the outputs it made.
         let inside = activation.filter(|_| bias.is_none());
         let y = crate::quant::linear(wdt, x.typed::<f32>()?, wb, (m as usize, k as usize, n as usize), inside)?;
-        if bias.is_none() {
-            return Ok(CpuBuffer::F32(y));
-        }
-        CpuBuffer::F32(y)
+        (CpuBuffer::F32(y), activation.filter(|_| inside.is_none()))
     } else {
         let matrix = |shape| TensorMeta::new(dtype, shape).map_err(|e| KernelError(e.message));
         let (x2, y2) = (matrix(vec![m, k])?, matrix(vec![m, n])?);
-        matmul(&MatmulArgs { transpose_a: false, transpose_b: transpose_w }, (x, &x2), w, &y2)?
+        (matmul(&MatmulArgs { transpose_a: false, transpose_b: transpose_w }, (x, &x2), w, &y2)?, activation)
     };
     if bias.is_none() && activation.is_none() {
         return Ok(y);
