@@ -23,7 +23,7 @@
 //! A launch failure is sticky (it poisons the device, as on a GPU), so those cases run
 //! in a child process (this test binary again, with `SLUICE_MUTATION_CHILD` set).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 #[path = "../../../../tests/src/skip.rs"]
 mod skip;
@@ -58,6 +58,17 @@ fn set_schedule(schedule: i32) {
             .expect("the fake libcuda has sluice_fake_set_schedule");
         f(schedule);
     }
+}
+
+/// Held by each test that uses the device in this process. The tests share the primary
+/// context, and a free or a module unload on one test's thread runs every stream's queue
+/// (the fake's rule: pending work may still use the memory), which would run the
+/// producer's copy before the consumer's in the stream-wait case and hide the missing
+/// wait (seen in CI: the consumer read the producer's 7s).
+static DEVICE: Mutex<()> = Mutex::new(());
+
+fn device_alone() -> MutexGuard<'static, ()> {
+    DEVICE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 struct Gpu {
@@ -128,6 +139,7 @@ fn kernel_mutations_are_caught() {
     if std::env::var_os("SLUICE_MUTATION_CHILD").is_some() || !on_fake() {
         return;
     }
+    let _alone = device_alone();
     let gpu = gpu();
     let clean = Module::LayerNorm.source();
     for schedule in [0, 1] {
@@ -266,6 +278,7 @@ fn missing_stream_waits_and_bad_gemm_parameters_are_caught() {
     if std::env::var_os("SLUICE_MUTATION_CHILD").is_some() || !on_fake() {
         return;
     }
+    let _alone = device_alone();
     let g = gpu();
     let other = g.ctx.new_stream().unwrap();
     let (producer, consumer) = (g.stream.cu_stream(), other.cu_stream());
