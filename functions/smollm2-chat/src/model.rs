@@ -170,8 +170,8 @@ impl Model {
         self.head(&x)
     }
 
-    /// One block on `x [s, hidden]`; `attend` turns the projections `q [s, heads·d]`,
-    /// `k` and `v [s, kv_heads·d]` into the attention output `[s, heads, d]`.
+    /// One block on `x [s, hidden]`; `attend` turns the projections `q [s, heads, d]`,
+    /// `k` and `v [s, kv_heads, d]` into the attention output `[s, heads, d]`.
     fn block(
         &self,
         b: &Block,
@@ -181,9 +181,10 @@ impl Model {
         let c = &self.config;
         let s = x.shape()[0];
         let h = x.rms_norm(&b.attn_norm, c.eps)?;
-        let q = h.linear(&b.q, None, true, None)?;
-        let k = h.linear(&b.k, None, true, None)?;
-        let v = h.linear(&b.v, None, true, None)?;
+        let d = c.head_dim();
+        let q = h.linear(&b.q, None, true, None)?.reshape(&[s, c.heads, d])?;
+        let k = h.linear(&b.k, None, true, None)?.reshape(&[s, c.kv_heads, d])?;
+        let v = h.linear(&b.v, None, true, None)?.reshape(&[s, c.kv_heads, d])?;
         let att = attend(&q, &k, &v)?;
         let o = att.reshape(&[s, c.hidden])?.linear(&b.out, None, true, None)?;
         let x = x.add(&o)?;
@@ -194,19 +195,18 @@ impl Model {
         x.add(&f)
     }
 
-    /// Attention of `s` new positions of one sequence at `pos`: RoPE on `q` and `k`,
-    /// the new keys and values written into the sequence's caches, then causal
-    /// grouped-query attention over the first `pos + s` positions; `[s, heads, d]`.
+    /// Attention of `s` new positions of one sequence at `pos` (`q [s, heads, d]`, `k`
+    /// and `v [s, kv_heads, d]`): RoPE on `q` and `k`, the new keys and values written
+    /// into the sequence's caches, then causal grouped-query attention over the first
+    /// `pos + s` positions; `[s, heads, d]`.
     fn attend(&self, cache: &mut (Tensor, Tensor), pos: u32, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
         let c = &self.config;
-        let d = c.head_dim();
         let s = q.shape()[0];
-        let q = q.reshape(&[s, c.heads, d])?.rope(c.rope_base, pos)?;
-        let k = k.reshape(&[s, c.kv_heads, d])?.rope(c.rope_base, pos)?;
-        let v = v.reshape(&[s, c.kv_heads, d])?;
+        let q = q.rope(c.rope_base, pos)?;
+        let k = k.rope(c.rope_base, pos)?;
         cache.0.write_rows(pos, &k)?;
-        cache.1.write_rows(pos, &v)?;
-        Tensor::gqa_attention(&q, &cache.0, &cache.1, pos + s, 1.0 / (d as f32).sqrt())
+        cache.1.write_rows(pos, v)?;
+        Tensor::gqa_attention(&q, &cache.0, &cache.1, pos + s, 1.0 / (c.head_dim() as f32).sqrt())
     }
 
     /// The final norm and the tied output head: logits `[s, vocab]`.
