@@ -60,20 +60,12 @@ pub async fn put_artifact(
     let p = platform.clone();
     let upload = match blocking(move || p.begin_upload(&tenant, &name, &artifact, declared)).await {
         Ok(upload) => upload,
-        Err(e) => {
-            // Refused before the body (no upload slot, over the disk quota, …): what the
-            // client has sent meanwhile is read and dropped too, or a reset may take its
-            // refusal with it.
-            discard_sent(&mut body).await;
-            return closing(e.into());
-        }
+        // Refused before the body (no upload slot, over the disk quota, …).
+        Err(e) => return refused(&mut body, e.into()).await,
     };
     let upload = match receive(upload, &mut body, &limits).await {
         Ok(upload) => upload,
-        Err(e) => {
-            discard_sent(&mut body).await;
-            return closing(e);
-        }
+        Err(e) => return refused(&mut body, e).await,
     };
     match blocking(move || platform.finish_upload(upload)).await {
         Ok(version) => created(&version),
@@ -130,6 +122,14 @@ async fn receive(
         upload = write_off(upload, pending).await?;
     }
     Ok(upload)
+}
+
+/// The [`closing`] refusal of an upload whose body the client may still be sending:
+/// what it has sent is read and dropped first ([`discard_sent`]), or a reset may take
+/// the refusal with it.
+async fn refused(body: &mut Body, error: HttpError) -> Response {
+    discard_sent(body).await;
+    closing(error)
 }
 
 /// Reads and drops what is left of a refused body, up to [`DISCARD_BYTES`] and for at
