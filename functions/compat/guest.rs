@@ -4,7 +4,8 @@
 //
 // `run` takes `x` (f32 `[2, 3]`) and returns `buf` (f32 `[4, 2]`: zeros with rows 1..3
 // written from `2 * (x @ w)`, `w = [[1, 2], [3, 4], [5, 6]]`) and `sum` (f32 `[4]`, the
-// row sums of `buf`), plus whatever the fixture's `extra_outputs` adds. It uses types,
+// row sums of `buf`), plus whatever the fixture's `extra_outputs` adds (a host error
+// there fails the invocation with its message, like one in the common body). It uses types,
 // tensors (uploads, `zeros`, `write-rows`, `read`), ops and io: every interface
 // a plain function needs. (`IoTensor` and `RunError` come from the world's
 // `use io.{…}`, generated at the crate root.)
@@ -23,7 +24,7 @@ impl Guest for Compat {
             _ => return Err(RunError::InvalidInput("expected `x`: FP32 [2, 3]".into())),
         };
         let mut outputs = compute(&x).map_err(|e| RunError::Failed(e.message))?;
-        outputs.extend(extra_outputs());
+        outputs.extend(extra_outputs().map_err(|e| RunError::Failed(e.message))?);
         Ok(outputs)
     }
 }

@@ -1,11 +1,12 @@
 //! The fused ops of the WIT `fused` interface as [`Tensor`] methods: a dense layer with
 //! bias and activation, a residual add with layer norm, and multi-head attention, each
-//! one host launch instead of a chain of them. Each computes what its chain of ops
+//! one host launch instead of a chain of them; and `ops.kv-attention` (host API 1.2.0),
+//! a llama's RoPE, KV-cache writes and attention for many sequences in one launch. Each computes what its chain of ops
 //! computes (see the WIT comments), so they can replace the chains in a model with the
 //! same results and fewer kernel launches.
 
 use crate::bindings::sluice::gpu::fused::{self as raw, AttentionArgs, FusedOp, GqaAttentionArgs, LinearArgs};
-use crate::bindings::sluice::gpu::ops::LayerNormArgs;
+use crate::bindings::sluice::gpu::ops::{self as raw_ops, KvAttentionArgs, KvSpan, LayerNormArgs};
 use crate::{Result, Tensor, UnaryOp};
 
 /// Launches a raw WIT fused op on `inputs` (the escape hatch under the methods below).
@@ -61,6 +62,31 @@ impl Tensor {
         launch_fused(FusedOp::GqaAttention(GqaAttentionArgs { kv_len, scale }), &[q, k, v])
     }
 
+    /// A llama's attention of new positions for one or more sequences at once, each
+    /// with its own KV caches (the WIT `ops.kv-attention`, host API 1.2.0): `q [n, heads,
+    /// d]`, `k` and `v [n, kv_heads, d]`, the rows split in order among `sequences`. For
+    /// each sequence it computes what this chain does, in one launch for all of them:
+    /// `rope(rope_base, position)` of its q and k rows, [`Tensor::write_rows`] of the
+    /// turned k rows and the v rows into its caches at `position`, then
+    /// [`Tensor::gqa_attention`] over the first `position + rows` positions. Returns
+    /// `[n, heads, d]`; the caches (made by [`Tensor::zeros`], each given once) hold the
+    /// new rows afterwards. A decode step of many sequences is one row each; a prompt is
+    /// one sequence of many rows.
+    pub fn kv_attention(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        sequences: &[KvSequence<'_>],
+        rope_base: f32,
+        scale: f32,
+    ) -> Result<Tensor> {
+        let spans = sequences.iter().map(|s| KvSpan { rows: s.rows, position: s.position }).collect();
+        let k_caches: Vec<_> = sequences.iter().map(|s| s.k_cache.as_raw()).collect();
+        let v_caches: Vec<_> = sequences.iter().map(|s| s.v_cache.as_raw()).collect();
+        let args = KvAttentionArgs { rope_base, scale, spans };
+        Ok(Tensor::from_raw(raw_ops::kv_attention(q.as_raw(), k.as_raw(), v.as_raw(), &k_caches, &v_caches, &args)?))
+    }
+
     /// Multi-head scaled dot-product attention in one launch, on the layout a
     /// [`Tensor::linear`] produces: `q [b, sq, heads * d]`, `k` and `v [b, sk, heads * d]`,
     /// head `h` being columns `h*d .. (h+1)*d`. Per batch element and head:
@@ -82,4 +108,18 @@ impl Tensor {
             None => launch_fused(op, &[q, k, v]),
         }
     }
+}
+
+/// One sequence of a [`Tensor::kv_attention`]: its KV caches `[ctx, kv_heads, d]` and
+/// its `rows` new positions, the first at `position` (the positions its caches hold).
+#[derive(Clone, Copy, Debug)]
+pub struct KvSequence<'a> {
+    /// The keys cache, written in place.
+    pub k_cache: &'a Tensor,
+    /// The values cache, written in place.
+    pub v_cache: &'a Tensor,
+    /// How many consecutive rows of q, k and v are this sequence's.
+    pub rows: u32,
+    /// The position of the first of them.
+    pub position: u32,
 }

@@ -67,7 +67,7 @@ mod tensor;
 
 pub use convert::{bf16_bits_to_f32, f16_bits_to_f32};
 pub use error::{Error, ErrorCode, ErrorKind, Result};
-pub use fused::launch_fused;
+pub use fused::{KvSequence, launch_fused};
 pub use io::{Inputs, IoData, IoTensor, RunError};
 pub use ops::{Conv2d, Pool2d, launch};
 pub use sluice_host_api::{DType, UnaryOp};

@@ -25,7 +25,8 @@ pub use dtype::{DType, QUANT_BLOCK};
 pub use error::{ApiError, ErrorCode};
 pub use infer::{GQA_MAX_HEAD_DIM, infer};
 pub use op::{
-    BinaryOp, Conv2dArgs, MatmulArgs, Op, Pool2dArgs, PoolKind, ReduceArgs, ReduceOp, SampleArgs, SliceArgs, UnaryOp,
+    BinaryOp, Conv2dArgs, KvAttentionArgs, KvSpan, MatmulArgs, Op, Pool2dArgs, PoolKind, ReduceArgs, ReduceOp,
+    SampleArgs, SliceArgs, UnaryOp,
 };
 pub use rows::RowSplit;
 pub use shape::{MAX_ELEMENTS, MAX_RANK, Shape, TensorMeta, broadcast_shapes};

@@ -120,6 +120,23 @@ pub struct SliceArgs {
     pub end: u32,
 }
 
+/// One sequence's rows in an [`Op::KvAttention`]: `rows` consecutive rows, the first at
+/// `position`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KvSpan {
+    pub rows: u32,
+    pub position: u32,
+}
+
+/// Parameters of [`Op::KvAttention`]: the RoPE base, the scores' scale and the
+/// sequences, in the order of the rows and the caches.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KvAttentionArgs {
+    pub rope_base: f32,
+    pub scale: f32,
+    pub spans: Vec<KvSpan>,
+}
+
 /// Parameters of [`Op::Conv2d`]; pairs are (vertical, horizontal).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Conv2dArgs {
@@ -203,6 +220,12 @@ pub enum Op {
     /// orders it among the invocation's work. Never reached through `ops.launch`: the
     /// host queues it only for a `dst` made by `tensor.zeros`.
     WriteRows { offset: u32 },
+    /// `[q, k, v, k-cache 0, v-cache 0, k-cache 1, v-cache 1, …]`: per span (sequence)
+    /// of rows, RoPE of its q and k rows at its position, its k and v rows written in
+    /// place into its caches there, then causal GQA attention over them (the WIT
+    /// `ops.kv-attention`). Its output is `[n, heads, d]`; the caches are changed in
+    /// place, so the host queues it only for caches made by `tensor.zeros`.
+    KvAttention(Box<KvAttentionArgs>),
 }
 
 impl Op {
@@ -233,6 +256,17 @@ impl Op {
             Op::RmsNorm { .. } => "rms-norm",
             Op::GqaAttention { .. } => "gqa-attention",
             Op::WriteRows { .. } => "write-rows",
+            Op::KvAttention(_) => "kv-attention",
+        }
+    }
+
+    /// The inputs (by position) this op writes in place: `write-rows`' destination and
+    /// `kv-attention`'s caches; none for every other op, whose inputs are read only.
+    pub fn written_inputs(&self, inputs: usize) -> std::ops::Range<usize> {
+        match self {
+            Op::WriteRows { .. } => 0..inputs.min(1),
+            Op::KvAttention(_) => inputs.min(3)..inputs,
+            _ => 0..0,
         }
     }
 }

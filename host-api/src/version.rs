@@ -21,10 +21,11 @@ use semver::Version;
 pub const PACKAGE: &str = "sluice:gpu";
 
 /// The version of the WIT package in [`crate::WIT_DIR`]: what this host implements.
-pub static CURRENT: Version = Version::new(1, 1, 0);
+pub static CURRENT: Version = Version::new(1, 2, 0);
 
 /// Every released version, oldest first; each is frozen in [`RELEASED_WIT_DIR`].
-pub static RELEASED: [Version; 3] = [Version::new(0, 1, 0), Version::new(1, 0, 0), Version::new(1, 1, 0)];
+pub static RELEASED: [Version; 4] =
+    [Version::new(0, 1, 0), Version::new(1, 0, 0), Version::new(1, 1, 0), Version::new(1, 2, 0)];
 
 /// Retired versions the host still runs, each with the version whose interface it is
 /// (the same WIT but for its version line); its imports are renamed to that version's.
@@ -110,8 +111,8 @@ fn compatibility_key(v: &Version) -> (u64, u64, u64) {
     }
 }
 
-/// What this host offers, for error messages: "sluice:gpu 1.1.0 (runs components built
-/// against 1.0.0 to 1.1.0, and 0.1.0)".
+/// What this host offers, for error messages: "sluice:gpu 1.2.0 (runs components built
+/// against 1.0.0 to 1.2.0, and 0.1.0)".
 pub fn offered() -> String {
     let oldest_linked =
         RELEASED.iter().find(|v| compatibility_key(v) == compatibility_key(&CURRENT)).unwrap_or(&CURRENT);
@@ -179,6 +180,6 @@ mod tests {
 
     #[test]
     fn the_offer_names_the_range_and_the_renamed_versions() {
-        assert_eq!(offered(), "sluice:gpu 1.1.0 (runs components built against 1.0.0 to 1.1.0, and 0.1.0)");
+        assert_eq!(offered(), "sluice:gpu 1.2.0 (runs components built against 1.0.0 to 1.2.0, and 0.1.0)");
     }
 }

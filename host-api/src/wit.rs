@@ -15,7 +15,8 @@
 ///
 /// Both directions for the enums (`dtype`, `error-code`, `unary-op`, `binary-op`,
 /// `reduce-op`, `pool-kind`) and the `error` record; WIT → [`crate::Op`] for the op
-/// catalog (`ops.op` and `fused.fused-op`). Invoke it once per crate, at module level.
+/// catalog (`ops.op` and `fused.fused-op`), and WIT → [`crate::KvAttentionArgs`] for
+/// the arguments of `ops.kv-attention`. Invoke it once per crate, at module level.
 #[macro_export]
 macro_rules! wit_conversions {
     ($($gpu:tt)+) => {
@@ -99,6 +100,21 @@ macro_rules! wit_conversions {
                             top_p: a.top_p,
                             seed: a.seed,
                         }),
+                    }
+                }
+            }
+
+            // `ops.kv-attention` (1.2.0), a function of its own, becomes `api::Op::KvAttention`.
+            impl ::core::convert::From<wit_ops::KvAttentionArgs> for api::KvAttentionArgs {
+                fn from(a: wit_ops::KvAttentionArgs) -> Self {
+                    api::KvAttentionArgs {
+                        rope_base: a.rope_base,
+                        scale: a.scale,
+                        spans: a
+                            .spans
+                            .into_iter()
+                            .map(|s| api::KvSpan { rows: s.rows, position: s.position })
+                            .collect(),
                     }
                 }
             }

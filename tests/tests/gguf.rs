@@ -2,7 +2,8 @@
 //! GGUF reader and its artifacts: the tensor index (30 blocks, shapes and types), the
 //! tokenizer and hyper-parameters in the metadata, the metadata's JSON for the guest,
 //! and `load-tensor` of an f32 norm onto the CPU device, byte for byte; a guest's KV
-//! cache (`tensor.zeros`, `write-rows`) and the refused writes into a weight and a view. Skips (class
+//! cache (`tensor.zeros`, `write-rows`) and the refused writes into a weight and a view
+//! (by `write-rows` and by `kv-attention`, which also refuses a cache given twice). Skips (class
 //! "SmolLM2 model") when the file has not been fetched, except under CI.
 
 use std::collections::HashMap;
@@ -244,12 +245,14 @@ fn a_guest_reads_the_metadata_and_runs_linears_on_quantized_weights() {
         want[5 * 192..].copy_from_slice(&x[..192]);
         assert_eq!(cache, &want, "{name}: the cache after its writes");
         let IoData::Bytes(refusals) = find("refusals") else { panic!("refusals is not BYTES") };
-        for r in refusals {
-            assert_eq!(
-                String::from_utf8_lossy(r),
-                "Some(InvalidArgument)",
-                "{name}: a write into a tensor not made by zeros"
-            );
+        assert_eq!(refusals.len(), 4);
+        for (r, what) in refusals.iter().zip([
+            "a write into a weight",
+            "a write into a view",
+            "a kv-attention into a weight",
+            "a kv-attention given one cache twice",
+        ]) {
+            assert_eq!(String::from_utf8_lossy(r), "Some(InvalidArgument)", "{name}: {what}");
         }
         let IoData::F32(y) = find("y") else { panic!("y is not FP32") };
         assert_eq!(y.len(), m * n);

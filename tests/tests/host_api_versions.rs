@@ -47,6 +47,96 @@ fn check_common(name: &str, outputs: &[Value]) -> Vec<Value> {
     outputs.iter().filter(|o| o["name"] != "buf" && o["name"] != "sum").cloned().collect()
 }
 
+/// What `functions/compat/v1_2_0` gives `ops.kv-attention` (its constants): query heads,
+/// key and value heads, head size, RoPE base, scale, and two steps of two sequences as
+/// `(rows, position)` each.
+const HEADS: usize = 2;
+const KV_HEADS: usize = 1;
+const D: usize = 4;
+const ROPE_BASE: f64 = 10_000.0;
+const SCALE: f64 = 0.5;
+const STEPS: [[(usize, usize); 2]; 2] = [[(3, 0), (2, 0)], [(1, 3), (1, 2)]];
+
+/// Element `i` of input `which` (0 q, 1 k, 2 v) of step `step`, as the fixture makes it.
+fn kv_value(step: usize, which: usize, i: usize) -> f64 {
+    ((i * 7 + step * 5 + which * 3) % 17) as f64 / 4.0 - 2.0
+}
+
+/// Rows of `D` of a head-interleaved row turned by RoPE at `position` (adjacent pairs).
+fn rope(x: &[f64], position: usize) -> Vec<f64> {
+    let mut out = x.to_vec();
+    for head in out.chunks_exact_mut(D) {
+        for (i, pair) in head.chunks_exact_mut(2).enumerate() {
+            let theta = position as f64 * ROPE_BASE.powf(-2.0 * i as f64 / D as f64);
+            let (c, s) = (theta.cos(), theta.sin());
+            let (a, b) = (pair[0], pair[1]);
+            pair[0] = a * c - b * s;
+            pair[1] = a * s + b * c;
+        }
+    }
+    out
+}
+
+/// The fixture's two steps computed here in f64, from the WIT's definition: per
+/// sequence, RoPE of its q and k rows at their positions, k and v appended to its
+/// caches, causal grouped-query attention over what the caches hold. `[7, HEADS, D]`.
+fn kv_attention_reference() -> Vec<f64> {
+    let mut caches = vec![(Vec::<Vec<f64>>::new(), Vec::<Vec<f64>>::new()); 2];
+    let mut out = Vec::new();
+    for (step, spans) in STEPS.iter().enumerate() {
+        let mut first = 0;
+        for (&(rows, position), (keys, values)) in spans.iter().zip(&mut caches) {
+            assert_eq!(keys.len(), position);
+            let row_of = |which: usize, heads: usize, row: usize| -> Vec<f64> {
+                (row * heads * D..(row + 1) * heads * D).map(|i| kv_value(step, which, i)).collect()
+            };
+            for r in 0..rows {
+                keys.push(rope(&row_of(1, KV_HEADS, first + r), position + r));
+                values.push(row_of(2, KV_HEADS, first + r));
+            }
+            for r in 0..rows {
+                let q = rope(&row_of(0, HEADS, first + r), position + r);
+                for (h, qh) in q.chunks_exact(D).enumerate() {
+                    let g = (h / (HEADS / KV_HEADS)) * D..(h / (HEADS / KV_HEADS) + 1) * D;
+                    let scores: Vec<f64> = keys[..=position + r]
+                        .iter()
+                        .map(|k| SCALE * qh.iter().zip(&k[g.clone()]).map(|(a, b)| a * b).sum::<f64>())
+                        .collect();
+                    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                    let total: f64 = weights.iter().sum();
+                    out.extend((0..D).map(|e| {
+                        weights.iter().zip(values.iter()).map(|(w, v)| w * v[g.start + e]).sum::<f64>() / total
+                    }));
+                }
+            }
+            first += rows;
+        }
+    }
+    out
+}
+
+/// Checks the 1.2.0 fixture's `kv` (two steps of `ops.kv-attention`) and `chain` (the
+/// same through `rope`, `write-rows` and `gqa-attention`, which the WIT says it equals
+/// exactly): bit for bit the same, and both the reference computed here; removes them
+/// from `extra`.
+fn check_kv_attention(name: &str, extra: &mut Vec<Value>) {
+    let mut take = |n: &str| {
+        let at = extra.iter().position(|o| o["name"] == n).unwrap_or_else(|| panic!("{name}: no `{n}`"));
+        let output = extra.remove(at);
+        assert_eq!(output["shape"], json!([7, HEADS, D]), "{name}: {n}");
+        assert_eq!(output["datatype"], "FP32", "{name}: {n}");
+        floats(&output["data"])
+    };
+    let (kv, chain) = (take("kv"), take("chain"));
+    assert_eq!(kv, chain, "{name}: kv-attention is not its chain");
+    let reference = kv_attention_reference();
+    assert!(reference.iter().any(|v| v.abs() > 0.5) && reference.chunks(D).any(|row| row != &reference[..D]));
+    for (i, (got, want)) in kv.iter().zip(&reference).enumerate() {
+        assert!((f64::from(*got) - want).abs() < 1e-4, "{name}: kv[{i}] = {got}, want {want}");
+    }
+}
+
 /// The version a deployed function's newest version was built against, as the
 /// function listing, the function's own view and the model metadata show it.
 fn shown_host_api(server: &Server, key: &str, name: &str) -> Value {
@@ -75,7 +165,11 @@ fn components_built_against_every_released_host_api_run_on_this_host() {
             let body = Some(("application/octet-stream", b"hello".to_vec()));
             server.call("PUT", &format!("/v1/functions/{name}/artifacts/note.txt"), Some(&key), body).expect(201);
         }
-        let extra = check_common(&name, &infer(&server, &key, &name));
+        let mut extra = check_common(&name, &infer(&server, &key, &name));
+        if *version >= semver::Version::new(1, 2, 0) {
+            // 1.2.0 added `ops.kv-attention`: the fixture returns it and its chain.
+            check_kv_attention(&name, &mut extra);
+        }
         if *version >= semver::Version::new(1, 1, 0) {
             assert_eq!(
                 extra,
@@ -103,9 +197,9 @@ fn a_component_needing_more_than_this_host_offers_is_refused_at_deploy_and_chang
     let key = server.create_tenant("compat");
     let deploy = |name: &str, wasm: Vec<u8>| server.put_bytes(&format!("/v1/functions/{name}"), &key, wasm);
 
-    // Built against 1.2.0 and calling what it added (`artifacts.sizes`).
+    // Built against an invented 1.3.0 and calling what it added (`artifacts.sizes`).
     let e = deploy("newer", sluice_tests::function_wasm("compat_newer")).expect_error(400, "host_api_unsupported");
-    assert!(e.starts_with("the component was built against sluice:gpu/artifacts@1.2.0"), "{e}");
+    assert!(e.starts_with("the component was built against sluice:gpu/artifacts@1.3.0"), "{e}");
     assert!(e.contains(&format!("this server's {CURRENT}")), "{e}");
     server.get("/v1/functions/newer", &key).expect_error(404, "not_found");
 

@@ -11,13 +11,15 @@
 //! - Output `cache`: FP32 `[6, 3, 64]`, a KV cache made by `zeros` after `write-rows`
 //!   of x's rows `[m, 192]` (as `[m, 3, 64]`) at position 2 and of x's first row at 5,
 //!   read through a reshape of it after the cache's own handle is dropped.
-//! - Output `refusals`: BYTES `[2]`, the error codes (Debug) of a write into the loaded
-//!   weight and into an op's output (a reshape of the cache), both refused.
+//! - Output `refusals`: BYTES `[4]`, the error codes (Debug) of a write into the loaded
+//!   weight and into an op's output (a reshape of the cache), and of a `kv-attention`
+//!   writing into the weight and one given the cache as both its k and v cache, all
+//!   refused.
 //!
 //! It launches five kernels (the linear, two slices, two writes): its reshapes are
 //! views and the refused writes queue nothing.
 
-use sluice_guest::{DType, Error, Function, Inputs, IoData, IoTensor, Result, Tensor, artifacts};
+use sluice_guest::{DType, Error, Function, Inputs, IoData, IoTensor, KvSequence, Result, Tensor, artifacts};
 
 struct GgufProbe;
 
@@ -40,7 +42,16 @@ impl Function for GgufProbe {
         cache.write_rows(5, &rows.slice(0, 0, 1)?)?;
         let refusal = |e: Result<()>| format!("{:?}", e.err().and_then(|e| e.code())).into_bytes();
         let view = cache.reshape(&[6, 192])?;
-        let refusals = vec![refusal(w.write_rows(0, &w)), refusal(view.write_rows(0, &view))];
+        let attend = |k_cache: &Tensor, v_cache: &Tensor| {
+            let sequence = KvSequence { k_cache, v_cache, rows: m, position: 0 };
+            Tensor::kv_attention(&rows, &rows, &rows, &[sequence], 10_000.0, 0.125).map(drop)
+        };
+        let refusals = vec![
+            refusal(w.write_rows(0, &w)),
+            refusal(view.write_rows(0, &view)),
+            refusal(attend(&w, &cache)),
+            refusal(attend(&cache, &cache)),
+        ];
         // The view holds the cache's memory on its own.
         drop(cache);
         let cache = view.reshape(&[6, 3, 64])?;
@@ -49,7 +60,7 @@ impl Function for GgufProbe {
             IoTensor::bytes("dtype", &[1], vec![w.dtype().name().as_bytes().to_vec()]),
             IoTensor::bytes("metadata", &[1], vec![metadata.into_bytes()]),
             cache.to_io("cache")?,
-            IoTensor::bytes("refusals", &[2], refusals),
+            IoTensor::bytes("refusals", &[4], refusals),
         ])
     }
 }

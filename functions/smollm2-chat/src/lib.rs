@@ -32,7 +32,8 @@
 //! Continuous batching: the function is a serving function ([`sluice_guest::serving`]).
 //! Its serving invocation takes requests from the host's queue between steps, prefills
 //! each new one alone, and runs one decode step for every active sequence at once
-//! ([`Model::step_many`]: one pass over the weights), up to [`MAX_SEQUENCES`]; a
+//! ([`Model::step_many`]: one pass over the weights, and one `kv-attention` launch per
+//! block for every sequence's RoPE, KV writes and attention), up to [`MAX_SEQUENCES`]; a
 //! sequence leaves when it ends or its caller goes. The greedy sequences' next tokens
 //! come from one `argmax` over the step's logits and one read. A plain invocation (the
 //! function run outside a serving invocation, e.g. by `sluice run`) generates its one request.

@@ -1,17 +1,19 @@
 //! The llama forward pass of SmolLM2 on the device: hyper-parameters from the GGUF
 //! metadata, the weights as the host loads them (Q4_1 linears, the Q8_0 token table,
 //! f32 norms), and one KV cache per layer that the invocation owns (`Tensor::zeros`)
-//! and extends in place (`write_rows`) by each step's positions.
+//! and extends in place (through `kv-attention`) by each step's positions.
 //!
 //! A step of `s` tokens at position `pos`: embedding; per block, RMS norm, q/k/v
-//! linears, RoPE at `pos` (llama.cpp's adjacent-pair layout, that of GGUF llama
-//! weights), the new keys and values written into the caches at `pos`, causal
-//! grouped-query attention over the first `pos + s` positions, the output linear and
-//! the residual; RMS norm, SwiGLU FFN (`silu(gate) * up`, down) and the residual; then
-//! the final norm of the last position and the tied output head (`token_embd`).
+//! linears, then one `kv-attention` launch: RoPE at `pos` (llama.cpp's adjacent-pair
+//! layout, that of GGUF llama weights), the new keys and values written into the caches
+//! at `pos`, causal grouped-query attention over the first `pos + s` positions; the
+//! output linear and the residual; RMS norm, SwiGLU FFN (`silu(gate) * up`, down) and
+//! the residual; then the final norm of the last position and the tied output head
+//! (`token_embd`). A decode step of many sequences runs the same launches on one row
+//! per sequence, the attention's one launch covering every sequence's caches.
 
 use serde_json::Value;
-use sluice_guest::{DType, Error, Result, Tensor, UnaryOp, artifacts};
+use sluice_guest::{DType, Error, KvSequence, Result, Tensor, UnaryOp, artifacts};
 
 /// The function's one artifact: the GGUF file.
 pub const ARTIFACT: &str = "model";
@@ -127,47 +129,46 @@ impl Model {
     /// `[1, vocab]` of the last one (queued on the device; nothing is read back).
     pub fn step(&self, cache: &mut Cache, tokens: &[u32]) -> Result<Tensor> {
         let s = tokens.len() as u32;
-        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
-        let mut x = Tensor::embedding(&self.embed, &Tensor::from_i32(&[s], &ids)?)?;
-        for (b, block) in self.blocks.iter().enumerate() {
-            x = self.block(block, &x, |q, k, v| self.attend(&mut cache.layers[b], cache.pos, q, k, v))?;
-        }
-        cache.pos += s;
+        let x = self.forward(&mut [cache], &[s], tokens)?;
         let last = if s > 1 { x.slice(0, s - 1, s)? } else { x };
         self.head(&last)
     }
 
     /// One decode step of many sequences at once: `tokens[i]` is the next token of
     /// `caches[i]`. Every weight is read once for all of them (the linears run on
-    /// `[n, hidden]`); attention runs per sequence over its own cache. Returns the
-    /// logits `[n, vocab]`, row `i` sequence `i`'s. Each row is computed as
-    /// [`Model::step`] computes it for that sequence alone; one sequence goes through
-    /// [`Model::step`] itself (without the per-sequence slices and the join, ~120
-    /// launches a token).
+    /// `[n, hidden]`), and each block's attention is one launch for all of them, each
+    /// sequence over its own caches. Returns the logits `[n, vocab]`, row `i` sequence
+    /// `i`'s, each computed as [`Model::step`] computes it for that sequence alone.
     pub fn step_many(&self, caches: &mut [&mut Cache], tokens: &[u32]) -> Result<Tensor> {
-        if let ([cache], [_]) = (&mut *caches, tokens) {
-            return self.step(cache, tokens);
-        }
-        let n = tokens.len() as u32;
+        let x = self.forward(caches, &vec![1; tokens.len()], tokens)?;
+        self.head(&x)
+    }
+
+    /// The blocks on `tokens`, of which the first `rows[0]` are `caches[0]`'s next
+    /// ones, the next `rows[1]` `caches[1]`'s, and so on; returns the last block's
+    /// output `[n, hidden]` and moves each cache's position past its rows.
+    fn forward(&self, caches: &mut [&mut Cache], rows: &[u32], tokens: &[u32]) -> Result<Tensor> {
+        let c = &self.config;
         let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
-        let mut x = Tensor::embedding(&self.embed, &Tensor::from_i32(&[n], &ids)?)?;
-        for b in 0..self.blocks.len() {
-            x = self.block(&self.blocks[b], &x, |q, k, v| {
-                let mut rows = Vec::with_capacity(caches.len());
-                for (i, cache) in caches.iter_mut().enumerate() {
-                    let i = i as u32;
-                    let row = |t: &Tensor| t.slice(0, i, i + 1);
-                    let pos = cache.pos;
-                    rows.push(self.attend(&mut cache.layers[b], pos, &row(q)?, &row(k)?, &row(v)?)?);
-                }
-                // `[n, heads, d]` in one launch.
-                Tensor::concat(&rows.iter().collect::<Vec<_>>(), 0)
+        let mut x = Tensor::embedding(&self.embed, &Tensor::from_i32(&[tokens.len() as u32], &ids)?)?;
+        let scale = 1.0 / (c.head_dim() as f32).sqrt();
+        for (b, block) in self.blocks.iter().enumerate() {
+            x = self.block(block, &x, |q, k, v| {
+                let sequences: Vec<KvSequence<'_>> = caches
+                    .iter()
+                    .zip(rows)
+                    .map(|(cache, &rows)| {
+                        let (k_cache, v_cache) = &cache.layers[b];
+                        KvSequence { k_cache, v_cache, rows, position: cache.pos }
+                    })
+                    .collect();
+                Tensor::kv_attention(q, k, v, &sequences, c.rope_base, scale)
             })?;
         }
-        for cache in caches.iter_mut() {
-            cache.pos += 1;
+        for (cache, &rows) in caches.iter_mut().zip(rows) {
+            cache.pos += rows;
         }
-        self.head(&x)
+        Ok(x)
     }
 
     /// One block on `x [s, hidden]`; `attend` turns the projections `q [s, heads, d]`,
@@ -193,20 +194,6 @@ impl Model {
         let up = h.linear(&b.up, None, true, None)?;
         let f = gate.mul(&up)?.linear(&b.down, None, true, None)?;
         x.add(&f)
-    }
-
-    /// Attention of `s` new positions of one sequence at `pos` (`q [s, heads, d]`, `k`
-    /// and `v [s, kv_heads, d]`): RoPE on `q` and `k`, the new keys and values written
-    /// into the sequence's caches, then causal grouped-query attention over the first
-    /// `pos + s` positions; `[s, heads, d]`.
-    fn attend(&self, cache: &mut (Tensor, Tensor), pos: u32, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
-        let c = &self.config;
-        let s = q.shape()[0];
-        let q = q.rope(c.rope_base, pos)?;
-        let k = k.rope(c.rope_base, pos)?;
-        cache.0.write_rows(pos, &k)?;
-        cache.1.write_rows(pos, v)?;
-        Tensor::gqa_attention(&q, &cache.0, &cache.1, pos + s, 1.0 / (c.head_dim() as f32).sqrt())
     }
 
     /// The final norm and the tied output head: logits `[s, vocab]`.

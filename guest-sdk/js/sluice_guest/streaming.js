@@ -17,7 +17,7 @@
  * @module sluice-guest/streaming
  */
 
-import * as wit from 'sluice:gpu/streaming@1.1.0';
+import * as wit from 'sluice:gpu/streaming@1.2.0';
 
 import { hostCall } from './errors.js';
 

@@ -14,10 +14,10 @@
  * @module sluice-guest/tensor
  */
 
-import { Tensor as WitTensor } from 'sluice:gpu/tensors@1.1.0';
-import { launch as launchOp } from 'sluice:gpu/ops@1.1.0';
-import { launch as launchFused } from 'sluice:gpu/fused@1.1.0';
-import * as artifacts from 'sluice:gpu/artifacts@1.1.0';
+import { Tensor as WitTensor } from 'sluice:gpu/tensors@1.2.0';
+import { kvAttention as kvAttentionOp, launch as launchOp } from 'sluice:gpu/ops@1.2.0';
+import { launch as launchFused } from 'sluice:gpu/fused@1.2.0';
+import * as artifacts from 'sluice:gpu/artifacts@1.2.0';
 
 import { ErrorCode, HostError, hostCall } from './errors.js';
 
@@ -386,6 +386,21 @@ export class Tensor {
    * of a `[ctx, kvHeads, d]` KV cache. */
   gqaAttention(kCache, vCache, kvLen, scale) {
     return this.fused({ tag: 'gqa-attention', val: { kvLen, scale } }, kCache, vCache);
+  }
+
+  /** A llama's attention of new positions for one or more sequences in one launch
+   * (host API 1.2.0, the WIT `ops.kv-attention`), with these queries `[n, heads, d]` and
+   * the new keys and values `k`, `v` `[n, kvHeads, d]`. `spans` splits the n rows, in
+   * order, into sequences as `[rows, position]` pairs, and `caches` gives each its
+   * `[kCache, vCache]` `[ctx, kvHeads, d]` (made by `zeros`, each given once). Per span,
+   * exactly `rope(ropeBase, position)` of its rows of q and k, `writeRows(position, …)`
+   * of the turned k and of v into its caches, then `gqaAttention` over
+   * `position + rows` positions with `scale`; the output is `[n, heads, d]`. */
+  kvAttention(k, v, caches, spans, ropeBase, scale) {
+    const args = { ropeBase, scale, spans: spans.map(([rows, position]) => ({ rows, position })) };
+    const kCaches = caches.map(([kCache]) => kCache.handle);
+    const vCaches = caches.map(([, vCache]) => vCache.handle);
+    return new Tensor(hostCall(kvAttentionOp, this.handle, k.handle, v.handle, kCaches, vCaches, args));
   }
 
   /** Multi-head attention with this tensor as the queries (heads interleaved). */

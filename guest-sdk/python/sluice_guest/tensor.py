@@ -10,7 +10,7 @@ escape hatches to the raw WIT ops.
 """
 
 import struct
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from wit_world.imports import artifacts, fused, ops, tensors, types
 
@@ -489,6 +489,29 @@ class Tensor:
         positions of a `[ctx, kv_heads, d]` KV cache."""
         op = fused.FusedOp_GqaAttention(fused.GqaAttentionArgs(int(kv_len), float(scale)))
         return self._fused(op, k_cache, v_cache)
+
+    def kv_attention(
+        self,
+        k: "Tensor",
+        v: "Tensor",
+        caches: Sequence[Tuple["Tensor", "Tensor"]],
+        spans: Sequence[Tuple[int, int]],
+        rope_base: float,
+        scale: float,
+    ) -> "Tensor":
+        """A llama's attention of new positions for one or more sequences in one launch
+        (host API 1.2.0, the WIT `ops.kv-attention`), with these queries `[n, heads, d]`
+        and the new keys and values `k`, `v` `[n, kv_heads, d]`. `spans` splits the n
+        rows, in order, into sequences as `(rows, position)` pairs, and `caches` gives
+        each its `(k_cache, v_cache)` `[ctx, kv_heads, d]` (made by `zeros`, each given
+        once). Per span, exactly `rope(rope_base, position)` of its rows of q and k,
+        `write_rows(position, …)` of the turned k and of v into its caches, then
+        `gqa_attention` over `position + rows` positions with `scale`; the output is
+        `[n, heads, d]`. Also `Tensor.kv_attention(q, k, v, caches, spans, …)`."""
+        args = ops.KvAttentionArgs(float(rope_base), float(scale), [ops.KvSpan(int(r), int(p)) for r, p in spans])
+        k_caches = [kc._handle for kc, _ in caches]
+        v_caches = [vc._handle for _, vc in caches]
+        return Tensor(host_call(ops.kv_attention, self._handle, k._handle, v._handle, k_caches, v_caches, args))
 
     def attention(
         self, k: "Tensor", v: "Tensor", heads: int, scale: float, mask: Optional["Tensor"] = None

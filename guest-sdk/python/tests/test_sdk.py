@@ -134,6 +134,29 @@ class Bindings(unittest.TestCase):
         self.assertEqual(max_wait_us(-1), 0)
         self.assertEqual(max_wait_us(1e9), 0xFFFF_FFFF)
 
+    def test_kv_attention_pairs_become_the_wit_call(self):
+        from unittest import mock
+
+        from sluice_guest import Tensor
+        from sluice_guest.tensor import ops
+
+        q, k, v, kc0, vc0, kc1, vc1, out = (object() for _ in range(8))
+        calls = []
+
+        def kv_attention(*args):
+            calls.append(args)
+            return out
+
+        with mock.patch.object(ops, "kv_attention", kv_attention):
+            caches = [(Tensor(kc0), Tensor(vc0)), (Tensor(kc1), Tensor(vc1))]
+            y = Tensor(q).kv_attention(Tensor(k), Tensor(v), caches, [(2, 0), (1, 5)], 10000, 0.5)
+            z = Tensor.kv_attention(Tensor(q), Tensor(k), Tensor(v), caches[:1], [(3, 0)], 1e4, 0.5)
+        self.assertIs(y.raw, out)
+        self.assertIs(z.raw, out)
+        spans = [ops.KvSpan(2, 0), ops.KvSpan(1, 5)]
+        self.assertEqual(calls[0], (q, k, v, [kc0, kc1], [vc0, vc1], ops.KvAttentionArgs(10000.0, 0.5, spans)))
+        self.assertEqual(calls[1][3:], ([kc0], [vc0], ops.KvAttentionArgs(1e4, 0.5, [ops.KvSpan(3, 0)])))
+
     def test_run_errors(self):
         from sluice_guest import Failed, HostError, InvalidInput
         from sluice_guest.function import run_error

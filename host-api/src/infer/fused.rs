@@ -1,8 +1,9 @@
 //! Shape and dtype rules of the fused ops: the dense layer (`linear`, quantized weights
-//! included), multi-head and grouped-query attention, and the parameters the norms share.
+//! included), multi-head and grouped-query attention (over a KV cache, and with the
+//! cache's writes: `kv-attention`), and the parameters the norms share.
 
 use super::{arity, float, rank_at_least, same_dtype, wrong_arity};
-use crate::{ApiError, Op, TensorMeta, broadcast_shapes};
+use crate::{ApiError, KvAttentionArgs, Op, TensorMeta, broadcast_shapes};
 
 /// The checks layer norm and add-layer-norm share: a floating `x` of rank ≥ 1, `gamma`
 /// and `beta` of shape `[last]` and x's dtype, a finite `eps ≥ 0`.
@@ -149,6 +150,68 @@ pub(super) fn gqa_attention(op: &Op, kv_len: u32, scale: f32, inputs: &[&TensorM
     }
     if !scale.is_finite() {
         return Err(ApiError::arg(format!("gqa-attention scale must be finite, got {scale}")));
+    }
+    Ok(q.clone())
+}
+
+/// `q [n, heads, d]`, `k`, `v [n, kv_heads, d]` and a pair of caches `[ctx, kv_heads, d]`
+/// per span (see the WIT `kv-attention`): the spans cover the rows and fit their caches.
+pub(super) fn kv_attention(op: &Op, args: &KvAttentionArgs, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
+    let expected = 3 + 2 * args.spans.len();
+    if args.spans.is_empty() || inputs.len() != expected {
+        return Err(ApiError::arg(format!(
+            "kv-attention takes q, k, v and a k and a v cache per span: {} span(s), {} tensor(s)",
+            args.spans.len(),
+            inputs.len()
+        )));
+    }
+    let (q, k, v) = (inputs[0], inputs[1], inputs[2]);
+    float(op, q)?;
+    same_dtype(op, q, k)?;
+    same_dtype(op, q, v)?;
+    if q.rank() != 3 || k.rank() != 3 || k.shape != v.shape || k.shape[0] != q.shape[0] {
+        return Err(ApiError::shape(format!(
+            "kv-attention needs q [n, heads, d] and k, v [n, kv-heads, d], got {:?}, {:?} and {:?}",
+            q.shape, k.shape, v.shape
+        )));
+    }
+    let ([n, heads, d], kv_heads) = ([q.shape[0], q.shape[1], q.shape[2]], k.shape[1]);
+    if k.shape[2] != d || kv_heads == 0 || !heads.is_multiple_of(kv_heads) || !d.is_multiple_of(2) {
+        return Err(ApiError::shape(format!(
+            "kv-attention: q {:?} and k {:?} need one even head size and kv-heads dividing heads",
+            q.shape, k.shape
+        )));
+    }
+    if d > GQA_MAX_HEAD_DIM {
+        return Err(ApiError::shape(format!("kv-attention head size {d} exceeds {GQA_MAX_HEAD_DIM}")));
+    }
+    let rows: u64 = args.spans.iter().map(|s| u64::from(s.rows)).sum();
+    if rows != u64::from(n) {
+        return Err(ApiError::arg(format!("kv-attention spans hold {rows} rows, q has {n}")));
+    }
+    for (i, (span, caches)) in args.spans.iter().zip(inputs[3..].chunks_exact(2)).enumerate() {
+        let (kc, vc) = (caches[0], caches[1]);
+        same_dtype(op, q, kc)?;
+        same_dtype(op, q, vc)?;
+        if kc.shape != vc.shape || kc.rank() != 3 || kc.shape[1..] != k.shape[1..] {
+            return Err(ApiError::shape(format!(
+                "kv-attention span {i}: the caches {:?} and {:?} must both be [ctx, {kv_heads}, {d}]",
+                kc.shape, vc.shape
+            )));
+        }
+        let end = u64::from(span.position) + u64::from(span.rows);
+        if end > u64::from(kc.shape[0]) {
+            return Err(ApiError::arg(format!(
+                "kv-attention span {i}: {} rows at position {} end past its caches' {} positions",
+                span.rows, span.position, kc.shape[0]
+            )));
+        }
+    }
+    if !(args.rope_base.is_finite() && args.rope_base > 0.0) {
+        return Err(ApiError::arg(format!("kv-attention rope base must be finite and > 0, got {}", args.rope_base)));
+    }
+    if !args.scale.is_finite() {
+        return Err(ApiError::arg(format!("kv-attention scale must be finite, got {}", args.scale)));
     }
     Ok(q.clone())
 }

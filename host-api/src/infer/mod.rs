@@ -3,7 +3,7 @@
 
 mod fused;
 pub use fused::GQA_MAX_HEAD_DIM;
-use fused::{attention, gqa_attention, linear, norm_params};
+use fused::{attention, gqa_attention, kv_attention, linear, norm_params};
 
 use crate::{
     ApiError, Conv2dArgs, DType, MatmulArgs, Op, Pool2dArgs, ReduceArgs, SliceArgs, TensorMeta, broadcast_shapes,
@@ -216,6 +216,7 @@ pub fn infer(op: &Op, inputs: &[&TensorMeta]) -> Result<TensorMeta, ApiError> {
             let [dst, src] = arity::<2>(op, inputs)?;
             write_rows(*offset, dst, src)
         }
+        Op::KvAttention(args) => kv_attention(op, args, inputs),
         Op::RmsNorm { eps } => {
             let (x, w) = match inputs {
                 [x, w] => (*x, *w),

@@ -101,6 +101,59 @@ fn block_formats_go_only_where_they_are_dequantized() {
 }
 
 #[test]
+fn kv_attention_checks_spans_caches_and_shapes() {
+    use crate::{KvAttentionArgs, KvSpan};
+    let op = |spans: &[(u32, u32)]| {
+        Op::KvAttention(Box::new(KvAttentionArgs {
+            rope_base: 1e4,
+            scale: 0.125,
+            spans: spans.iter().map(|&(rows, position)| KvSpan { rows, position }).collect(),
+        }))
+    };
+    let (q, kv) = (t(DType::F32, &[3, 9, 64]), t(DType::F32, &[3, 3, 64]));
+    let (c8, c4) = (t(DType::F32, &[8, 3, 64]), t(DType::F32, &[4, 3, 64]));
+    // Two sequences: one decoding at position 7 of 8, one with a prompt of 2 at 2 of 4.
+    let good = op(&[(1, 7), (2, 2)]);
+    assert_eq!(infer(&good, &[&q, &kv, &kv, &c8, &c8, &c4, &c4]).unwrap(), q);
+    let code = |o: &Op, ins: &[&TensorMeta]| infer(o, ins).unwrap_err().code;
+    // The spans' rows must sum to q's rows, each span must fit its caches.
+    assert_eq!(code(&op(&[(1, 7), (1, 2)]), &[&q, &kv, &kv, &c8, &c8, &c4, &c4]), ErrorCode::InvalidArgument);
+    assert_eq!(code(&op(&[(1, 8), (2, 2)]), &[&q, &kv, &kv, &c8, &c8, &c4, &c4]), ErrorCode::InvalidArgument);
+    assert_eq!(code(&op(&[(1, 7), (2, 3)]), &[&q, &kv, &kv, &c8, &c8, &c4, &c4]), ErrorCode::InvalidArgument);
+    assert_eq!(code(&op(&[(2, u32::MAX), (1, 0)]), &[&q, &kv, &kv, &c8, &c8, &c4, &c4]), ErrorCode::InvalidArgument);
+    // A pair of caches per span, no more, no less; no spans at all.
+    assert_eq!(code(&good, &[&q, &kv, &kv, &c8, &c8]), ErrorCode::InvalidArgument);
+    assert_eq!(code(&op(&[]), &[&q, &kv, &kv]), ErrorCode::InvalidArgument);
+    // Caches of another shape or dtype, or k and v caches that differ.
+    assert_eq!(code(&good, &[&q, &kv, &kv, &c8, &c8, &c4, &t(DType::F32, &[4, 3, 32])]), ErrorCode::ShapeMismatch);
+    assert_eq!(code(&good, &[&q, &kv, &kv, &c8, &c8, &c4, &t(DType::F32, &[5, 3, 64])]), ErrorCode::ShapeMismatch);
+    assert_eq!(code(&good, &[&q, &kv, &kv, &c8, &c8, &t(DType::F16, &[4, 3, 64]), &c4]), ErrorCode::DtypeMismatch);
+    // q, k and v: kv-heads dividing heads, one head size, an even one, floating.
+    let kv4 = t(DType::F32, &[3, 4, 64]);
+    let c4h = t(DType::F32, &[8, 4, 64]);
+    assert_eq!(code(&op(&[(3, 0)]), &[&q, &kv4, &kv4, &c4h, &c4h]), ErrorCode::ShapeMismatch);
+    let (q_odd, kv_odd, c_odd) = (t(DType::F32, &[1, 3, 63]), t(DType::F32, &[1, 3, 63]), t(DType::F32, &[8, 3, 63]));
+    assert_eq!(code(&op(&[(1, 0)]), &[&q_odd, &kv_odd, &kv_odd, &c_odd, &c_odd]), ErrorCode::ShapeMismatch);
+    let qi = t(DType::I32, &[3, 9, 64]);
+    let (kvi, ci) = (t(DType::I32, &[3, 3, 64]), t(DType::I32, &[8, 3, 64]));
+    assert_eq!(code(&op(&[(3, 0)]), &[&qi, &kvi, &kvi, &ci, &ci]), ErrorCode::DtypeMismatch);
+    assert_eq!(code(&op(&[(3, 0)]), &[&q, &t(DType::F32, &[2, 3, 64]), &kv, &c8, &c8]), ErrorCode::ShapeMismatch);
+    // The parameters.
+    let bad_base = Op::KvAttention(Box::new(KvAttentionArgs {
+        rope_base: 0.0,
+        scale: 0.1,
+        spans: vec![KvSpan { rows: 3, position: 0 }],
+    }));
+    assert_eq!(code(&bad_base, &[&q, &kv, &kv, &c8, &c8]), ErrorCode::InvalidArgument);
+    let bad_scale = Op::KvAttention(Box::new(KvAttentionArgs {
+        rope_base: 1e4,
+        scale: f32::NAN,
+        spans: vec![KvSpan { rows: 3, position: 0 }],
+    }));
+    assert_eq!(code(&bad_scale, &[&q, &kv, &kv, &c8, &c8]), ErrorCode::InvalidArgument);
+}
+
+#[test]
 fn gqa_attention_shapes_and_errors() {
     let (q, kv) = (t(DType::F32, &[2, 9, 64]), t(DType::F32, &[16, 3, 64]));
     let op = |kv_len| Op::GqaAttention { kv_len, scale: 0.125 };

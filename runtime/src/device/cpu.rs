@@ -107,6 +107,12 @@ fn is_small(op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> boo
             out.numel().saturating_mul(k.max(1))
         }
         Op::GqaAttention { kv_len, .. } => out.numel().saturating_mul(2 * (*kv_len as usize).max(1)),
+        // As a `gqa-attention` per sequence, over its `position + rows` positions.
+        Op::KvAttention(a) => {
+            let per_row = out.numel() / out.shape.first().copied().unwrap_or(1).max(1) as usize;
+            let positions = a.spans.iter().map(|s| s.rows as usize * (s.position + s.rows) as usize).sum::<usize>();
+            per_row.saturating_mul(2 * positions.max(1))
+        }
         Op::Attention { .. } => {
             let sk = inputs.get(1).and_then(|(_, m)| m.shape.get(1).copied()).unwrap_or(1) as usize;
             out.numel().saturating_mul(2 * sk.max(1))
@@ -173,7 +179,12 @@ impl Device for CpuDevice {
             let written = unsafe { sluice_backend_cpu::write_rows(*offset, dst, src, out) };
             return written.map(Buffer::Cpu).map_err(|e| DeviceError::Failure(e.to_string()));
         }
-        let run = || sluice_backend_cpu::launch(op, &cpu_inputs, out);
+        let run = || match op {
+            // SAFETY: as for the write above; the host gives each cache once, and never
+            // a cache as q, k or v.
+            Op::KvAttention(_) => unsafe { sluice_backend_cpu::kv_attention(&cpu_inputs, op, out) },
+            _ => sluice_backend_cpu::launch(op, &cpu_inputs, out),
+        };
         // Where this thread is not one of the pool's (a device used directly, not through
         // a scheduler), handing a kernel to the pool wakes one of its threads; small
         // kernels, which run single-threaded anyway (on the team too), run right here

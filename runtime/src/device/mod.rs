@@ -26,10 +26,11 @@ pub use select::{CudaRequired, DeviceChoice, DeviceSettings, OpenedDevice, Opene
 pub use sluice_backend_cpu::CpuBuffer;
 
 /// Device memory holding one tensor's elements. Immutable once produced: ops always
-/// write new buffers, so a buffer may be shared (weights) between invocations. The one
-/// exception is [`sluice_host_api::Op::WriteRows`], which writes rows in place into a
-/// buffer the host made for it (`tensor.zeros`, owned by one invocation): every clone
-/// of that buffer (a reshape of it) shows the rows.
+/// write new buffers, so a buffer may be shared (weights) between invocations. The
+/// exceptions are [`sluice_host_api::Op::WriteRows`] and the caches of
+/// [`sluice_host_api::Op::KvAttention`] ([`sluice_host_api::Op::written_inputs`]), which
+/// write rows in place into buffers the host made for them (`tensor.zeros`, owned by one
+/// invocation): every clone of such a buffer (a reshape of it) shows the rows.
 #[derive(Clone)]
 pub enum Buffer {
     Cpu(CpuBuffer),

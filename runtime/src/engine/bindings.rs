@@ -2,7 +2,7 @@
 //!
 //! Every import may trap (resource-table faults are sandbox violations). The imports
 //! that wait are async: `tensor.read` waits for the device, and the ones that queue
-//! work (uploads, `zeros`, `write-rows` and launches) wait for room in the invocation's queue
+//! work (uploads, `zeros`, `write-rows`, launches and `kv-attention`) wait for room in the invocation's queue
 //! (backpressure), `streaming.emit` (and a served request's `emit`) waits for room in its
 //! caller's chunk channel, and `requests.next` waits for a request. Imports
 //! that return the WIT
@@ -21,6 +21,7 @@ wasmtime::component::bindgen!({
         "sluice:gpu/tensors.[static]tensor.zeros": async | trappable,
         "sluice:gpu/tensors.[method]tensor.write-rows": async | trappable,
         "sluice:gpu/ops.launch": async | trappable,
+        "sluice:gpu/ops.kv-attention": async | trappable,
         "sluice:gpu/fused.launch": async | trappable,
         "sluice:gpu/streaming.emit": async | trappable,
         "sluice:gpu/requests.next": async | trappable,

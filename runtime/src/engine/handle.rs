@@ -15,7 +15,8 @@ use crate::scheduler::{TensorId, TensorLease};
 pub struct TensorHandle {
     pub(crate) id: TensorId,
     pub(crate) meta: TensorMeta,
-    /// Made by `tensor.zeros`: its own memory, which `tensor.write-rows` may change
+    /// Made by `tensor.zeros`: its own memory, which `tensor.write-rows` and
+    /// `ops.kv-attention` (as a cache) may change
     /// (no other tensor may be written: a weight is shared, and a reshape is a view of
     /// its input's memory).
     pub(crate) writable: bool,

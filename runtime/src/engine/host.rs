@@ -210,6 +210,54 @@ impl ops::Host for InvocationState {
     async fn launch(&mut self, op: ops::Op, inputs: Vec<Resource<TensorHandle>>) -> HostResult<Resource<TensorHandle>> {
         self.launch_op(op.into(), &inputs).await
     }
+
+    async fn kv_attention(
+        &mut self,
+        q: Resource<TensorHandle>,
+        k: Resource<TensorHandle>,
+        v: Resource<TensorHandle>,
+        k_caches: Vec<Resource<TensorHandle>>,
+        v_caches: Vec<Resource<TensorHandle>>,
+        args: ops::KvAttentionArgs,
+    ) -> HostResult<Resource<TensorHandle>> {
+        if k_caches.len() != v_caches.len() {
+            return Err(ApiError::arg(format!(
+                "kv-attention takes a v cache per k cache, got {} k and {} v caches",
+                k_caches.len(),
+                v_caches.len()
+            ))
+            .into());
+        }
+        let caches: Vec<Resource<TensorHandle>> =
+            k_caches.into_iter().zip(v_caches).flat_map(|(k, v)| [k, v]).collect();
+        // The caches are written in place: each must be a `tensor.zeros` buffer, and
+        // none may be given twice or also be read as q, k or v (views share an id).
+        let mut ids = Vec::with_capacity(caches.len() + 3);
+        for r in [&q, &k, &v] {
+            ids.push(self.handle(r)?.id);
+        }
+        for (i, cache) in caches.iter().enumerate() {
+            let handle = self.handle(cache)?;
+            let which = if i % 2 == 0 { "k" } else { "v" };
+            if !handle.writable {
+                return Err(ApiError::arg(format!(
+                    "kv-attention {which} cache {} is not a tensor made by tensor.zeros (only those can be written in place)",
+                    i / 2
+                ))
+                .into());
+            }
+            if ids.contains(&handle.id) {
+                return Err(ApiError::arg(format!(
+                    "kv-attention {which} cache {} is given twice (as another cache, or as q, k or v)",
+                    i / 2
+                ))
+                .into());
+            }
+            ids.push(handle.id);
+        }
+        let inputs: Vec<Resource<TensorHandle>> = [q, k, v].into_iter().chain(caches).collect();
+        self.launch_op(Op::KvAttention(Box::new(args.into())), &inputs).await
+    }
 }
 
 impl fused::Host for InvocationState {

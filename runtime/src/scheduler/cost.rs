@@ -82,6 +82,8 @@ fn hash_op(op: &Op, h: &mut DefaultHasher) {
         Op::Attention { heads, scale } => (heads, scale.to_bits()).hash(h),
         // Not kv-len: it grows every decode step; the work estimate carries it.
         Op::GqaAttention { scale, .. } => scale.to_bits().hash(h),
+        // Not the positions: they move every decode step; the work estimate carries them.
+        Op::KvAttention(a) => (a.rope_base.to_bits(), a.scale.to_bits(), a.spans.len()).hash(h),
     }
 }
 
@@ -111,6 +113,13 @@ pub fn work_units<'a>(op: &Op, mut inputs: impl Iterator<Item = &'a TensorMeta>,
         // 4·S·H·D·kv-len: q·kᵀ and p·v over the cache positions read (about half
         // of them for a prompt, all for a decode step).
         Op::GqaAttention { kv_len, .. } => 4.0 * out.numel() as f64 * f64::from(*kv_len),
+        // Each span as a `gqa-attention` over its caches' first `position + rows`.
+        Op::KvAttention(a) => {
+            let Some(q) = inputs.next() else { return 0.0 };
+            let per_row = q.shape[1..].iter().map(|&n| f64::from(n)).product::<f64>();
+            let spans = a.spans.iter().map(|s| f64::from(s.rows) * (f64::from(s.position) + f64::from(s.rows)));
+            4.0 * per_row * spans.sum::<f64>()
+        }
         // The rows written, not the destination they go into.
         Op::WriteRows { .. } => inputs.nth(1).map_or(0.0, |src| src.numel() as f64),
         _ => (inputs.map(TensorMeta::numel).sum::<usize>() + out.numel()) as f64,

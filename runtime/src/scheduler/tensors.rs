@@ -7,13 +7,14 @@
 //! in the slot; a free of a tensor that queued kernels still read is deferred until
 //! they ran. The table counts the bytes of the buffers it holds.
 //!
-//! An in-place write ([`Op::WriteRows`], into a tensor made by `tensor.zeros`) changes
-//! a ready tensor: until the writes queued into it ran, a read of it waits as a read of
-//! a pending tensor does, and afterwards waits for the writer's lane. A failed write
-//! poisons the tensor written.
+//! An in-place write (`write-rows` into a tensor made by `tensor.zeros`, or
+//! `kv-attention` into its caches: [`sluice_host_api::Op::written_inputs`]) changes a
+//! ready tensor: until the writes queued into it ran, a read of it waits as a read of a
+//! pending tensor does, and afterwards waits for the writer's lane. A failed write
+//! poisons the tensors written.
 
 use rustc_hash::FxHashMap;
-use sluice_host_api::{ApiError, ErrorCode, Op, TensorMeta};
+use sluice_host_api::{ApiError, ErrorCode, TensorMeta};
 use tokio::sync::oneshot;
 
 use super::TensorId;
@@ -41,8 +42,8 @@ struct Slot {
     lane: Lane,
     /// In-place writes queued into this tensor that have not run yet.
     writes: u32,
-    /// For the output of an in-place write: the tensor it writes.
-    writes_into: Option<TensorId>,
+    /// For the output of an in-place write: the tensors it writes.
+    writes_into: Vec<TensorId>,
     readers: Vec<(TensorMeta, Reply)>,
 }
 
@@ -97,12 +98,16 @@ impl TensorTable {
                 s.uses += 1;
             }
         }
-        let writes_into = match work {
-            Work::Launch { op: Op::WriteRows { .. }, inputs, .. } => inputs.first().map(|(dst, _)| *dst),
-            _ => None,
+        let writes_into: Vec<TensorId> = match work {
+            Work::Launch { op, inputs, .. } => {
+                inputs[op.written_inputs(inputs.len())].iter().map(|(dst, _)| *dst).collect()
+            }
+            _ => Vec::new(),
         };
-        if let Some(dst) = writes_into.and_then(|dst| self.slots.get_mut(&dst)) {
-            dst.writes += 1;
+        for dst in &writes_into {
+            if let Some(dst) = self.slots.get_mut(dst) {
+                dst.writes += 1;
+            }
         }
         let slot = Slot {
             state: TensorState::Pending,
@@ -164,15 +169,14 @@ impl TensorTable {
         } else {
             Vec::new()
         };
-        if let Some(dst_id) = slot.writes_into
-            && let Some(dst) = self.slots.get_mut(&dst_id)
-        {
+        for dst_id in std::mem::take(&mut slot.writes_into) {
+            let Some(dst) = self.slots.get_mut(&dst_id) else { continue };
             dst.writes = dst.writes.saturating_sub(1);
             dst.lane = lane;
-            if let Some(e) = failure
+            if let Some(e) = &failure
                 && !matches!(dst.state, TensorState::Failed(_))
             {
-                dst.state = TensorState::Failed(e);
+                dst.state = TensorState::Failed(e.clone());
                 self.resident_bytes -= std::mem::take(&mut dst.bytes);
             }
             if dst.writes == 0 {
@@ -373,6 +377,54 @@ mod tests {
         table.complete(TensorId(3), Err(e.clone()), Lane::Whole);
         assert_eq!(table.gather(&[(TensorId(1), meta())]).unwrap_err(), e);
         assert_eq!(table.resident_bytes(), 8, "the poisoned destination holds no memory");
+    }
+
+    /// A `kv-attention` of one sequence: q, k, v (tensors 1–3) and the caches `k_cache`
+    /// and `v_cache`, written in place; its output is a tensor of its own.
+    fn kv_attention(id: u64, k_cache: u64, v_cache: u64) -> Work {
+        use sluice_host_api::{KvAttentionArgs, KvSpan};
+        let args = KvAttentionArgs { rope_base: 1e4, scale: 1.0, spans: vec![KvSpan { rows: 1, position: 0 }] };
+        let inputs = [1, 2, 3, k_cache, v_cache].into_iter().map(|t| (TensorId(t), meta())).collect();
+        Work::Launch { id: TensorId(id), op: Op::KvAttention(Box::new(args)), inputs, out: meta(), scratch: None }
+    }
+
+    #[test]
+    fn an_op_writing_several_tensors_holds_back_their_reads_and_poisons_them_all() {
+        let mut table = TensorTable::default();
+        for id in 1..=5 {
+            table.queued(&upload(id));
+            table.complete(TensorId(id), Ok((buffer(), 8)), Lane::Whole);
+        }
+        let attend = kv_attention(6, 4, 5);
+        table.queued(&attend);
+        for (id, written) in [(1, false), (2, false), (3, false), (4, true), (5, true)] {
+            let (reply, _rx) = oneshot::channel();
+            let waits = matches!(table.read(TensorId(id), meta(), reply), ReadOutcome::Waiting);
+            assert_eq!(waits, written, "tensor {id}: only the caches wait for the write");
+        }
+        table.release_inputs(&attend);
+        let waiting = table.complete(TensorId(6), Ok((buffer(), 8)), Lane::Remainder);
+        let mut ids: Vec<TensorId> = waiting.iter().map(|(id, ..)| *id).collect();
+        ids.sort_by_key(|id| id.0);
+        assert_eq!(ids, vec![TensorId(4), TensorId(5)], "both caches' reads are answered once written");
+        for cache in [4, 5] {
+            let (reply, _rx) = oneshot::channel();
+            let outcome = table.read(TensorId(cache), meta(), reply);
+            assert!(
+                matches!(outcome, ReadOutcome::Ready { lane: Lane::Remainder, .. }),
+                "cache {cache}: the writer's lane"
+            );
+        }
+        // A failed one poisons both caches, and nothing else it read.
+        let attend = kv_attention(7, 4, 5);
+        table.queued(&attend);
+        table.release_inputs(&attend);
+        let e = ApiError::new(ErrorCode::DeviceFailure, "boom");
+        table.complete(TensorId(7), Err(e.clone()), Lane::Whole);
+        for cache in [4, 5] {
+            assert_eq!(table.gather(&[(TensorId(cache), meta())]).unwrap_err(), e, "cache {cache}");
+        }
+        assert!(table.gather(&[(TensorId(1), meta()), (TensorId(2), meta()), (TensorId(3), meta())]).is_ok());
     }
 
     #[test]

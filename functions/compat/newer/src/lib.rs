@@ -1,14 +1,14 @@
 //! A component built against a host API newer than any host offers today: `sluice:gpu`
-//! 1.2.0, whose `artifacts` interface gained a call (`sizes`) that this host lacks. The
-//! host must refuse it at deploy with `host_api_unsupported`, naming
-//! `sluice:gpu/artifacts@1.2.0`. The WIT is inline and holds only what the component
-//! uses; `io` is 1.1.0's, unchanged.
+//! 1.3.0 (invented), whose `artifacts` interface gained a call (`sizes`) that this host
+//! lacks. The host must refuse it at deploy with `host_api_unsupported`, naming
+//! `sluice:gpu/artifacts@1.3.0`. The WIT is inline and holds only what the component
+//! uses; `io` is 1.2.0's, unchanged.
 
 #![allow(missing_docs, clippy::all)]
 
 wit_bindgen::generate!({
     inline: r#"
-package sluice:gpu@1.2.0;
+package sluice:gpu@1.3.0;
 
 interface io {
     variant io-data {
@@ -34,7 +34,7 @@ interface io {
 }
 
 interface artifacts {
-    @since(version = 1.2.0)
+    @since(version = 1.3.0)
     sizes: func() -> list<u64>;
 }
 

@@ -12,11 +12,11 @@ wit_bindgen::generate!({
 include!("../../guest.rs");
 
 /// `artifacts`: the names `artifacts.names` (1.1.0) returns, as BYTES `[n]`.
-fn extra_outputs() -> Vec<IoTensor> {
+fn extra_outputs() -> Result<Vec<IoTensor>, Error> {
     let names = sluice::gpu::artifacts::names();
-    vec![IoTensor {
+    Ok(vec![IoTensor {
         name: "artifacts".into(),
         shape: vec![names.len() as u64],
         data: IoData::Bytes(names.into_iter().map(String::into_bytes).collect()),
-    }]
+    }])
 }

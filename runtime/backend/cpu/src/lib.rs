@@ -45,6 +45,7 @@ mod cast;
 mod conv;
 mod elementwise;
 mod fused;
+mod kv;
 mod layout;
 mod matmul;
 mod nn;
@@ -115,6 +116,7 @@ pub fn launch(op: &Op, inputs: &[(&CpuBuffer, &TensorMeta)], out: &TensorMeta) -
             fused::attention(*heads, *scale, q, k, v, Some(mask), out)
         }
         (Op::WriteRows { .. }, _) => Err(KernelError("write-rows changes its input: run it with write_rows".into())),
+        (Op::KvAttention(_), _) => Err(KernelError("kv-attention changes its caches: run it with kv_attention".into())),
         (op, inputs) => Err(KernelError(format!("{} cannot take {} input(s)", op.name(), inputs.len()))),
     };
     let result = result.map_err(|e| KernelError(format!("{}: {}", op.name(), e.0)))?;
@@ -154,6 +156,30 @@ pub unsafe fn write_rows(
     // SAFETY: the caller's contract.
     unsafe { dst.0.write_at(offset as usize * row, src.0) }.map_err(|e| KernelError(format!("write-rows: {}", e.0)))?;
     Ok(CpuBuffer::U8(Arc::from([])))
+}
+
+/// [`Op::KvAttention`] on `[q, k, v, k-cache 0, v-cache 0, …]`: per span of rows, RoPE of
+/// its q and k rows, its k and v rows written in place into its caches (every clone of a
+/// cache shows them), then causal GQA attention; checked as [`launch`] checks an op.
+/// Returns the output `[n, heads, d]`.
+///
+/// # Safety
+/// Nothing may read or write the caches' elements (through any clone of them) during the
+/// call, and no cache may share storage with another input: the caller runs its kernels
+/// and reads one at a time, as the CPU device does on its scheduler thread, and gives
+/// each cache once.
+pub unsafe fn kv_attention(
+    inputs: &[(&CpuBuffer, &TensorMeta)],
+    op: &Op,
+    out: &TensorMeta,
+) -> Result<CpuBuffer, KernelError> {
+    let Op::KvAttention(args) = op else {
+        return Err(KernelError(format!("kv_attention cannot run {}", op.name())));
+    };
+    check_inputs(inputs)?;
+    check_output(op, inputs, out)?;
+    // SAFETY: the caller's contract.
+    unsafe { kv::kv_attention(args, inputs) }.map_err(|e| KernelError(format!("kv-attention: {}", e.0)))
 }
 
 /// Output rows `rows` of `op` (see [`RowSplit`]): for a matmul, rows of the M axis in

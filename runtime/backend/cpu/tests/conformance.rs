@@ -9,6 +9,8 @@ mod reference;
 mod elementwise;
 #[path = "conformance/fused.rs"]
 mod fused;
+#[path = "conformance/kv_attention.rs"]
+mod kv_attention;
 #[path = "conformance/layout.rs"]
 mod layout;
 #[path = "conformance/nn.rs"]

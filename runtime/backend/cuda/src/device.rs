@@ -453,9 +453,23 @@ impl CudaDevice {
             result::memcpy_dtod_async(dst.device_ptr() + at as u64, src.device_ptr(), n, lane.stream.cu_stream())
         }
         .map_err(|e| CudaError::driver("writing rows in place", e))?;
-        dst.add_faults(&src.faults());
+        self.wrote_in_place([(dst, src)])
+    }
+
+    /// Ends in-place writes just queued on the current lane (`write-rows`' copy,
+    /// `kv-attention`'s cache writes), each `(dst, src)` a buffer written and the buffer
+    /// its new elements came from: `dst`'s lineage takes `src`'s fault records, and on a
+    /// partitioned device the lane's stream is waited for, since readers on other lanes
+    /// order themselves after a buffer's producer, not after its writers.
+    pub(crate) fn wrote_in_place<'a>(
+        &self,
+        writes: impl IntoIterator<Item = (&'a CudaBuffer, &'a CudaBuffer)>,
+    ) -> Result<(), CudaError> {
+        for (dst, src) in writes {
+            dst.add_faults(&src.faults());
+        }
         if self.pool.lanes.partitioned_now() {
-            self.pool.lanes.synchronize(slot)?;
+            self.pool.lanes.synchronize(self.slot())?;
         }
         Ok(())
     }

@@ -201,6 +201,10 @@ impl Module {
                     v.push((s.clone(), format!("RMS_NORM({s}, {})", ctype(d))));
                     let s = gqa_attention_symbol(d);
                     v.push((s.clone(), format!("GQA_ATTENTION({s}, {})", ctype(d))));
+                    let s = kv_write_symbol(d);
+                    v.push((s.clone(), format!("KV_WRITE({s}, {})", ctype(d))));
+                    let s = kv_attention_symbol(d);
+                    v.push((s.clone(), format!("KV_ATTENTION({s}, {})", ctype(d))));
                 }
             }
             Module::Rope => {
@@ -360,6 +364,16 @@ pub fn gather_module(d: DType, plain: Module) -> Module {
 
 pub fn gqa_attention_symbol(d: DType) -> String {
     format!("gqa_attention_{d}")
+}
+
+/// kv-attention's first launch: the turned k rows and the v rows into each span's caches.
+pub fn kv_write_symbol(d: DType) -> String {
+    format!("kv_write_{d}")
+}
+
+/// kv-attention's second launch: each turned q row attending over its span's caches.
+pub fn kv_attention_symbol(d: DType) -> String {
+    format!("kv_attention_{d}")
 }
 
 pub fn rms_norm_symbol(d: DType) -> String {

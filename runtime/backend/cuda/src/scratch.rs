@@ -2,11 +2,11 @@
 //!
 //! Some ops allocate temporaries from the pool while they are queued: attention its
 //! scores and probabilities (and, over several batch elements, its GEMM pointer table),
-//! a matmul the broadcast copy of a partially broadcast operand, a quantized linear its
-//! Q8 activations, a convolution its
-//! im2col buffer, an integer division or an embedding its 16-byte fault record (which
-//! stays with the output's lineage). [`scratch_bytes`] says how much, in the pool's
-//! block sizes, from the op and the shapes alone, so the host can charge it to the
+//! kv-attention its table of spans and rows, a matmul the broadcast copy of a partially
+//! broadcast operand, a quantized linear its Q8 activations, a convolution its im2col
+//! buffer, an integer division or an embedding its 16-byte fault record (which stays
+//! with the output's lineage). [`scratch_bytes`] says how much, in the pool's block
+//! sizes, from the op and the shapes alone, so the host can charge it to the
 //! invocation's quota before anything is queued; `tests/conformance/defects.rs` checks
 //! it against the pool's peak for every op that takes scratch.
 
@@ -16,6 +16,7 @@ use crate::alloc::bucket_size;
 use crate::gemm::{MatmulPlan, Operand};
 use crate::ops::conv::images_per_chunk;
 use crate::ops::fused::AttentionDims;
+use crate::ops::kv::kv_table_bytes;
 use crate::{CudaDevice, MemoryStats};
 
 /// Bytes of the fault record an op allocates.
@@ -24,11 +25,15 @@ const FAULT_RECORD: usize = 16;
 /// Device memory `op` over `inputs` (as `infer` accepted them, producing `out`) takes
 /// besides its output, in the caching allocator's block sizes.
 pub fn scratch_bytes(op: &Op, inputs: &[&TensorMeta], out: &TensorMeta) -> u64 {
+    let block = |bytes: u64| bucket_size(bytes as usize) as u64;
+    // Its cache writes run (and take the table) even when the output is empty.
+    if let (Op::KvAttention(args), &[_, k, ..]) = (op, inputs) {
+        return block(kv_table_bytes(args, k));
+    }
     if out.numel() == 0 {
         return 0;
     }
     let es = out.dtype.size_of() as u64;
-    let block = |bytes: u64| bucket_size(bytes as usize) as u64;
     match (op, inputs) {
         (Op::Matmul(args), &[a, b]) => {
             let plan = MatmulPlan::new(args, a, b);

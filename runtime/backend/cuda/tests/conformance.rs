@@ -15,7 +15,8 @@
 //!
 //! `conformance/rows_and_lanes.rs` covers row blocks (matmul and linear) and a device
 //! partitioned with green contexts; `conformance/uploads.rs` large uploads through the
-//! stager; `conformance/quant.rs` the block-quantized weights (Q4_1, Q8_0); `conformance/defects.rs` the GPU defects of issue 11; `conformance/write_rows.rs` the in-place row write of a KV cache.
+//! stager; `conformance/quant.rs` the block-quantized weights (Q4_1, Q8_0); `conformance/defects.rs` the GPU defects of issue 11; `conformance/write_rows.rs` the in-place row write of a KV cache; `conformance/kv_attention.rs` kv-attention
+//! (RoPE, cache writes and attention of several sequences in one op) step by step.
 
 use std::sync::OnceLock;
 
@@ -28,6 +29,8 @@ use sluice_host_api::{
 
 #[path = "conformance/defects.rs"]
 mod defects;
+#[path = "conformance/kv_attention.rs"]
+mod kv_attention;
 #[path = "conformance/quant.rs"]
 mod quant;
 #[path = "conformance/rows_and_lanes.rs"]

@@ -10,6 +10,8 @@
 //! - gqa-attention: one `gqa_attention` kernel, a warp per query and head walking the
 //!   cache positions with an online softmax (decode-shaped: s is small);
 //! - rms-norm: one `rms_norm` kernel, one block per row (the residual add fused in);
+//! - kv-attention (several sequences' RoPE, cache writes and attention): two kernels
+//!   over a small table of spans, whatever their number (`kv.rs`);
 //! - attention: three launches whatever the batch: one batched GEMM over every batch
 //!   element and head reading q and k in place (leading dimension `heads * d`, heads `d`
 //!   apart), in f16 with the scale as its alpha (so f16 scores hold the scaled values,

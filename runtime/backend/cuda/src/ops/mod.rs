@@ -6,6 +6,7 @@ pub(crate) mod conv;
 pub(crate) mod elementwise;
 pub mod fused;
 pub(crate) mod indexing;
+pub mod kv;
 pub(crate) mod norm;
 pub(crate) mod reduce;
 
@@ -149,6 +150,11 @@ pub(crate) fn launch(
             arity(2)?;
             indexing::write_rows(dev, *offset, inputs[0], inputs[1].0, out)
         }
+        // The caches are written in place, as write-rows' destination is.
+        Op::KvAttention(args) => {
+            arity(3 + 2 * args.spans.len())?;
+            kv::kv_attention(dev, args, inputs, out)
+        }
     }
 }
 
@@ -214,6 +220,9 @@ pub fn plan(op: &Op, dtypes: &[DType]) -> Vec<Step> {
         Op::GqaAttention { .. } => vec![k(Module::Fused, kernels::gqa_attention_symbol(d))],
         Op::Attention { .. } => vec![Step::Cublas, k(Module::Softmax, kernels::softmax_symbol(d))],
         Op::WriteRows { .. } => vec![Step::Copy],
+        Op::KvAttention(_) => {
+            vec![k(Module::Fused, kernels::kv_write_symbol(d)), k(Module::Fused, kernels::kv_attention_symbol(d))]
+        }
     }
 }
 

@@ -4,8 +4,8 @@
 use std::collections::{HashMap, HashSet};
 
 use sluice_host_api::{
-    BinaryOp, Conv2dArgs, DType, MatmulArgs, Op, Pool2dArgs, PoolKind, ReduceArgs, ReduceOp, SliceArgs, TensorMeta,
-    UnaryOp, infer,
+    BinaryOp, Conv2dArgs, DType, KvAttentionArgs, KvSpan, MatmulArgs, Op, Pool2dArgs, PoolKind, ReduceArgs, ReduceOp,
+    SliceArgs, TensorMeta, UnaryOp, infer,
 };
 
 use super::{Step, plan};
@@ -62,6 +62,10 @@ fn launches(d: DType) -> Vec<(Op, Vec<TensorMeta>)> {
     v.push((attention.clone(), vec![t(d, &[2, 3, 4]), t(d, &[2, 5, 4]), t(d, &[2, 5, 4])]));
     v.push((attention, vec![t(d, &[2, 3, 4]), t(d, &[2, 5, 4]), t(d, &[2, 5, 4]), t(d, &[2, 1, 1, 5])]));
     v.push((Op::WriteRows { offset: 2 }, vec![t(d, &[5, 2, 8]), t(d, &[1, 2, 8])]));
+    let spans = vec![KvSpan { rows: 1, position: 4 }, KvSpan { rows: 2, position: 0 }];
+    let kv = Op::KvAttention(Box::new(KvAttentionArgs { rope_base: 1e4, scale: 0.5, spans }));
+    let caches = [t(d, &[6, 2, 8]), t(d, &[6, 2, 8]), t(d, &[3, 2, 8]), t(d, &[3, 2, 8])];
+    v.push((kv, [t(d, &[3, 4, 8]), t(d, &[3, 2, 8]), t(d, &[3, 2, 8])].into_iter().chain(caches).collect()));
     v
 }
 
@@ -118,6 +122,7 @@ fn every_accepted_op_maps_to_defined_kernels() {
         "gqa-attention",
         "write-rows",
         "sample",
+        "kv-attention",
     ];
     for name in all {
         assert!(covered.contains(name), "op {name} never accepted by infer in this test");

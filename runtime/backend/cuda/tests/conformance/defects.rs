@@ -16,7 +16,7 @@
 use sluice_backend_cpu::CpuBuffer;
 use sluice_backend_cuda::alloc::bucket_size;
 use sluice_backend_cuda::{CudaBuffer, CudaDevice, CudaOptions, scratch_bytes};
-use sluice_host_api::{BinaryOp, Conv2dArgs, DType, MatmulArgs, Op, TensorMeta, infer};
+use sluice_host_api::{BinaryOp, Conv2dArgs, DType, KvAttentionArgs, KvSpan, MatmulArgs, Op, TensorMeta, infer};
 
 use super::{compare, device};
 
@@ -149,8 +149,8 @@ fn integer_division_by_zero_is_an_error_on_both_backends() {
 }
 
 /// Defect 5: for every op that takes scratch (attention with one and several batch
-/// elements, a matmul with partially broadcast operands, a grouped convolution, an
-/// integer division, an embedding) and some that take none, [`scratch_bytes`] is exactly
+/// elements, kv-attention's table, a matmul with partially broadcast operands, a grouped
+/// convolution, an integer division, an embedding) and some that take none, [`scratch_bytes`] is exactly
 /// what the op takes from the pool besides its output, measured on a device of its own
 /// (so no other test's buffers count).
 #[test]
@@ -160,6 +160,12 @@ fn scratch_bytes_are_what_an_op_takes_besides_its_output() {
     let conv = Conv2dArgs { stride: (2, 1), padding: (1, 0), dilation: (1, 2), groups: 2 };
     let att = |heads| Op::Attention { heads, scale: 0.5 };
     let f = DType::F32;
+    // Two spans (a decode step and a prompt of 3): the table of spans and rows.
+    let spans = vec![KvSpan { rows: 1, position: 5 }, KvSpan { rows: 3, position: 0 }];
+    let kv = Op::KvAttention(Box::new(KvAttentionArgs { rope_base: 1e4, scale: 0.5, spans }));
+    let kv_metas = [&[4, 4, 8][..], &[4, 2, 8], &[4, 2, 8], &[8, 2, 8], &[8, 2, 8], &[3, 2, 8], &[3, 2, 8]]
+        .map(|s| meta(f, s))
+        .to_vec();
     let cases: Vec<(Op, Vec<TensorMeta>, bool)> = vec![
         (att(2), vec![meta(f, &[1, 5, 8]), meta(f, &[1, 7, 8]), meta(f, &[1, 7, 8])], true),
         (att(3), vec![meta(f, &[2, 3, 12]), meta(f, &[2, 5, 12]), meta(f, &[2, 5, 12]), meta(f, &[2, 1, 1, 5])], true),
@@ -171,6 +177,7 @@ fn scratch_bytes_are_what_an_op_takes_besides_its_output() {
         (Op::Binary(BinaryOp::Div), vec![meta(f, &[4]), meta(f, &[4])], false),
         (Op::Embedding, vec![meta(f, &[11, 7]), meta(DType::I64, &[2, 3])], true),
         (Op::Softmax { scale: 1.0 }, vec![meta(f, &[2, 3, 37])], false),
+        (kv, kv_metas, true),
     ];
     for (op, metas, takes_scratch) in cases {
         let refs: Vec<&TensorMeta> = metas.iter().collect();
