@@ -8,7 +8,8 @@ weight kept quantized, `dtype` (as the host loaded it, `q4_1`, …), `metadata` 
 host's JSON, `artifacts.metadata`), `cache` (a `[6, 3, 64]` KV cache made by
 `Tensor.zeros` after `write_rows` of x's rows at 2 and of x's first row at 5), and
 `refusals` (the error codes, as Rust's `Debug` of `Option<ErrorCode>`, of a write into
-the weight and into a reshape of the cache). And:
+the weight and into a reshape of the cache, and of a `kv_attention` writing into the
+weight and one given the cache as both its k and v cache). And:
 
 - `names`: BYTES `[n]`, `artifacts.names()`;
 - `sampled`: INT32 `[m]`, `y.sample(0.8, 40, 0.9, seed)` per row, `sampled_again` the
@@ -62,7 +63,12 @@ def run(inputs: Inputs):
     cache.write_rows(2, rows)
     cache.write_rows(5, rows.slice(0, 0, 1))
     view = cache.reshape([6, 192])
-    refusals = [refusal(lambda: w.write_rows(0, w)), refusal(lambda: view.write_rows(0, view))]
+    refusals = [
+        refusal(lambda: w.write_rows(0, w)),
+        refusal(lambda: view.write_rows(0, view)),
+        refusal(lambda: rows.kv_attention(rows, rows, [(w, cache)], [(m, 0)], 10000.0, 0.125)),
+        refusal(lambda: rows.kv_attention(rows, rows, [(cache, cache)], [(m, 0)], 10000.0, 0.125)),
+    ]
 
     k = w.shape[1]
     checks = {
@@ -91,7 +97,7 @@ def run(inputs: Inputs):
         IoTensor.text("dtype", [DTYPE_NAMES[w.dtype]]),
         IoTensor.bytes("metadata", [1], [metadata.encode()]),
         cache.to_io("cache"),
-        IoTensor.bytes("refusals", [2], refusals),
+        IoTensor.bytes("refusals", [4], refusals),
         IoTensor.text("names", artifacts.names()),
         IoTensor.i32("sampled", [m], sampled.to_vec_i32()),
         IoTensor.i32("sampled_again", [m], y.sample(0.8, 40, 0.9, seed).to_vec_i32()),
