@@ -55,22 +55,32 @@ fn many_status_callers_share_one_computation_and_each_tenant_is_limited() {
     server.get("/v1/status", &b).expect(200);
     assert_eq!(server.status(ADMIN_KEY)["watching"]["status_refused"], 1);
 
-    // Live feeds: the (limit+1)th of one tenant is refused while another can open one.
+    // Live feeds: the (limit+1)th of one tenant is refused while another can open one
+    // (two tenants whose status buckets are still full).
+    let (c, d) = (server.create_tenant("c"), server.create_tenant("d"));
     let feed = |key: &str| EventStream::open(&server, "/v1/devices/0/live", Some(key));
-    let first = feed(&a).expect("a's first feed");
-    let _second = feed(&a).expect("a's second feed");
-    let (status, body) = feed(&a).err().expect("a's third feed is refused");
+    let first = feed(&c).expect("c's first feed");
+    let _second = feed(&c).expect("c's second feed");
+    let (status, body) = feed(&c).err().expect("c's third feed is refused");
     assert_eq!((status, body["code"].as_str()), (429, Some("live_feed_limit")), "{body}");
-    let _other = feed(&b).expect("b opens one");
+    let _other = feed(&d).expect("d opens one");
     let admin = server.status(ADMIN_KEY);
-    assert_eq!((feeds_open(&admin, "a"), feeds_open(&admin, "b")), (2, 1), "{}", admin["watching"]);
+    assert_eq!((feeds_open(&admin, "c"), feeds_open(&admin, "d")), (2, 1), "{}", admin["watching"]);
     assert_eq!(admin["watching"]["live_feeds_refused"], 1);
     assert_eq!(admin["devices"][0]["status_computations"], 1, "the feeds' status snapshots are the shared one");
 
     // A closed feed gives its place back.
     drop(first);
-    server.wait_for_status(ADMIN_KEY, "a's closed feed counted out", |s| feeds_open(s, "a") == 1);
-    let _again = feed(&a).expect("room again");
+    server.wait_for_status(ADMIN_KEY, "c's closed feed counted out", |s| feeds_open(s, "c") == 1);
+    let again = feed(&c).expect("room again");
+
+    // Each opening was a status call: the third opened feed took c's last one, so a
+    // tenant opening and dropping feeds in a loop is held to the status rate.
+    drop(again);
+    server.wait_for_status(ADMIN_KEY, "c's feed counted out", |s| feeds_open(s, "c") == 1);
+    let (status, body) = feed(&c).err().expect("c's status bucket is empty");
+    assert_eq!((status, body["code"].as_str()), (429, Some("status_rate_limit")), "{body}");
+    server.get("/v1/status", &c).expect_error(429, "status_rate_limit");
 }
 
 #[test]

@@ -7,7 +7,7 @@
 //! size against its disk quota and against its device-memory quota (the version the
 //! upload makes must be placeable: [`PlatformError::WeightsOverQuota`]) and opens a
 //! temporary blob file; the HTTP layer then reads the body asynchronously and hands
-//! complete pieces to [`ArtifactUpload::write`] on the blocking pool, after
+//! complete pieces to [`ArtifactUpload::write`] on the background pool, after
 //! [`ArtifactUpload::accept`] counted them against both quotas (bytes of the tenant's
 //! uploads in flight count too for the disk);
 //! [`Platform::finish_upload`] (blocking) stores the file and the version that sees it.
@@ -101,12 +101,22 @@ impl ArtifactUpload {
         Ok(())
     }
 
-    /// Appends accepted bytes to the temporary file (blocking: run it on the blocking pool).
+    /// Appends accepted bytes to the temporary file (blocking: run it on the background
+    /// pool). They are hashed and written a piece at a time, giving the core away
+    /// between pieces (`background::give_way_if_due`).
     pub fn write(&mut self, bytes: &[u8]) -> Result<()> {
         let blob = self.blob.as_mut().ok_or_else(|| PlatformError::internal("uploading", "the upload is stored"))?;
-        Ok(blob.write(bytes)?)
+        for piece in bytes.chunks(WRITE_PIECE_BYTES) {
+            blob.write(piece)?;
+            crate::background::give_way_if_due();
+        }
+        Ok(())
     }
 }
+
+/// Bytes an upload hashes and writes between chances to give its core away (~0.1 ms of
+/// SHA-256).
+const WRITE_PIECE_BYTES: usize = 128 << 10;
 
 impl Drop for ArtifactUpload {
     fn drop(&mut self) {

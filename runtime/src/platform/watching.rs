@@ -7,7 +7,9 @@
 //! ([`crate::scheduler::DeviceQueue::shared_status`]).
 //!
 //! The status rate is a token bucket per tenant: [`WatchLimits::status_burst`] calls at
-//! once, refilled at [`WatchLimits::status_per_second`].
+//! once, refilled at [`WatchLimits::status_per_second`]. Opening a live feed takes one
+//! call from it too (the feed's first event is a status), so opening and dropping feeds
+//! in a loop costs the server no more than calling `/v1/status` in a loop.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -138,16 +140,22 @@ impl Watching {
         Err(PlatformError::StatusRateLimit { per_second: status_per_second, burst: status_burst })
     }
 
-    /// Counts a live feed of `tenant` open, or refuses it when the tenant has its limit open.
-    pub(crate) fn open_feed(&self, tenant: &str) -> Result<FeedPermit, PlatformError> {
+    /// Counts a live feed of `tenant` open at `now`, or refuses it when the tenant has
+    /// its limit of feeds open, or (as a status call: its first event is one) past the
+    /// tenant's status rate. So a tenant that opens and drops feeds in a loop does no
+    /// more work than one that calls `/v1/status` in a loop.
+    pub(crate) fn open_feed(&self, tenant: &str, now: Instant) -> Result<FeedPermit, PlatformError> {
         let limit = self.limits.live_feeds_per_tenant;
-        let feeds = self.with_tenant(tenant, Instant::now(), |t| t.feeds.clone());
+        let feeds = self.with_tenant(tenant, now, |t| t.feeds.clone());
         let opened = feeds.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1));
         if opened.is_err() {
             self.feeds_refused.fetch_add(1, Ordering::Relaxed);
             return Err(PlatformError::LiveFeedLimit { limit });
         }
-        Ok(FeedPermit(Some(feeds)))
+        // Dropped on a refusal, which closes the feed counted above.
+        let permit = FeedPermit(Some(feeds));
+        self.admit_status(tenant, now)?;
+        Ok(permit)
     }
 
     /// The admin's feed: counted nowhere.
@@ -187,12 +195,13 @@ impl Platform {
     }
 
     /// Counts a live feed of `viewer` open until the permit is dropped, or refuses it
-    /// with [`PlatformError::LiveFeedLimit`] when its tenant has its limit open (the
-    /// admin's feeds are not limited).
+    /// with [`PlatformError::StatusRateLimit`] past its tenant's status rate (opening a
+    /// feed counts as a status call) or [`PlatformError::LiveFeedLimit`] when its
+    /// tenant has its limit open (the admin's feeds are not limited).
     pub fn open_live_feed(&self, viewer: &Principal) -> Result<FeedPermit, PlatformError> {
         match viewer {
             Principal::Admin => Ok(Watching::admin_feed()),
-            Principal::Tenant(me) => self.watching.open_feed(me),
+            Principal::Tenant(me) => self.watching.open_feed(me, Instant::now()),
         }
     }
 }
@@ -224,14 +233,31 @@ mod tests {
 
     #[test]
     fn feeds_are_counted_per_tenant_until_dropped() {
-        let w = Watching::new(limits(1.0, 1, 2));
-        let (a1, _a2) = (w.open_feed("a").unwrap(), w.open_feed("a").unwrap());
-        assert!(matches!(w.open_feed("a"), Err(PlatformError::LiveFeedLimit { limit: 2 })));
-        let _b = w.open_feed("b").expect("another tenant may still open one");
+        let w = Watching::new(limits(1.0, 10, 2));
+        let t0 = Instant::now();
+        let (a1, _a2) = (w.open_feed("a", t0).unwrap(), w.open_feed("a", t0).unwrap());
+        assert!(matches!(w.open_feed("a", t0), Err(PlatformError::LiveFeedLimit { limit: 2 })));
+        let _b = w.open_feed("b", t0).expect("another tenant may still open one");
         let open = |who: Option<&str>| w.status(who).live_feeds_open.iter().map(|f| f.open).sum::<u32>();
         assert_eq!((open(None), open(Some("a")), open(Some("b"))), (3, 2, 1));
         drop(a1);
-        let _a3 = w.open_feed("a").expect("a closed feed makes room");
+        let _a3 = w.open_feed("a", t0).expect("a closed feed makes room");
         assert_eq!(w.status(None).live_feeds_refused, Some(1));
+    }
+
+    #[test]
+    fn opening_a_feed_counts_as_a_status_call() {
+        // A tenant opening and dropping feeds in a loop never has its limit open at once.
+        let w = Watching::new(limits(2.0, 3, 4));
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            drop(w.open_feed("a", t0).expect("within the status burst"));
+        }
+        assert!(matches!(w.open_feed("a", t0), Err(PlatformError::StatusRateLimit { burst: 3, .. })));
+        assert!(w.admit_status("a", t0).is_err(), "the feeds took the status calls' bucket");
+        drop(w.open_feed("a", t0 + Duration::from_millis(500)).expect("refilled at the rate"));
+        drop(w.open_feed("b", t0).expect("another tenant has its own bucket"));
+        assert_eq!((w.status(None).status_refused, w.status(None).live_feeds_refused), (Some(2), Some(0)));
+        assert!(w.status(None).live_feeds_open.is_empty(), "a feed refused for the rate is not counted open");
     }
 }

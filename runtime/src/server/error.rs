@@ -151,17 +151,32 @@ pub async fn wrong_method() -> HttpError {
     HttpError::new(Code::MethodNotAllowed, "method not allowed on this endpoint")
 }
 
-/// Runs blocking platform work (disk, compilation) on the blocking pool; a failure of
-/// the task itself (a panic) becomes an internal error. Handlers `.await?` it, which
-/// maps the error here, like every other.
+/// Runs a tenant's blocking control-plane work (disk, registry, compilation: deploys,
+/// uploads, listings) on the background pool, in the idle scheduling class, so no
+/// tenant's control plane takes a core from anyone's invocations
+/// (`background::spawn_blocking`); a failure of the task itself (a panic)
+/// becomes an internal error. Handlers `.await?` it, which maps the error here, like
+/// every other.
 ///
 /// The work starts at once, not when the future is first polled, so a handler can feed
 /// it (a streamed body) before awaiting its result.
 pub fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, PlatformError> + Send + 'static,
 ) -> impl Future<Output = Result<T, PlatformError>> {
-    let task = tokio::task::spawn_blocking(f);
-    async move { task.await.map_err(|e| PlatformError::internal("a blocking task failed", e))? }
+    joined(crate::background::spawn_blocking(f))
+}
+
+/// Like [`blocking`], at the process's own priority, for the admin's management of
+/// tenants and keys: the operator can always act (revoke a key, delete a tenant), however
+/// busy the cores are with invocations.
+pub fn blocking_for_admin<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, PlatformError> + Send + 'static,
+) -> impl Future<Output = Result<T, PlatformError>> {
+    joined(tokio::task::spawn_blocking(f))
+}
+
+async fn joined<T>(task: tokio::task::JoinHandle<Result<T, PlatformError>>) -> Result<T, PlatformError> {
+    task.await.map_err(|e| PlatformError::internal("a blocking task failed", e))?
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use sluice_registry::TenantSettings;
 use sluice_registry::Principal;
 
 use super::auth::{AdminCaller, Caller};
-use super::error::{HttpError, blocking};
+use super::error::{HttpError, blocking_for_admin};
 use crate::platform::Platform;
 
 /// Body of `POST /v1/tenants`.
@@ -44,7 +44,7 @@ pub async fn create(
     body: Result<Json<CreateTenant>, JsonRejection>,
 ) -> Result<Response, HttpError> {
     let Json(req) = body?;
-    let out = blocking(move || {
+    let out = blocking_for_admin(move || {
         let tenant = platform.create_tenant(&req.id, req.settings)?;
         let key = if req.issue_key { Some(platform.issue_key(&req.id)?) } else { None };
         Ok((tenant, key))
@@ -60,7 +60,7 @@ pub async fn create(
 }
 
 pub async fn list(State(platform): State<Arc<Platform>>, _admin: AdminCaller) -> Result<Json<Value>, HttpError> {
-    let tenants = blocking(move || platform.list_tenants()).await?;
+    let tenants = blocking_for_admin(move || platform.list_tenants()).await?;
     Ok(Json(json!({ "tenants": tenants })))
 }
 
@@ -73,7 +73,7 @@ pub async fn get(
     if matches!(&caller, Principal::Tenant(me) if *me != id) {
         return Err(HttpError::new(sluice_host_api::Code::NotFound, format!("tenant {id:?} not found")));
     }
-    let view = blocking(move || Ok(platform.tenant_view(platform.get_tenant(&id)?))).await?;
+    let view = blocking_for_admin(move || Ok(platform.tenant_view(platform.get_tenant(&id)?))).await?;
     Ok(Json(json!(view)))
 }
 
@@ -84,7 +84,7 @@ pub async fn change(
     body: Result<Json<serde_json::Map<String, Value>>, JsonRejection>,
 ) -> Result<Json<Value>, HttpError> {
     let Json(patch) = body?;
-    let view = blocking(move || Ok(platform.tenant_view(platform.change_tenant(&id, &patch)?))).await?;
+    let view = blocking_for_admin(move || Ok(platform.tenant_view(platform.change_tenant(&id, &patch)?))).await?;
     Ok(Json(json!(view)))
 }
 
@@ -93,7 +93,7 @@ pub async fn delete(
     _admin: AdminCaller,
     Path(id): Path<String>,
 ) -> Result<StatusCode, HttpError> {
-    blocking(move || platform.delete_tenant(&id)).await?;
+    blocking_for_admin(move || platform.delete_tenant(&id)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -102,7 +102,7 @@ pub async fn issue_key(
     _admin: AdminCaller,
     Path(id): Path<String>,
 ) -> Result<Response, HttpError> {
-    let key = blocking(move || platform.issue_key(&id)).await?;
+    let key = blocking_for_admin(move || platform.issue_key(&id)).await?;
     Ok((StatusCode::CREATED, Json(json!(key))).into_response())
 }
 
@@ -111,7 +111,7 @@ pub async fn list_keys(
     _admin: AdminCaller,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, HttpError> {
-    let keys = blocking(move || platform.list_keys(&id)).await?;
+    let keys = blocking_for_admin(move || platform.list_keys(&id)).await?;
     Ok(Json(json!({ "keys": keys })))
 }
 
@@ -120,6 +120,6 @@ pub async fn revoke_key(
     _admin: AdminCaller,
     Path((id, key_id)): Path<(String, String)>,
 ) -> Result<StatusCode, HttpError> {
-    blocking(move || platform.revoke_key(&id, &key_id)).await?;
+    blocking_for_admin(move || platform.revoke_key(&id, &key_id)).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -1,9 +1,9 @@
 //! `PUT /v1/functions/{name}/artifacts/{artifact}`: an artifact upload, streamed to disk.
 //!
 //! The body is read asynchronously; only complete pieces (up to [`FLUSH_BYTES`], or
-//! the rest at the end) go to the blocking pool to be hashed and written, so a client
-//! that trickles its bytes holds no blocking thread, and no lock (see
-//! `platform::uploads`). Before a byte is read, the tenant's upload slots
+//! the rest at the end) go to the background pool (the idle class) to be hashed and
+//! written, so a client that trickles its bytes holds no blocking thread, and no lock
+//! (see `platform::uploads`). Before a byte is read, the tenant's upload slots
 //! (429 `too_many_uploads`), the declared size (413) and its disk quota
 //! (429 `disk_quota_exceeded`) are checked. While it is read, the body must bring at
 //! least `upload_min_bytes_per_s` over every `upload_read_timeout` window, else it is
@@ -35,7 +35,7 @@ use super::error::{HttpError, blocking};
 use super::functions::created;
 use crate::platform::{ArtifactUpload, Platform};
 
-/// Bytes gathered on the async side before they are written on the blocking pool.
+/// Bytes gathered on the async side before they are written on the background pool.
 pub const FLUSH_BYTES: usize = 1 << 20;
 
 /// After a refusal in the middle of a body, at most this much more of it is read and
@@ -63,7 +63,7 @@ pub async fn put_artifact(
         // Refused before the body (no upload slot, over the disk quota, …).
         Err(e) => return refused(&mut body, e.into()).await,
     };
-    let upload = match receive(upload, &mut body, &limits).await {
+    let upload = match receive(upload, &mut body, declared, &limits).await {
         Ok(upload) => upload,
         Err(e) => return refused(&mut body, e).await,
     };
@@ -78,6 +78,7 @@ pub async fn put_artifact(
 async fn receive(
     mut upload: ArtifactUpload,
     body: &mut Body,
+    declared: Option<u64>,
     limits: &BodyLimits,
 ) -> Result<ArtifactUpload, HttpError> {
     let window = limits.upload_read_timeout;
@@ -107,6 +108,12 @@ async fn receive(
         }
         // Counted against the disk quota as it arrives: refused before it is written.
         upload.accept(n)?;
+        if pending.is_empty() {
+            // One allocation per piece, not a doubling series of them (freed, with
+            // the piece, on the background pool).
+            let left = declared.map_or(FLUSH_BYTES as u64, |d| d.saturating_sub(total - n));
+            pending.reserve(left.min(FLUSH_BYTES as u64).max(n) as usize);
+        }
         pending.extend_from_slice(&chunk);
         if pending.len() >= FLUSH_BYTES {
             upload = write_off(upload, std::mem::take(&mut pending)).await?;
@@ -146,7 +153,7 @@ async fn discard_sent(body: &mut Body) {
     }
 }
 
-/// Writes `bytes` into the upload on the blocking pool.
+/// Writes `bytes` into the upload on the background pool.
 async fn write_off(mut upload: ArtifactUpload, bytes: Vec<u8>) -> Result<ArtifactUpload, HttpError> {
     Ok(blocking(move || upload.write(&bytes).map(|()| upload)).await?)
 }

@@ -373,6 +373,9 @@ impl Gguf {
     }
 }
 
+/// Bytes of JSON rendered between chances to give the core away (on a background thread).
+const GIVE_WAY_BYTES: usize = 64 << 10;
+
 /// A byte buffer that fails a write taking it past `limit`.
 struct Bounded {
     bytes: Vec<u8>,
@@ -383,6 +386,10 @@ impl std::io::Write for Bounded {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         if self.bytes.len() + buf.len() > self.limit {
             return Err(std::io::Error::other("over the limit"));
+        }
+        // Long renderings (megabytes for a batch guest) give the core away now and then.
+        if (self.bytes.len() + buf.len()) / GIVE_WAY_BYTES != self.bytes.len() / GIVE_WAY_BYTES {
+            crate::background::give_way_if_due();
         }
         self.bytes.extend_from_slice(buf);
         Ok(buf.len())

@@ -46,6 +46,9 @@ pub struct ArtifactStats {
     pub weight_cache_hits: u64,
     /// GGUF artifacts this set parsed itself (not found already parsed).
     pub metadata_parses: u64,
+    /// `metadata` calls this set rendered as JSON (a refusal for length is remembered
+    /// per blob, and not rendered again).
+    pub metadata_renders: u64,
     /// Host memory the parsed GGUF metadata and tensor indexes of its artifacts take
     /// (shared with other sets naming the same blobs).
     pub metadata_bytes: u64,
@@ -66,6 +69,7 @@ pub struct ArtifactSet {
     loaded_bytes: AtomicU64,
     hits: AtomicU64,
     parses: AtomicU64,
+    renders: AtomicU64,
 }
 
 impl ArtifactSet {
@@ -94,6 +98,7 @@ impl ArtifactSet {
             loaded_bytes: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             parses: AtomicU64::new(0),
+            renders: AtomicU64::new(0),
         })
     }
 
@@ -109,6 +114,7 @@ impl ArtifactSet {
             weight_bytes: self.loaded_bytes.load(Ordering::Relaxed),
             weight_cache_hits: self.hits.load(Ordering::Relaxed),
             metadata_parses: self.parses.load(Ordering::Relaxed),
+            metadata_renders: self.renders.load(Ordering::Relaxed),
             metadata_bytes: self.ggufs.lock().values().map(|s| s.heap_bytes() as u64).sum(),
         }
     }
@@ -228,7 +234,13 @@ impl ArtifactSet {
         if !is_gguf(&bytes) {
             return Err(ApiError::arg(format!("artifact {artifact:?} is not a GGUF file, so it has no metadata")));
         }
-        self.gguf(artifact, &bytes)?.metadata_json(limit).map_err(|_| {
+        let slot = self.slot(artifact)?;
+        let file = self.parse(artifact, &bytes, &slot)?;
+        let (json, rendered) = slot.metadata_json(&file, limit);
+        if rendered {
+            self.renders.fetch_add(1, Ordering::Relaxed);
+        }
+        json.ok_or_else(|| {
             ApiError::new(
                 ErrorCode::TooLarge,
                 format!("the metadata of {artifact:?} is more than the {limit} bytes of JSON a guest may read"),
@@ -239,21 +251,27 @@ impl ArtifactSet {
     /// The parsed index of GGUF artifact `artifact` (whose bytes are `bytes`): parsed
     /// once per blob, by the first caller, shared with every later and concurrent one.
     fn gguf(&self, artifact: &str, bytes: &[u8]) -> Result<Arc<gguf::Gguf>, ApiError> {
-        let slot = {
-            let mut ggufs = self.ggufs.lock();
-            match ggufs.get(artifact) {
-                Some(slot) => slot.clone(),
-                None => {
-                    let path = self
-                        .files
-                        .get(artifact)
-                        .ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("no artifact named {artifact:?}")))?;
-                    let slot = shared::slot(path, self.max_metadata_bytes);
-                    ggufs.insert(artifact.to_owned(), slot.clone());
-                    slot
-                }
-            }
-        };
+        let slot = self.slot(artifact)?;
+        self.parse(artifact, bytes, &slot)
+    }
+
+    /// The shared slot of GGUF artifact `artifact`.
+    fn slot(&self, artifact: &str) -> Result<Arc<shared::Slot>, ApiError> {
+        let mut ggufs = self.ggufs.lock();
+        if let Some(slot) = ggufs.get(artifact) {
+            return Ok(slot.clone());
+        }
+        let path = self
+            .files
+            .get(artifact)
+            .ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("no artifact named {artifact:?}")))?;
+        let slot = shared::slot(path, self.max_metadata_bytes);
+        ggufs.insert(artifact.to_owned(), slot.clone());
+        Ok(slot)
+    }
+
+    /// The parse in `slot` of `artifact` (whose bytes are `bytes`), done here if it is the first.
+    fn parse(&self, artifact: &str, bytes: &[u8], slot: &shared::Slot) -> Result<Arc<gguf::Gguf>, ApiError> {
         let (parsed, parsed_here) = slot.get_or_parse(bytes, self.max_metadata_bytes);
         if parsed_here {
             self.parses.fetch_add(1, Ordering::Relaxed);
@@ -398,6 +416,27 @@ mod tests {
         let theirs = other.gguf("model", &other.bytes("model").unwrap()).unwrap();
         assert!(Arc::ptr_eq(&first, &theirs), "one parse per blob, shared between sets");
         assert_eq!(other.stats().metadata_parses, 0);
+    }
+
+    #[test]
+    fn metadata_too_long_for_a_guest_is_rendered_once_per_blob() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = gguf_with_array(dir.path(), "model", 64 << 10);
+        let files = HashMap::from([("model".to_owned(), path)]);
+        let set = ArtifactSet::new(files.clone(), MemoryAccount::new("weights", None, None));
+        for _ in 0..3 {
+            let Err(e) = set.metadata("model", 1000) else { panic!("64 KiB of metadata in 1000 bytes of JSON") };
+            assert_eq!(e.code, ErrorCode::TooLarge, "{e:?}");
+        }
+        assert_eq!(set.stats().metadata_renders, 1, "the first refusal is remembered");
+        // Another version's set naming the same blob knows it too.
+        let other = ArtifactSet::new(files, MemoryAccount::new("weights", None, None));
+        assert!(other.metadata("model", 500).is_err());
+        assert_eq!(other.stats().metadata_renders, 0);
+        // A larger limit is rendered, and gets the metadata.
+        let json: serde_json::Value = serde_json::from_str(&set.metadata("model", 1 << 20).unwrap()).unwrap();
+        assert_eq!(json["blob"].as_array().map(Vec::len), Some(64 << 10));
+        assert_eq!(set.stats().metadata_renders, 2);
     }
 
     #[test]

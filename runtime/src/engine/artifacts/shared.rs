@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, OnceLock, Weak};
 
 use parking_lot::Mutex;
@@ -17,10 +18,13 @@ use super::gguf::{Gguf, GgufError};
 /// The outcome of one parse.
 pub(super) type Parsed = Result<Arc<Gguf>, GgufError>;
 
-/// One blob's parse under one cap, done at most once, with the heap it holds.
+/// One blob's parse under one cap, done at most once, with the heap it holds, and
+/// the largest JSON limit its metadata is known to exceed.
 #[derive(Default)]
 pub(super) struct Slot {
     parsed: OnceLock<(Parsed, usize)>,
+    /// 0 until a [`Slot::metadata_json`] call found the JSON longer than its limit.
+    json_over: AtomicUsize,
 }
 
 /// Slots by blob path and cap.
@@ -60,6 +64,22 @@ impl Slot {
             (parsed, heap)
         });
         (parsed, parsed_here)
+    }
+
+    /// The metadata of `gguf` (this slot's parse) as JSON of at most `limit` bytes, or
+    /// `None` where it is longer, and whether this call rendered it. A refusal is
+    /// remembered: a later call with a limit no larger is refused at once, so a guest
+    /// asking again and again for metadata that expands past the limit (a GGUF bomb)
+    /// costs one rendering, not one per call.
+    pub fn metadata_json(&self, gguf: &Gguf, limit: usize) -> (Option<String>, bool) {
+        if limit <= self.json_over.load(Ordering::Relaxed) {
+            return (None, false);
+        }
+        let json = gguf.metadata_json(limit).ok();
+        if json.is_none() {
+            self.json_over.fetch_max(limit, Ordering::Relaxed);
+        }
+        (json, true)
     }
 
     /// Host memory the parse holds (none before it is done, or after a refusal).
