@@ -137,6 +137,15 @@ pub struct KvAttentionArgs {
     pub spans: Vec<KvSpan>,
 }
 
+impl KvAttentionArgs {
+    /// Query rows times the cache positions each attends to, over every span: a span's
+    /// `rows` against its caches' first `position + rows` (the work of one
+    /// `gqa-attention` per span, for the cost model and the CPU's threading).
+    pub fn row_positions(&self) -> u64 {
+        self.spans.iter().map(|s| u64::from(s.rows) * (u64::from(s.position) + u64::from(s.rows))).sum()
+    }
+}
+
 /// Parameters of [`Op::Conv2d`]; pairs are (vertical, horizontal).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Conv2dArgs {

@@ -110,8 +110,7 @@ fn is_small(op: &Op, inputs: &[(&Buffer, &TensorMeta)], out: &TensorMeta) -> boo
         // As a `gqa-attention` per sequence, over its `position + rows` positions.
         Op::KvAttention(a) => {
             let per_row = out.numel() / out.shape.first().copied().unwrap_or(1).max(1) as usize;
-            let positions = a.spans.iter().map(|s| s.rows as usize * (s.position + s.rows) as usize).sum::<usize>();
-            per_row.saturating_mul(2 * positions.max(1))
+            per_row.saturating_mul(2 * (a.row_positions() as usize).max(1))
         }
         Op::Attention { .. } => {
             let sk = inputs.get(1).and_then(|(_, m)| m.shape.get(1).copied()).unwrap_or(1) as usize;

@@ -117,8 +117,7 @@ pub fn work_units<'a>(op: &Op, mut inputs: impl Iterator<Item = &'a TensorMeta>,
         Op::KvAttention(a) => {
             let Some(q) = inputs.next() else { return 0.0 };
             let per_row = q.shape[1..].iter().map(|&n| f64::from(n)).product::<f64>();
-            let spans = a.spans.iter().map(|s| f64::from(s.rows) * (f64::from(s.position) + f64::from(s.rows)));
-            4.0 * per_row * spans.sum::<f64>()
+            4.0 * per_row * a.row_positions() as f64
         }
         // The rows written, not the destination they go into.
         Op::WriteRows { .. } => inputs.nth(1).map_or(0.0, |src| src.numel() as f64),
