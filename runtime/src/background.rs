@@ -1,8 +1,9 @@
 //! Background threads: work the host does for a tenant that must never take a core from
 //! latency work (batch-class guests, compiling components, the control plane's work for
-//! a tenant), run in Linux's idle scheduling class (`SCHED_IDLE`), the pool that
-//! compiles components on such threads, and the pool that runs the control plane's
-//! blocking work on them.
+//! a tenant, the whole of a batch tenant's requests), run in Linux's idle scheduling
+//! class (`SCHED_IDLE`): the pool that compiles components on such threads, and the
+//! background runtime, whose workers serve batch tenants' requests ([`run`]) and whose
+//! blocking pool runs the control plane's blocking work ([`spawn_blocking`]).
 //!
 //! A woken normal thread does not always take its core from an idle-class one at once:
 //! on the two-core VM this was measured on, it sometimes waits for the next scheduler
@@ -12,7 +13,9 @@
 //! at every epoch tick, which bounds that wait by [`GIVE_WAY_EVERY`].
 
 use std::cell::Cell;
+use std::pin::Pin;
 use std::sync::OnceLock;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 /// How much lower than the process a background thread runs where `SCHED_IDLE` is
@@ -25,6 +28,9 @@ pub const BACKGROUND_NICE: i32 = 10;
 /// priority.
 pub(crate) fn lower_this_threads_priority() {
     LAST_GAVE_WAY.set(Some(Instant::now()));
+    // The registry's long loops (a tenant's registry work runs on these threads) give
+    // way as this thread's own work does.
+    sluice_registry::set_pause_point(give_way_if_due);
     #[cfg(target_os = "linux")]
     {
         let idle = libc::sched_param { sched_priority: 0 };
@@ -90,31 +96,86 @@ pub(crate) fn compile_in_background<T: Send>(compile: impl FnOnce() -> T + Send)
     }
 }
 
+/// The background runtime: a tokio runtime whose threads, its workers and its blocking
+/// pool alike, are made in the idle class ([`lower_this_threads_priority`] as each
+/// starts), as many workers as the host has cores. A thread cannot raise its priority
+/// back, so none of them ever runs latency work. `None` where it cannot be built; the
+/// callers then run their work at normal priority.
+fn runtime() -> Option<&'static tokio::runtime::Runtime> {
+    static RUNTIME: OnceLock<Option<tokio::runtime::Runtime>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(cores)
+                .thread_name("sluice-background")
+                .on_thread_start(lower_this_threads_priority)
+                .enable_all()
+                .build()
+                .inspect_err(
+                    |e| tracing::warn!(error = %e, "no background runtime; tenants' work runs at normal priority"),
+                )
+                .ok()
+        })
+        .as_ref()
+}
+
+/// A handle to the background runtime, to run a future on its idle-class workers
+/// (`server/connections.rs` moves a batch tenant's connection there); `None` where it
+/// cannot be built.
+pub(crate) fn handle() -> Option<tokio::runtime::Handle> {
+    runtime().map(|r| r.handle().clone())
+}
+
 /// Runs blocking `work` on a background thread and returns its handle: the control
 /// plane's work for a tenant (deploys, artifact uploads with their hashing, writing and
 /// registry commits, listings) that must never take a core from an invocation. The
-/// threads are a tokio blocking pool of their own, made on demand and kept a while,
-/// each lowered to the idle class as it starts ([`lower_this_threads_priority`]); a
-/// thread cannot raise its priority back, so none of them ever runs latency work.
-/// Where that pool cannot be built, `work` runs on tokio's own blocking pool.
+/// threads are the background runtime's blocking pool, made on demand and kept a while.
+/// Where that runtime cannot be built, `work` runs on tokio's own blocking pool.
 pub(crate) fn spawn_blocking<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
 ) -> tokio::task::JoinHandle<T> {
-    static POOL: OnceLock<Option<tokio::runtime::Runtime>> = OnceLock::new();
-    let pool = POOL.get_or_init(|| {
-        // Only its blocking pool is used: nothing is spawned on, or drives, the runtime.
-        tokio::runtime::Builder::new_current_thread()
-            .thread_name("sluice-background")
-            .on_thread_start(lower_this_threads_priority)
-            .build()
-            .inspect_err(
-                |e| tracing::warn!(error = %e, "no background pool; control-plane work runs at normal priority"),
-            )
-            .ok()
-    });
-    match pool {
-        Some(pool) => pool.spawn_blocking(work),
+    match runtime() {
+        Some(runtime) => runtime.spawn_blocking(work),
         None => tokio::task::spawn_blocking(work),
+    }
+}
+
+/// Runs `work` to completion on the background runtime's idle-class workers and returns
+/// its output: the whole of a batch tenant's request (`server/classes.rs`). What `work`
+/// spawns (`tokio::spawn`, `spawn_blocking`) runs there too. Dropping the returned
+/// future (its caller went away) aborts `work`, as dropping `work` itself would; a panic
+/// in it comes back as the `Err`. Where the runtime cannot be built, `work` runs here.
+pub(crate) async fn run<F>(work: F) -> Result<F::Output, tokio::task::JoinError>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let Some(runtime) = runtime() else { return Ok(work.await) };
+    let mut task = AbortOnDrop(runtime.spawn(GivingWay(Box::pin(work))));
+    (&mut task.0).await
+}
+
+/// A future on the background runtime that gives its core away, when due, before each
+/// of its polls ([`give_way_if_due`]): a worker runs task after task without returning
+/// to the kernel, so this is where it can.
+struct GivingWay<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for GivingWay<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        give_way_if_due();
+        self.0.as_mut().poll(cx)
+    }
+}
+
+/// Aborts its task when dropped (a no-op once the task has finished).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -152,5 +213,52 @@ mod tests {
         let background = spawn_blocking(long_work).await.unwrap();
         assert!((1..=4).contains(&background), "a background thread gave way {background} times in 4 periods");
         assert_eq!(tokio::task::spawn_blocking(long_work).await.unwrap(), 0, "a normal thread never does");
+    }
+
+    #[tokio::test]
+    async fn run_works_in_the_idle_class_and_what_it_spawns_too() {
+        // SAFETY: a read of the calling thread's scheduling policy.
+        let policy = || unsafe { libc::sched_getscheduler(0) };
+        let (own, spawned) = run(async move {
+            let spawned = tokio::task::spawn_blocking(policy).await.unwrap();
+            (policy(), spawned)
+        })
+        .await
+        .unwrap();
+        assert_eq!((own, spawned), (libc::SCHED_IDLE, libc::SCHED_IDLE));
+        assert_eq!(policy(), libc::SCHED_OTHER, "the caller keeps its own policy");
+        assert!(run(async { panic!("a handler panics") }).await.unwrap_err().is_panic());
+    }
+
+    #[tokio::test]
+    async fn dropping_runs_future_stops_its_work() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+
+        /// Set when dropped: the work was stopped (or finished).
+        struct Flag(Arc<AtomicBool>);
+        impl Drop for Flag {
+            fn drop(&mut self) {
+                self.0.store(true, SeqCst);
+            }
+        }
+        let stopped = Arc::new(AtomicBool::new(false));
+        let flag = Flag(stopped.clone());
+        let (started, told) = tokio::sync::oneshot::channel::<()>();
+        let waiting = tokio::spawn(run(async move {
+            let _flag = flag;
+            let _ = started.send(());
+            std::future::pending::<()>().await
+        }));
+        told.await.unwrap();
+        assert!(!stopped.load(SeqCst));
+        waiting.abort();
+        let _ = waiting.await;
+        // The abort reaches the background runtime's worker a moment later.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !stopped.load(SeqCst) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert!(stopped.load(SeqCst), "the background work outlived its caller");
     }
 }

@@ -11,7 +11,8 @@
 //! response counted by tenant, status and code, the 5xx nobody should see (and any
 //! failed victim deploy), the disk filler's acknowledged uploads missing afterwards, and
 //! the server's resident memory: cold, at the start of the measured load (after a short
-//! warm-up burst of it), right after, and settled.
+//! warm-up burst of it), right after, and settled, and how much of it is Wasm linear
+//! memories (warm instances keep theirs until they go idle).
 //!
 //! [`crash_loop`]: deploys and artifact uploads in a loop, the server killed with
 //! SIGKILL in the middle of them, restarted on the same data directory; every deploy or
@@ -27,7 +28,8 @@ use serde_json::{Value, json};
 
 pub use crate::attacks::Attack;
 use crate::attacks::code_of;
-use crate::resident::{growth, resident_by_kind, rss_kib, threads};
+use crate::resident::{WASM_MEMORIES, growth, resident_by_kind, rss_kib, threads};
+use crate::wakeup::enter_idle_class;
 use crate::{ADMIN_KEY, RawConn, Server, ServerOptions, fp32_request, function_wasm};
 
 /// A hostile tenant: its name, its attack, and the 5xx codes its attack explains besides
@@ -164,12 +166,21 @@ pub struct RssKib {
     pub start: u64,
     pub after_load: u64,
     pub settled: u64,
+    /// Of `start` and `settled`, the Wasm linear memories (warm instances keep theirs,
+    /// up to their function's memory limit, until they go idle).
+    pub wasm_start: u64,
+    pub wasm_settled: u64,
 }
 
 impl RssKib {
     /// Settled against start: 1.0 is back where the measured load began.
     pub fn settled_ratio(&self) -> f64 {
         self.settled as f64 / self.start.max(1) as f64
+    }
+
+    /// [`RssKib::settled_ratio`] without the Wasm linear memories.
+    pub fn settled_ratio_less_wasm(&self) -> f64 {
+        self.settled.saturating_sub(self.wasm_settled) as f64 / self.start.saturating_sub(self.wasm_start).max(1) as f64
     }
 }
 
@@ -212,6 +223,12 @@ impl HostileReport {
             r.after_load / 1024,
             r.settled / 1024,
             r.settled_ratio()
+        );
+        println!(
+            "server RSS of Wasm linear memories (warm instances keep theirs): start {} MiB, settled {} MiB; the rest settled at {:.2}× its start",
+            r.wasm_start / 1024,
+            r.wasm_settled / 1024,
+            r.settled_ratio_less_wasm()
         );
         let growth: Vec<String> = self
             .rss_growth
@@ -268,13 +285,27 @@ fn victim_run(
     lat
 }
 
+/// Where the hostile clients' threads run on this machine, which the server shares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Generator {
+    /// At the process's own priority, beside the victim's client: they take cores from
+    /// the server and the victim's client both, as no remote client could.
+    SamePriority,
+    /// In the idle class (`SCHED_IDLE`): they run on cores that nothing else wants, as
+    /// clients on other machines would leave this one's cores to the server. The victim's
+    /// client keeps its priority.
+    IdleClass,
+}
+
 /// Runs the hostile-load scenario on `server` for `load` with `clients` hostile clients
-/// spread over `hostile` (all of [`HOSTILE`], or some of them to see which hurts).
+/// spread over `hostile` (all of [`HOSTILE`], or some of them to see which hurts), their
+/// threads run as `generator` says.
 pub fn hostile_load(
     server: &Server,
     hostile: &[Hostile],
     load: Duration,
     clients: usize,
+    generator: Generator,
     solo_requests: usize,
 ) -> HostileReport {
     let victim = server.create_tenant("victim");
@@ -311,7 +342,7 @@ pub fn hostile_load(
     // load starts; its responses are checked, not counted.
     let warm_up = (load / 10).clamp(Duration::from_millis(300), Duration::from_secs(3));
     let mut tally = Tally { unexpected, ..Tally::default() };
-    hostile_burst(server, &tenants, clients, warm_up, None, &tally);
+    hostile_burst(server, &tenants, clients, generator, warm_up, None, &tally);
     // The warm-up's responses are checked, not counted.
     tally.counts = Mutex::new(BTreeMap::new());
     std::thread::sleep(SETTLE);
@@ -319,11 +350,14 @@ pub fn hostile_load(
     let start_kinds = resident_by_kind(pid);
     let start_threads = threads(pid);
 
-    let loaded = hostile_burst(server, &tenants, clients, load, Some(&victim), &tally);
+    let loaded = hostile_burst(server, &tenants, clients, generator, load, Some(&victim), &tally);
     let after_load = rss_kib(pid);
     std::thread::sleep(SETTLE);
     let settled = rss_kib(pid);
-    let rss_growth = growth(&start_kinds, &resident_by_kind(pid));
+    let settled_kinds = resident_by_kind(pid);
+    let rss_growth = growth(&start_kinds, &settled_kinds);
+    let wasm = |kinds: &BTreeMap<&str, u64>| kinds.get(WASM_MEMORIES).copied().unwrap_or(0);
+    let (wasm_start, wasm_settled) = (wasm(&start_kinds), wasm(&settled_kinds));
     let Tally { counts, acked, unexpected } = tally;
     let lost = missing_artifacts(server, &tenants, &acked.into_inner().unwrap());
     HostileReport {
@@ -334,7 +368,7 @@ pub fn hostile_load(
         counts: counts.into_inner().unwrap(),
         unexpected: unexpected.into_inner().unwrap(),
         lost,
-        rss: RssKib { cold, start, after_load, settled },
+        rss: RssKib { cold, start, after_load, settled, wasm_start, wasm_settled },
         rss_growth,
         threads: (start_threads, threads(pid)),
     }
@@ -360,6 +394,7 @@ fn hostile_burst(
     server: &Server,
     tenants: &[(Hostile, String)],
     clients: usize,
+    generator: Generator,
     load: Duration,
     victim: Option<&str>,
     tally: &Tally,
@@ -371,6 +406,9 @@ fn hostile_burst(
             let (Hostile { tenant, attack, explained }, key) = tenants[c % tenants.len()].clone();
             let stop = &stop;
             s.spawn(move || {
+                if generator == Generator::IdleClass && !enter_idle_class() {
+                    eprintln!("hostile client: the idle class was refused; it runs at normal priority");
+                }
                 let Ok(mut conn) = RawConn::connect(server.addr()) else { return };
                 let mut n = c as u64;
                 while !stop.load(Ordering::Relaxed) {

@@ -22,27 +22,64 @@ fn status_number(pid: u32, field: &str) -> u64 {
 }
 
 /// Resident KiB by kind of mapping (empty where `/proc` is not there). Anonymous
-/// mappings are told apart by their size only, so the kinds are hints: a Wasm linear
-/// memory's reservation is gigabytes; thread stacks (2 MiB and up), large allocations
-/// and the used parts of glibc's per-thread arenas (64 MiB reservations, split where
-/// their used part ends) fall between 1 and 8 MiB or below.
+/// mappings are told apart by their size and neighbours only, so the kinds are hints: a
+/// Wasm linear memory is the used, writable front of a slot whose inaccessible rest (its
+/// reservation and guard, gigabytes) follows it at once; thread stacks (2 MiB and up),
+/// large allocations and the used parts of glibc's per-thread arenas (64 MiB
+/// reservations, split where their used part ends) fall between 1 and 8 MiB or below.
 pub fn resident_by_kind(pid: u32) -> BTreeMap<&'static str, u64> {
     let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
-    let mut by_kind = BTreeMap::new();
-    let mut kind = "other";
+    kinds_of(&mappings(&smaps))
+}
+
+/// One mapping of `/proc/<pid>/smaps`.
+#[derive(Debug, Default)]
+struct Mapping<'a> {
+    start: u64,
+    end: u64,
+    perms: &'a str,
+    path: Option<&'a str>,
+    rss_kib: u64,
+}
+
+fn mappings(smaps: &str) -> Vec<Mapping<'_>> {
+    let mut out: Vec<Mapping<'_>> = Vec::new();
     for line in smaps.lines() {
         let mut fields = line.split_whitespace();
         let first = fields.next().unwrap_or("");
         if let Some((start, end)) = first.split_once('-').filter(|(s, _)| s.chars().all(|c| c.is_ascii_hexdigit())) {
-            let size =
-                u64::from_str_radix(end, 16).unwrap_or(0).saturating_sub(u64::from_str_radix(start, 16).unwrap_or(0));
-            kind = mapping_kind(fields.nth(4), size);
-        } else if first == "Rss:" {
-            *by_kind.entry(kind).or_default() += fields.next().and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+            let hex = |h: &str| u64::from_str_radix(h, 16).unwrap_or(0);
+            let perms = fields.next().unwrap_or("");
+            out.push(Mapping { start: hex(start), end: hex(end), perms, path: fields.nth(3), rss_kib: 0 });
+        } else if first == "Rss:"
+            && let Some(last) = out.last_mut()
+        {
+            last.rss_kib += fields.next().and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
         }
+    }
+    out
+}
+
+fn kinds_of(mappings: &[Mapping<'_>]) -> BTreeMap<&'static str, u64> {
+    const GIB: u64 = 1 << 30;
+    let mut by_kind = BTreeMap::new();
+    for (i, m) in mappings.iter().enumerate() {
+        let size = m.end.saturating_sub(m.start);
+        let reserved_after = mappings.get(i + 1).is_some_and(|next| {
+            next.start == m.end && next.path.is_none() && next.perms == "---p" && next.end - next.start >= GIB
+        });
+        let kind = if m.path.is_none() && (size >= GIB || reserved_after) {
+            WASM_MEMORIES
+        } else {
+            mapping_kind(m.path, size)
+        };
+        *by_kind.entry(kind).or_default() += m.rss_kib;
     }
     by_kind
 }
+
+/// The kind of Wasm linear memories (of warm instances and running ones).
+pub const WASM_MEMORIES: &str = "Wasm linear memories";
 
 fn mapping_kind(path: Option<&str>, size: u64) -> &'static str {
     const MIB: u64 = 1 << 20;
@@ -51,7 +88,6 @@ fn mapping_kind(path: Option<&str>, size: u64) -> &'static str {
         Some("[stack]") => "main stack",
         Some(p) if p.starts_with('/') => "mapped files",
         Some(_) => "other",
-        None if size >= (1 << 30) => "anonymous ≥ 1 GiB (Wasm memories)",
         None if (MIB..=8 * MIB + 64 * 1024).contains(&size) => "anonymous 1–8 MiB (stacks, arenas, large allocations)",
         None => "anonymous, other (arenas, small maps)",
     }
@@ -88,6 +124,20 @@ mod tests {
         // smaps and status are read at different moments; both count the same pages.
         let rss = rss_kib(pid);
         assert!(total.abs_diff(rss) * 10 <= rss, "smaps {total} KiB vs VmRSS {rss} KiB");
+    }
+
+    #[test]
+    fn a_writable_front_before_a_reservation_is_a_wasm_memory() {
+        let smaps = "\
+7d90c4102000-7d90c6110000 rw-p 00000000 00:00 0 \nRss: 32784 kB
+7d90c6110000-7d91c6000000 ---p 00000000 00:00 0 \nRss: 0 kB
+7f3204000000-7f32050e9000 rw-p 00000000 00:00 0 \nRss: 17316 kB
+7f32050e9000-7f3208000000 ---p 00000000 00:00 0 \nRss: 0 kB
+";
+        let kinds = kinds_of(&mappings(smaps));
+        // The second pair is an arena: its reservation (48 MiB) is no Wasm slot's.
+        assert_eq!(kinds.get(WASM_MEMORIES), Some(&32784), "{kinds:?}");
+        assert_eq!(kinds.get("anonymous, other (arenas, small maps)"), Some(&17316), "{kinds:?}");
     }
 
     #[test]

@@ -107,7 +107,7 @@ fn round_trips() -> Tail {
 }
 
 /// Puts the calling thread in the idle class; false where that is refused.
-fn enter_idle_class() -> bool {
+pub fn enter_idle_class() -> bool {
     #[cfg(target_os = "linux")]
     {
         let idle = libc::sched_param { sched_priority: 0 };

@@ -10,12 +10,12 @@
 
 use std::time::Duration;
 
-use sluice_tests::hostile::{HOSTILE, crash_loop, hostile_load, server_for};
+use sluice_tests::hostile::{Generator, HOSTILE, crash_loop, hostile_load, server_for};
 
 #[test]
 fn a_victim_beside_hostile_tenants_gets_no_errors() {
     let server = server_for(&HOSTILE);
-    let report = hostile_load(&server, &HOSTILE, Duration::from_secs(3), 64, 200);
+    let report = hostile_load(&server, &HOSTILE, Duration::from_secs(3), 64, Generator::SamePriority, 200);
     report.print();
     assert!(report.unexpected.is_empty(), "unexpected responses: {:?}", report.unexpected);
     assert!(report.lost.is_empty(), "acknowledged uploads lost: {:?}", report.lost);

@@ -8,7 +8,8 @@
 //! as their admission limits let run (88) and then with more (`--clients`, the rest
 //! refused), then SIGKILL during deploys and uploads in a loop (see
 //! `tests/src/hostile.rs`). Extra arguments go to the binary (`--seconds S`,
-//! `--clients C`, `--kills K`, `--tenants flood,looper,…`). Its short form runs in `cargo xtask
+//! `--clients C`, `--kills K`, `--tenants flood,looper,…`, `--generator idle` for hostile
+//! clients in the idle class, as if on other machines). Its short form runs in `cargo xtask
 //! test` (`tests/tests/hostile.rs`). Figures are recorded by hand in `bench/RESULTS.md`.
 
 use anyhow::Result;

@@ -200,6 +200,7 @@ impl BlobStore {
         let entries = fs::read_dir(&self.dir)
             .map_err(|e| RegistryError::storage(format!("listing {}", self.dir.display()), e))?;
         for entry in entries {
+            crate::pause::point();
             let entry = entry.map_err(|e| RegistryError::storage("listing blobs", e))?;
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };

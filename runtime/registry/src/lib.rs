@@ -86,6 +86,7 @@ pub mod error;
 mod functions;
 mod keys;
 pub mod model;
+mod pause;
 mod retention;
 mod store;
 mod tenants;
@@ -101,6 +102,7 @@ pub use compiled::MAX_FINGERPRINT_LEN;
 pub use error::{RegistryError, Result};
 pub use keys::{MIN_ADMIN_KEY_LEN, MIN_PROVIDED_TENANT_KEY_LEN};
 pub use model::*;
+pub use pause::set_pause_point;
 pub use retention::{StoragePolicy, Written};
 pub use watch::Watcher;
 
@@ -312,6 +314,7 @@ impl Registry {
         };
         let mut live = HashSet::new();
         for (_, v) in self.store.scan_json::<FunctionVersion>(Tree::Versions, b"")? {
+            pause::point();
             live.insert(v.component.digest);
             live.extend(v.artifacts.into_values().map(|a| a.digest));
         }
@@ -329,6 +332,7 @@ impl Registry {
             }
         }
         for (digest, size, modified) in stored {
+            pause::point();
             if live.contains(&digest) {
                 report.kept += 1;
             } else if !old(modified) {

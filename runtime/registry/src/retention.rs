@@ -88,6 +88,7 @@ pub(crate) fn disk_usage<'a>(versions: impl IntoIterator<Item = &'a FunctionVers
     let mut seen: HashSet<&Digest> = HashSet::new();
     let mut bytes = 0u64;
     for v in versions {
+        crate::pause::point();
         for blob in std::iter::once(&v.component).chain(v.artifacts.values()) {
             if seen.insert(&blob.digest) {
                 bytes = bytes.saturating_add(blob.size);

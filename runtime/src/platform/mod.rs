@@ -366,6 +366,18 @@ impl Platform {
         }
     }
 
+    /// The priority class the host work of `key`'s requests runs in: its tenant's
+    /// `max_priority` (no invocation of the tenant can run above it). The admin, and a key
+    /// that does not authenticate (its request is refused at once), are `Latency`.
+    pub fn class_of_key(&self, key: &str) -> PriorityClass {
+        match self.authenticate(key) {
+            Ok(Some(Principal::Tenant(tenant))) => {
+                self.tenant_runtime(&tenant).map_or(PriorityClass::Latency, |t| t.policy.max_priority)
+            }
+            _ => PriorityClass::Latency,
+        }
+    }
+
     /// Inference statistics of `tenant`'s function `function` (of all its functions when
     /// `None`), by name; functions never invoked since the start are absent.
     pub fn function_stats(&self, tenant: &str, function: Option<&str>) -> Vec<(String, FunctionStats)> {

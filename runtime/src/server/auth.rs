@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use sluice_registry::Principal;
@@ -41,7 +42,7 @@ impl FromRequestParts<Arc<Platform>> for Caller {
     type Rejection = HttpError;
 
     async fn from_request_parts(parts: &mut Parts, platform: &Arc<Platform>) -> Result<Self, HttpError> {
-        match platform.authenticate(key_of(parts)?)? {
+        match platform.authenticate(key_of(&parts.headers)?)? {
             Some(principal) => Ok(Caller(principal)),
             None => Err(HttpError::unauthorized(UNKNOWN_KEY)),
         }
@@ -52,7 +53,7 @@ impl FromRequestParts<Arc<Platform>> for StreamCaller {
     type Rejection = HttpError;
 
     async fn from_request_parts(parts: &mut Parts, platform: &Arc<Platform>) -> Result<Self, HttpError> {
-        match platform.authenticate_stream(key_of(parts)?)? {
+        match platform.authenticate_stream(key_of(&parts.headers)?)? {
             Some(check) => Ok(StreamCaller(check)),
             None => Err(HttpError::unauthorized(UNKNOWN_KEY)),
         }
@@ -62,8 +63,8 @@ impl FromRequestParts<Arc<Platform>> for StreamCaller {
 const UNKNOWN_KEY: &str = "unknown or revoked API key";
 
 /// The key of the request's `Authorization: Bearer <key>` header.
-fn key_of(parts: &Parts) -> Result<&str, HttpError> {
-    let Some(value) = parts.headers.get(AUTHORIZATION) else {
+pub(super) fn key_of(headers: &HeaderMap) -> Result<&str, HttpError> {
+    let Some(value) = headers.get(AUTHORIZATION) else {
         return Err(HttpError::unauthorized("missing API key: send `Authorization: Bearer <key>`"));
     };
     value

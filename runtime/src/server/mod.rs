@@ -30,6 +30,8 @@
 //! Errors map to statuses in [`error`] only.
 
 mod auth;
+mod classes;
+mod connections;
 mod console;
 pub mod error;
 mod functions;
@@ -44,18 +46,17 @@ mod tenants;
 mod uploads;
 mod v2;
 
-use std::future::IntoFuture;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use axum::Json;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post, put};
-use axum::{Json, serve::ListenerExt};
 
 use serde_json::Value;
 use sluice_host_api::Code;
@@ -175,6 +176,7 @@ pub fn app(platform: Arc<Platform>, limits: BodyLimits) -> Router {
         .route_service(grpc::ROUTE, grpc)
         .fallback(error::no_route)
         .method_not_allowed_fallback(error::wrong_method)
+        .layer(middleware::from_fn_with_state(platform.clone(), classes::serve_in_callers_class))
         .layer(axum::Extension(limits))
         .with_state(platform)
 }
@@ -261,21 +263,11 @@ pub async fn serve_with(
     lifecycle: Lifecycle,
 ) -> std::io::Result<()> {
     let Lifecycle { grace, drain_delay } = lifecycle;
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::warn!(error = %e, "could not set TCP_NODELAY");
-        }
-    });
     let drain = Arc::new(Drain::default());
     let router =
         app(platform.clone(), limits).layer(middleware::from_fn_with_state(drain.clone(), refuse_while_draining));
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    // The peer's address: the repository extension trusts a local caller (`auth`).
-    let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
-    let server = axum::serve(listener, service).with_graceful_shutdown(async move {
-        let _ = stop_rx.await;
-    });
-    let mut server = tokio::spawn(server.into_future());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
+    let mut server = tokio::spawn(connections::serve(listener, router, stop_rx));
     tokio::select! {
         result = &mut server => return finished(result, &platform),
         () = shutdown_signal() => {}

@@ -1,6 +1,9 @@
 //! The hostile-load suite, long form (`cargo xtask soak [-- --seconds S --clients C
-//! --kills K --tenants flood,looper,…]`): see `sluice_tests::hostile`. `--tenants` keeps
-//! some of the hostile tenants only, to see which of them hurts the victim. Runs the hostile load twice, each on a
+//! --kills K --tenants flood,looper,… --generator same|idle]`): see
+//! `sluice_tests::hostile`. `--tenants` keeps some of the hostile tenants only, to see
+//! which of them hurts the victim; `--generator idle` runs the hostile clients' threads
+//! in the idle class, standing in for clients on other machines (by default they share
+//! the cores with the server at its priority). Runs the hostile load twice, each on a
 //! fresh server: with the hostile tenants at their admission limits (as many clients as
 //! they may have invocations in flight: the bar is about this one) and beyond
 //! them (`--clients`, default 64: the rest is refused with 429 and the refusals cost the
@@ -15,7 +18,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use sluice_tests::hostile::{
-    HOSTILE, HOSTILE_CONCURRENCY, Hostile, HostileReport, crash_loop, hostile_load, server_for,
+    Generator, HOSTILE, HOSTILE_CONCURRENCY, Hostile, HostileReport, crash_loop, hostile_load, server_for,
 };
 use sluice_tests::wakeup::wakeup_floor;
 
@@ -29,14 +32,16 @@ struct Args {
     clients: usize,
     kills: usize,
     tenants: Vec<Hostile>,
+    generator: Generator,
 }
 
-const USAGE: &str = "usage: soak [--seconds S (60)] [--clients C (64)] [--kills K (20)] [--tenants flood,looper,hungry,quota,trapper,bomber,trickler,hoarder,hammer,watcher,filler]";
+const USAGE: &str = "usage: soak [--seconds S (60)] [--clients C (64)] [--kills K (20)] [--tenants flood,looper,hungry,quota,trapper,bomber,trickler,hoarder,hammer,watcher,filler] [--generator same|idle (same)]";
 
 impl Args {
     /// Parses `args` (without the program name); `Ok(None)` for `--help`.
     fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, String> {
-        let mut parsed = Args { seconds: 60, clients: 64, kills: 20, tenants: HOSTILE.to_vec() };
+        let mut parsed =
+            Args { seconds: 60, clients: 64, kills: 20, tenants: HOSTILE.to_vec(), generator: Generator::SamePriority };
         let mut args = args.into_iter();
         while let Some(flag) = args.next() {
             if flag == "--help" || flag == "-h" {
@@ -47,7 +52,7 @@ impl Args {
                 continue;
             }
             let value = match flag.as_str() {
-                "--seconds" | "--clients" | "--kills" | "--tenants" => {
+                "--seconds" | "--clients" | "--kills" | "--tenants" | "--generator" => {
                     args.next().ok_or_else(|| format!("{flag} needs a value"))?
                 }
                 other => return Err(format!("unknown argument {other:?}")),
@@ -57,6 +62,13 @@ impl Args {
                 "--seconds" => parsed.seconds = number()?,
                 "--clients" => parsed.clients = number()? as usize,
                 "--kills" => parsed.kills = number()? as usize,
+                "--generator" => {
+                    parsed.generator = match value.as_str() {
+                        "idle" => Generator::IdleClass,
+                        "same" => Generator::SamePriority,
+                        _ => return Err(format!("--generator: {value:?} is neither `idle` nor `same`")),
+                    }
+                }
                 _ => parsed.tenants = tenants(&value)?,
             }
         }
@@ -77,20 +89,29 @@ fn tenants(list: &str) -> Result<Vec<Hostile>, String> {
 }
 
 fn main() -> ExitCode {
-    let Args { seconds, clients: beyond, kills, tenants: hostile } = match Args::parse(std::env::args().skip(1)) {
-        Ok(Some(args)) => args,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("soak: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    let Args { seconds, clients: beyond, kills, tenants: hostile, generator } =
+        match Args::parse(std::env::args().skip(1)) {
+            Ok(Some(args)) => args,
+            Ok(None) => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            Err(e) => {
+                eprintln!("soak: {e}\n{USAGE}");
+                return ExitCode::from(2);
+            }
+        };
     // The kernel's own floor under the victim's tail on this machine, before any load.
     wakeup_floor().print();
     println!();
+    match generator {
+        Generator::IdleClass => println!(
+            "load generator: the hostile clients' threads run in the idle class, standing in for clients on other machines"
+        ),
+        Generator::SamePriority => println!(
+            "load generator: the hostile clients' threads run at this process's priority, taking cores from the server as remote clients could not (`--generator idle` runs them in the idle class)"
+        ),
+    }
     let within = hostile.len() * HOSTILE_CONCURRENCY;
     let mut reports: Vec<HostileReport> = Vec::new();
     let mut scenarios = vec![("within their admission limits", within)];
@@ -106,7 +127,7 @@ fn main() -> ExitCode {
             names.join(", ")
         );
         let server = server_for(&hostile);
-        let report = hostile_load(&server, &hostile, Duration::from_secs(seconds), clients, SOLO_REQUESTS);
+        let report = hostile_load(&server, &hostile, Duration::from_secs(seconds), clients, generator, SOLO_REQUESTS);
         report.print();
         let ratio = report.loaded.1.as_secs_f64() / report.solo.1.as_secs_f64().max(1e-6);
         let yes = |b: bool| if b { "holds" } else { "DOES NOT hold" };

@@ -174,6 +174,7 @@ impl Tx<'_> {
     pub(crate) fn scan_json<T: DeserializeOwned>(&self, tree: Tree, prefix: &[u8]) -> TxResult<Vec<(Vec<u8>, T)>> {
         let mut out = Vec::new();
         for (k, v) in self.scan(tree, prefix)? {
+            crate::pause::point();
             out.push((k, decode(&v)?));
         }
         Ok(out)
@@ -239,7 +240,13 @@ impl Store {
 
     /// Reads and decodes every value under `prefix`, with its key, in key order.
     pub(crate) fn scan_json<T: DeserializeOwned>(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, T)>> {
-        self.scan(tree, prefix)?.into_iter().map(|(k, v)| Ok((k, decode(&v)?))).collect()
+        self.scan(tree, prefix)?
+            .into_iter()
+            .map(|(k, v)| {
+                crate::pause::point();
+                Ok((k, decode(&v)?))
+            })
+            .collect()
     }
 }
 
