@@ -64,3 +64,85 @@ pub(super) async fn serve_in_class(batch: bool, request: Request, next: Next) ->
         Err(e) => HttpError::from(PlatformError::internal("serving a batch tenant's request", e)).into_response(),
     }
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use std::io::{BufRead, BufReader, Read, Write};
+
+    use axum::extract::Request;
+    use axum::middleware::{self, Next};
+    use axum::routing::post;
+
+    use axum::Router;
+    use axum::body::Bytes;
+    use tokio::net::TcpListener;
+    use tokio::sync::watch;
+
+    use super::serve_in_class;
+    use crate::server::connections::serve;
+
+    /// The scheduling policy of the thread that runs the handler, and the body's length.
+    async fn policy_and_length(body: Bytes) -> String {
+        // SAFETY: a read of the calling thread's scheduling policy.
+        let policy = unsafe { libc::sched_getscheduler(0) };
+        format!("{policy} {}", body.len())
+    }
+
+    /// Classes a request by its `x-class` header, as the platform does by its key.
+    async fn by_header(request: Request, next: Next) -> axum::response::Response {
+        let batch = request.headers().get("x-class").is_some_and(|v| v == "batch");
+        serve_in_class(batch, request, next).await
+    }
+
+    /// Sends one request on `conn` and reads its response's body.
+    fn call(conn: &mut BufReader<std::net::TcpStream>, class: &str, body: &[u8]) -> String {
+        let head = format!("POST / HTTP/1.1\r\nhost: t\r\nx-class: {class}\r\ncontent-length: {}\r\n\r\n", body.len());
+        conn.get_mut().write_all(head.as_bytes()).unwrap();
+        conn.get_mut().write_all(body).unwrap();
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            conn.read_line(&mut line).unwrap();
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap();
+            }
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let mut body = vec![0; length];
+        conn.read_exact(&mut body).unwrap();
+        String::from_utf8(body).unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connection_runs_in_the_class_of_the_request_it_serves() {
+        let router = Router::new().route("/", post(policy_and_length)).layer(middleware::from_fn(by_header));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop_tx, stop_rx) = watch::channel(());
+        let server = tokio::spawn(serve(listener, router, stop_rx));
+        let (other, idle) = (libc::SCHED_OTHER.to_string(), libc::SCHED_IDLE.to_string());
+        let calls = tokio::task::spawn_blocking(move || {
+            let mut conn = BufReader::new(std::net::TcpStream::connect(addr).unwrap());
+            let big = vec![7u8; 1 << 20];
+            // One keep-alive connection, its class changing from request to request; the
+            // batch one's body (1 MiB) is read on the idle-class threads.
+            [
+                call(&mut conn, "latency", b"abc"),
+                call(&mut conn, "batch", &big),
+                call(&mut conn, "batch", b""),
+                call(&mut conn, "latency", b"de"),
+            ]
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            calls,
+            [format!("{other} 3"), format!("{idle} {}", 1 << 20), format!("{idle} 0"), format!("{other} 2")]
+        );
+        // Stopping: the idle keep-alive connection closes, and `serve` returns.
+        stop_tx.send(()).unwrap();
+        server.await.unwrap().unwrap();
+    }
+}
