@@ -314,7 +314,6 @@ impl Registry {
         };
         let mut live = HashSet::new();
         for (_, v) in self.store.scan_json::<FunctionVersion>(Tree::Versions, b"")? {
-            pause::point();
             live.insert(v.component.digest);
             live.extend(v.artifacts.into_values().map(|a| a.digest));
         }
