@@ -1,7 +1,8 @@
 //! The pooling allocator's slots as tenants share them: a component over the
 //! per-component limits (core instances, memories, tables) is refused before it is
 //! compiled, with its own code; one tenant's warm instances stay within its cap and
-//! leave room for another tenant's cold instantiation; idle warm instances are released
+//! leave room for another tenant's cold instantiation and hold no more linear memory
+//! than its budget; idle warm instances are released
 //! (the idle clock driven by the test); an instantiation that finds no free slot is
 //! refused with a typed code instead of a trap.
 
@@ -110,8 +111,46 @@ async fn one_tenants_warm_instances_leave_room_for_another_tenants_cold_instanti
     assert_eq!(kept, 1, "the hoarder keeps at most its cap of warm instances");
     let pool = engine.pool_status();
     assert_eq!((pool.warm_instances, pool.tenant_max_warm_instances), (2, 1), "{pool:?}");
-    assert_eq!(engine.warm_instances_of("hoarder"), 1);
-    assert_eq!(engine.warm_instances_of("victim"), 1);
+    assert_eq!(engine.warm_instances_of("hoarder").0, 1);
+    assert_eq!(engine.warm_instances_of("victim").0, 1);
+}
+
+#[tokio::test]
+async fn a_tenants_warm_instances_hold_no_more_linear_memory_than_its_budget() {
+    // How much linear memory one warm echo instance holds, on an engine with no budget.
+    let probe =
+        Engine::new(EngineConfig { tenant_max_warm_memory_bytes: usize::MAX, ..EngineConfig::default() }).unwrap();
+    let echo = probe.compile(&component("echo")).unwrap();
+    let (ctx, _) = context();
+    let image = prepare(&probe, "t", "echo", &echo);
+    probe.invoke(&image, ctx, &[text("x", "hi")]).await.unwrap();
+    let (kept, one) = probe.warm_instances_of("t");
+    assert_eq!(kept, 1);
+    assert!(one > 0, "a warm echo instance holds its linear memory");
+
+    // Room for one and a half of them per tenant: a tenant's second function's instance
+    // is dropped when its invocation ends, and another tenant keeps its own.
+    let engine =
+        Engine::new(EngineConfig { tenant_max_warm_memory_bytes: one * 3 / 2, ..EngineConfig::default() }).unwrap();
+    let echo = engine.compile(&component("echo")).unwrap();
+    let images: Vec<FunctionImage> = [("t", "a"), ("t", "b"), ("u", "a")]
+        .iter()
+        .map(|&(tenant, name)| prepare(&engine, tenant, name, &echo))
+        .collect();
+    for image in &images {
+        let (ctx, _) = context();
+        engine.invoke(image, ctx, &[text("x", "hi")]).await.unwrap();
+    }
+    let kept: Vec<usize> = images.iter().map(FunctionImage::warm_instances).collect();
+    assert_eq!(kept, [1, 0, 1], "the second instance of tenant t would take it past its budget");
+    assert_eq!((engine.warm_instances_of("t"), engine.warm_instances_of("u")), ((1, one), (1, one)));
+    let pool = engine.pool_status();
+    assert_eq!((pool.warm_memory_bytes, pool.tenant_max_warm_memory_bytes), (2 * one as u64, (one * 3 / 2) as u64));
+    // The dropped instance's slot is free: only the two warm ones hold memories.
+    assert_eq!(pool.memories, 2, "{pool:?}");
+    // Its function still runs, on a fresh instance each time.
+    let (ctx, _) = context();
+    assert!(!engine.invoke(&images[1], ctx, &[text("x", "hi")]).await.unwrap().warm);
 }
 
 #[tokio::test]

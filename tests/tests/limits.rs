@@ -124,10 +124,17 @@ fn a_component_over_the_per_component_limits_is_refused_and_the_pool_is_reported
     assert_eq!(pool["max_memories_per_component"], 2);
     assert!(pool["memories"].as_u64() >= Some(1), "{pool}");
     assert_eq!(status["tenants"][0]["warm_instances"], 1);
+    let warm_memory = status["tenants"][0]["warm_memory_bytes"].as_u64().unwrap();
+    assert!(warm_memory > 0, "the warm echo instance's linear memory");
+    assert_eq!(
+        (pool["warm_memory_bytes"].as_u64(), pool["tenant_max_warm_memory_bytes"].as_u64()),
+        (Some(warm_memory), Some(64 << 20))
+    );
     assert_eq!(status["max_artifact_metadata_bytes"], 64 << 20);
     let metrics = server.get("/metrics", ADMIN_KEY);
     let text = String::from_utf8_lossy(&metrics.body).into_owned();
     assert!(text.contains("sluice_instance_pool_slots_used{kind=\"memories\"}"), "{text}");
     assert!(text.contains("sluice_tenant_warm_instances{tenant=\"t\"} 1"), "{text}");
+    assert!(text.contains(&format!("sluice_tenant_warm_memory_bytes{{tenant=\"t\"}} {warm_memory}")), "{text}");
     assert!(text.contains("sluice_artifact_metadata_bytes"), "{text}");
 }

@@ -214,6 +214,10 @@ pub struct ServeArgs {
     /// Warm instances one tenant may keep over all its functions.
     #[arg(long, default_value_t = crate::engine::DEFAULT_TENANT_MAX_WARM_INSTANCES)]
     tenant_max_warm_instances: usize,
+    /// MiB of linear memory one tenant's warm instances may hold together; an instance
+    /// that would take it past this is dropped when its invocation ends.
+    #[arg(long, default_value_t = crate::engine::DEFAULT_TENANT_MAX_WARM_MEMORY_BYTES >> 20)]
+    tenant_max_warm_memory_mib: usize,
     /// Seconds an unused warm instance is kept before its slots are released.
     #[arg(long, default_value_t = crate::engine::DEFAULT_WARM_IDLE_TIMEOUT.as_secs_f64())]
     warm_idle_s: f64,
@@ -309,6 +313,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         max_memories_per_component: args.max_memories_per_component,
         max_tables_per_component: args.max_tables_per_component,
         tenant_max_warm_instances: args.tenant_max_warm_instances,
+        tenant_max_warm_memory_bytes: args.tenant_max_warm_memory_mib.saturating_mul(1 << 20),
         warm_idle_timeout: Duration::from_secs_f64(args.warm_idle_s),
         tenant_max_uploads: args.tenant_max_uploads,
         model_repository: args

@@ -235,7 +235,8 @@ impl Engine {
         let store_quota_refusal = state.quota_refusal.clone();
         let clean = state.live_tensors == 0 && state.served.is_empty();
         if clean && state.stderr.contents().len() + STDERR_ROOM_TO_KEEP <= STDERR_CAPTURE_BYTES {
-            image.warm.give_back(WarmInstance { store, instance }, finished);
+            let memory = state.limiter.used();
+            image.warm.give_back(WarmInstance { store, instance }, memory, finished);
         }
         // A guest that fails after a quota refusal failed because of it: the quota's
         // own code, not `function_failed`. (One that coped with it succeeded.)

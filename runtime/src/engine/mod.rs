@@ -89,6 +89,9 @@ pub struct EngineConfig {
     pub max_tables_per_component: u32,
     /// Warm instances one tenant may keep, over all its functions.
     pub tenant_max_warm_instances: usize,
+    /// Bytes of linear memory one tenant's warm instances may hold together (an
+    /// instance that would take it past this is dropped when its invocation ends).
+    pub tenant_max_warm_memory_bytes: usize,
     /// A warm instance unused for this long is released with its slots.
     pub warm_idle_timeout: Duration,
 }
@@ -120,6 +123,8 @@ pub const DEFAULT_MAX_TABLES_PER_COMPONENT: u32 = 8;
 /// Default of [`EngineConfig::tenant_max_warm_instances`]: a quarter of the warm
 /// instances the default engine keeps (64).
 pub const DEFAULT_TENANT_MAX_WARM_INSTANCES: usize = 16;
+/// Default of [`EngineConfig::tenant_max_warm_memory_bytes`]: 64 MiB.
+pub const DEFAULT_TENANT_MAX_WARM_MEMORY_BYTES: usize = 64 << 20;
 /// Default of [`EngineConfig::warm_idle_timeout`].
 pub const DEFAULT_WARM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -137,6 +142,7 @@ impl Default for EngineConfig {
             max_memories_per_component: DEFAULT_MAX_MEMORIES_PER_COMPONENT,
             max_tables_per_component: DEFAULT_MAX_TABLES_PER_COMPONENT,
             tenant_max_warm_instances: DEFAULT_TENANT_MAX_WARM_INSTANCES,
+            tenant_max_warm_memory_bytes: DEFAULT_TENANT_MAX_WARM_MEMORY_BYTES,
             warm_idle_timeout: DEFAULT_WARM_IDLE_TIMEOUT,
         }
     }
@@ -177,6 +183,7 @@ impl Engine {
         let warm = warm::WarmLedger::new(
             config.max_instances as usize / 2,
             config.tenant_max_warm_instances,
+            config.tenant_max_warm_memory_bytes,
             config.warm_idle_timeout,
         );
         let (stop_sweeper, stop) = std::sync::mpsc::channel();
@@ -225,7 +232,9 @@ impl Engine {
             tables_capacity: self.capacity.tables,
             warm_instances: self.warm.total(),
             warm_capacity: c.max_instances as usize / 2,
+            warm_memory_bytes: self.warm.total_bytes() as u64,
             tenant_max_warm_instances: c.tenant_max_warm_instances,
+            tenant_max_warm_memory_bytes: c.tenant_max_warm_memory_bytes as u64,
             warm_idle_timeout_ms: c.warm_idle_timeout.as_millis() as u64,
             max_core_instances_per_component: c.max_core_instances_per_component,
             max_memories_per_component: c.max_memories_per_component,
@@ -233,8 +242,8 @@ impl Engine {
         }
     }
 
-    /// Warm instances `tenant` keeps now.
-    pub fn warm_instances_of(&self, tenant: &str) -> usize {
+    /// Warm instances `tenant` keeps now, and the bytes of linear memory they hold.
+    pub fn warm_instances_of(&self, tenant: &str) -> (usize, usize) {
         self.warm.of_tenant(tenant)
     }
 

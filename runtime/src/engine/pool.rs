@@ -5,7 +5,8 @@
 //! memories, tables: [`super::footprint`]), so the pool has room for
 //! `max_instances` instances of the largest allowed component. The engine keeps at
 //! most half of `max_instances` warm (and each tenant at most
-//! [`super::EngineConfig::tenant_max_warm_instances`] of them), and the platform admits
+//! [`super::EngineConfig::tenant_max_warm_instances`] of them, holding at most
+//! [`super::EngineConfig::tenant_max_warm_memory_bytes`]), and the platform admits
 //! at most half of them in flight, so a cold instantiation always finds its slots.
 
 use wasmtime::PoolingAllocationConfig;
@@ -68,8 +69,11 @@ pub struct PoolStatus {
     /// Warm instances kept, and most the engine keeps.
     pub warm_instances: usize,
     pub warm_capacity: usize,
-    /// Most warm instances one tenant keeps.
+    /// Bytes of linear memory the warm instances hold.
+    pub warm_memory_bytes: u64,
+    /// Most warm instances one tenant keeps, and most bytes of linear memory they hold.
     pub tenant_max_warm_instances: usize,
+    pub tenant_max_warm_memory_bytes: u64,
     /// How long a warm instance stays unused before it is released.
     pub warm_idle_timeout_ms: u64,
     /// The per-component limits checked at deploy.

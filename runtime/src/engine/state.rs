@@ -44,6 +44,11 @@ impl Limiter {
     pub(crate) fn new(memory_bytes: usize) -> Limiter {
         Limiter { memory_bytes, used: 0, denied: None }
     }
+
+    /// Bytes of all the instance's linear memories now.
+    pub(crate) fn used(&self) -> usize {
+        self.used
+    }
 }
 
 impl wasmtime::ResourceLimiter for Limiter {

@@ -59,6 +59,9 @@ pub struct PlatformConfig {
     /// Warm instances one tenant may keep over all its functions
     /// (`EngineConfig::tenant_max_warm_instances`).
     pub tenant_max_warm_instances: usize,
+    /// Bytes of linear memory one tenant's warm instances may hold together
+    /// (`EngineConfig::tenant_max_warm_memory_bytes`).
+    pub tenant_max_warm_memory_bytes: usize,
     /// How long an unused warm instance is kept (`EngineConfig::warm_idle_timeout`).
     pub warm_idle_timeout: Duration,
     /// Artifact uploads in flight at once per tenant, unless its settings say otherwise
@@ -114,6 +117,7 @@ impl Default for PlatformConfig {
             max_memories_per_component: EngineConfig::default().max_memories_per_component,
             max_tables_per_component: EngineConfig::default().max_tables_per_component,
             tenant_max_warm_instances: EngineConfig::default().tenant_max_warm_instances,
+            tenant_max_warm_memory_bytes: EngineConfig::default().tenant_max_warm_memory_bytes,
             warm_idle_timeout: EngineConfig::default().warm_idle_timeout,
             tenant_max_uploads: DEFAULT_TENANT_MAX_UPLOADS,
             default_disk_quota_bytes: Some(DEFAULT_TENANT_DISK_QUOTA_BYTES),

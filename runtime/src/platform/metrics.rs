@@ -39,7 +39,9 @@
 //! | `sluice_stream_stalls_total` (streamed invocations cancelled for a client that read nothing) | counter | — |
 //! | `sluice_instance_pool_slots_used`, `sluice_instance_pool_slots_capacity` | gauge | `kind` (`component_instances`, `core_instances`, `memories`, `tables`) |
 //! | `sluice_warm_instances` | gauge | — |
+//! | `sluice_warm_memory_bytes` | gauge | — |
 //! | `sluice_tenant_warm_instances` | gauge | `tenant` |
+//! | `sluice_tenant_warm_memory_bytes` | gauge | `tenant` |
 //! | `sluice_artifact_metadata_bytes` (parsed GGUF metadata of loaded artifacts) | gauge | — |
 //! | `sluice_tenant_disk_used_bytes`, `sluice_tenant_disk_quota_bytes` (bytes of the blobs its versions reference) | gauge | `tenant` |
 //! | `sluice_tenant_uploads_in_flight`, `sluice_tenant_upload_limit` | gauge | `tenant` |
@@ -354,6 +356,10 @@ impl Metrics {
         let warm = Gauge::<u64, AtomicU64>::default();
         warm.set(pool.warm_instances as u64);
         r.register("warm_instances", "Warm instances kept for the next invocations", warm);
+        let warm_memory = Gauge::<u64, AtomicU64>::default();
+        warm_memory.set(pool.warm_memory_bytes);
+        let help = "Linear memory the warm instances hold";
+        r.register_with_unit("warm_memory", help, Unit::Bytes, warm_memory);
         let metadata = Gauge::<u64, AtomicU64>::default();
         metadata.set(status.artifact_metadata_bytes);
         let help = "Host memory of the parsed metadata of loaded GGUF artifacts";
@@ -436,6 +442,9 @@ impl Metrics {
         r.register("stream_stalls", "Streamed invocations cancelled: their client read nothing", stalls);
         let warm = tenants().map(|(l, t)| (l, t.warm_instances as u64));
         gauge(&mut r, "tenant_warm_instances", "Warm instances a tenant's functions keep", None, warm);
+        let warm_memory = tenants().map(|(l, t)| (l, t.warm_memory_bytes));
+        let help = "Linear memory a tenant's warm instances hold";
+        gauge(&mut r, "tenant_warm_memory", help, Some(Unit::Bytes), warm_memory);
         let disk = tenants().map(|(l, t)| (l, t.disk_used_bytes));
         gauge(&mut r, "tenant_disk_used", "Bytes of the blobs a tenant's versions reference", Some(Unit::Bytes), disk);
         let disk_quota = tenants().filter_map(|(l, t)| Some((l, t.disk_quota_bytes?)));

@@ -230,6 +230,9 @@ pub struct TenantUsage {
     pub old_versions_loaded: usize,
     /// Warm instances its functions keep (at most `instance_pool.tenant_max_warm_instances`).
     pub warm_instances: usize,
+    /// Bytes of linear memory they hold (at most
+    /// `instance_pool.tenant_max_warm_memory_bytes`).
+    pub warm_memory_bytes: u64,
     /// Bytes of the distinct blobs its versions reference (a blob shared with another
     /// tenant counts for each).
     pub disk_used_bytes: u64,
@@ -302,6 +305,7 @@ impl Platform {
             max_memories_per_component: config.max_memories_per_component,
             max_tables_per_component: config.max_tables_per_component,
             tenant_max_warm_instances: config.tenant_max_warm_instances,
+            tenant_max_warm_memory_bytes: config.tenant_max_warm_memory_bytes,
             warm_idle_timeout: config.warm_idle_timeout,
             ..EngineConfig::default()
         })
@@ -426,22 +430,26 @@ impl Platform {
             .tenants
             .lock()
             .iter()
-            .map(|(id, t)| TenantUsage {
-                tenant: id.clone(),
-                memory_used_bytes: t.account.used(),
-                memory_quota_bytes: t.account.limit(),
-                concurrency_limit: t.concurrency.limit(),
-                in_flight: t.concurrency.in_use() as u64,
-                weight: t.policy.weight,
-                max_priority: t.policy.max_priority,
-                weights_placed_bytes: t.weights.placed(),
-                old_versions_loaded: self.functions.other_versions(id),
-                warm_instances: self.engine.warm_instances_of(id),
-                disk_used_bytes: t.disk_used.load(Ordering::Relaxed),
-                disk_quota_bytes: t.policy.disk_quota_bytes,
-                uploads_in_flight: t.uploads.in_use(),
-                upload_limit: t.uploads.limit(),
-                keep_versions: t.policy.keep_versions,
+            .map(|(id, t)| {
+                let warm = self.engine.warm_instances_of(id);
+                TenantUsage {
+                    tenant: id.clone(),
+                    memory_used_bytes: t.account.used(),
+                    memory_quota_bytes: t.account.limit(),
+                    concurrency_limit: t.concurrency.limit(),
+                    in_flight: t.concurrency.in_use() as u64,
+                    weight: t.policy.weight,
+                    max_priority: t.policy.max_priority,
+                    weights_placed_bytes: t.weights.placed(),
+                    old_versions_loaded: self.functions.other_versions(id),
+                    warm_instances: warm.0,
+                    warm_memory_bytes: warm.1 as u64,
+                    disk_used_bytes: t.disk_used.load(Ordering::Relaxed),
+                    disk_quota_bytes: t.policy.disk_quota_bytes,
+                    uploads_in_flight: t.uploads.in_use(),
+                    upload_limit: t.uploads.limit(),
+                    keep_versions: t.policy.keep_versions,
+                }
             })
             .collect();
         usage.sort_by(|a, b| a.tenant.cmp(&b.tenant));
