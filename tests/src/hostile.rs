@@ -518,7 +518,14 @@ pub fn crash_loop(iterations: usize, kill_after: Duration) -> CrashReport {
     let data = dir.path().join("data");
     let opts = ServerOptions { data_dir: Some(data.clone()), ..ServerOptions::default() };
     let mut report = CrashReport::default();
-    let key = Server::start_with(opts.clone()).create_tenant("crash");
+    let first = Server::start_with(opts.clone());
+    let key = first.create_tenant("crash");
+    // Every version is kept: what the loop checks is durability, not retention (on a
+    // fast machine a round acknowledged more versions of one function than the default
+    // `keep_versions` keeps, and the pruned ones counted as lost).
+    let keep_all = serde_json::to_vec(&json!({ "keep_versions": 1_000_000 })).expect("json");
+    first.call("PATCH", "/v1/tenants/crash", Some(ADMIN_KEY), Some(("application/json", keep_all))).expect(200);
+    drop(first);
     let wasm = function_wasm("echo");
     let artifact = vec![7u8; 4 << 20];
     // (function, version, artifact name or "" for the component) acknowledged so far.

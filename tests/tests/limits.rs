@@ -131,6 +131,7 @@ fn a_component_over_the_per_component_limits_is_refused_and_the_pool_is_reported
         (Some(warm_memory), Some(64 << 20))
     );
     assert_eq!(status["max_artifact_metadata_bytes"], 64 << 20);
+    assert_eq!(status["max_metadata_json_bytes"], 16 << 20);
     let metrics = server.get("/metrics", ADMIN_KEY);
     let text = String::from_utf8_lossy(&metrics.body).into_owned();
     assert!(text.contains("sluice_instance_pool_slots_used{kind=\"memories\"}"), "{text}");

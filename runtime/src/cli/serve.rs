@@ -201,6 +201,10 @@ pub struct ServeArgs {
     /// bytes; over it the guest's `metadata`/`load-tensor` call fails with `too-large`.
     #[arg(long, default_value_t = crate::engine::gguf::DEFAULT_MAX_PARSED_BYTES)]
     max_artifact_metadata_bytes: usize,
+    /// Most bytes of a GGUF artifact's metadata as JSON one guest `metadata` call may
+    /// read (each call renders its own copy); over it the call fails with `too-large`.
+    #[arg(long, default_value_t = crate::engine::DEFAULT_MAX_METADATA_JSON_BYTES)]
+    max_metadata_json_bytes: usize,
     /// Most core-module instances one component may create (deploys over it get 400
     /// `component_limit_exceeded`); sizes the instance pool.
     #[arg(long, default_value_t = crate::engine::DEFAULT_MAX_CORE_INSTANCES_PER_COMPONENT)]
@@ -309,6 +313,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             stream_stall: Duration::from_millis(args.stream_stall_ms),
         },
         max_artifact_metadata_bytes: args.max_artifact_metadata_bytes,
+        max_metadata_json_bytes: args.max_metadata_json_bytes,
         max_core_instances_per_component: args.max_core_instances_per_component,
         max_memories_per_component: args.max_memories_per_component,
         max_tables_per_component: args.max_tables_per_component,

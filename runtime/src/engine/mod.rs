@@ -42,7 +42,7 @@ use std::time::Duration;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, InstanceAllocationStrategy};
 
-pub use artifacts::{ArtifactSet, ArtifactStats, gguf, parsed_metadata_bytes};
+pub use artifacts::{ArtifactSet, ArtifactStats, DEFAULT_MAX_METADATA_JSON_BYTES, gguf, parsed_metadata_bytes};
 pub use bindings::{IoData, IoTensor, RunError, element_count};
 pub use caller::{
     CallerLink, Cancel, CancelOnDrop, Chunk, ChunkSink, ChunkTimes, QueuedChunk, chunk_channel, default_room,

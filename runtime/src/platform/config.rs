@@ -51,6 +51,9 @@ pub struct PlatformConfig {
     /// Host memory one GGUF artifact's parsed metadata and tensor index may take
     /// (`--max-artifact-metadata-bytes`); over it the guest's call fails with `too-large`.
     pub max_artifact_metadata_bytes: usize,
+    /// Most bytes of GGUF metadata JSON one guest call may read
+    /// (`--max-metadata-json-bytes`); over it the call fails with `too-large`.
+    pub max_metadata_json_bytes: usize,
     /// Per-component limits checked at deploy (`component_limit_exceeded`), which size
     /// the instance pool (`EngineConfig::max_core_instances_per_component` and the next two).
     pub max_core_instances_per_component: u32,
@@ -113,6 +116,7 @@ impl Default for PlatformConfig {
             watch: WatchLimits::default(),
             host_memory: HostMemoryLimits::default(),
             max_artifact_metadata_bytes: crate::engine::gguf::DEFAULT_MAX_PARSED_BYTES,
+            max_metadata_json_bytes: crate::engine::DEFAULT_MAX_METADATA_JSON_BYTES,
             max_core_instances_per_component: EngineConfig::default().max_core_instances_per_component,
             max_memories_per_component: EngineConfig::default().max_memories_per_component,
             max_tables_per_component: EngineConfig::default().max_tables_per_component,

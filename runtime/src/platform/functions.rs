@@ -422,7 +422,12 @@ impl Platform {
             Err(refused) => return Err(PlatformError::WeightsOverQuota(refused)),
         };
         let placement = self.devices.place(weight_bytes).map_err(|e| PlatformError::NoDeviceCapacity(e.to_string()))?;
-        let artifacts = ArtifactSet::bounded(files, tenant.account.clone(), self.config.max_artifact_metadata_bytes);
+        let artifacts = ArtifactSet::bounded(
+            files,
+            tenant.account.clone(),
+            self.config.max_artifact_metadata_bytes,
+            self.config.max_metadata_json_bytes,
+        );
         let mut limits =
             FunctionLimits { timeout: Duration::from_millis(v.options.timeout_ms), ..FunctionLimits::default() };
         limits.sandbox.memory_bytes = usize::try_from(v.options.memory_limit_bytes).unwrap_or(usize::MAX);

@@ -179,6 +179,8 @@ pub struct Status {
     /// of one artifact's.
     pub artifact_metadata_bytes: u64,
     pub max_artifact_metadata_bytes: u64,
+    /// Most bytes of metadata JSON one guest call may read.
+    pub max_metadata_json_bytes: u64,
 }
 
 /// What a tenant's key sees of the status: the server's identity and health, and its own
@@ -491,6 +493,7 @@ impl Platform {
             instance_pool: self.engine.pool_status(),
             artifact_metadata_bytes: crate::engine::parsed_metadata_bytes() as u64,
             max_artifact_metadata_bytes: self.config.max_artifact_metadata_bytes as u64,
+            max_metadata_json_bytes: self.config.max_metadata_json_bytes as u64,
         }
     }
 

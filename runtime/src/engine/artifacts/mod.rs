@@ -54,6 +54,12 @@ pub struct ArtifactStats {
     pub metadata_bytes: u64,
 }
 
+/// Default cap on the GGUF metadata JSON one guest call may read. Each call renders its
+/// own copy in host memory and then in the guest's: a 128k-token vocabulary with its
+/// merges (Llama 3) is about 6 MiB of it, and the soak's GGUF bomb 32 MiB, which at
+/// eight calls in flight rendered 256 MiB at once and kept both cores busy copying.
+pub const DEFAULT_MAX_METADATA_JSON_BYTES: usize = 16 << 20;
+
 /// The named artifacts of one function version, bound to one device.
 pub struct ArtifactSet {
     files: HashMap<String, PathBuf>,
@@ -62,6 +68,8 @@ pub struct ArtifactSet {
     /// The shared parse of each GGUF artifact asked for, and the cap of one parse.
     ggufs: Mutex<HashMap<String, Arc<shared::Slot>>>,
     max_metadata_bytes: usize,
+    /// Most bytes of metadata JSON one guest call may read (each call renders its own).
+    max_metadata_json_bytes: usize,
     weights: Mutex<HashMap<WeightKey, (Arc<TensorLease>, TensorMeta)>>,
     /// The device's resets when the weights were loaded.
     weights_resets: AtomicU64,
@@ -76,15 +84,17 @@ impl ArtifactSet {
     /// Artifacts by name → file path; weights are charged to `account`; a GGUF parse
     /// may take [`gguf::DEFAULT_MAX_PARSED_BYTES`].
     pub fn new(files: HashMap<String, PathBuf>, account: Arc<MemoryAccount>) -> Arc<Self> {
-        Self::bounded(files, account, gguf::DEFAULT_MAX_PARSED_BYTES)
+        Self::bounded(files, account, gguf::DEFAULT_MAX_PARSED_BYTES, DEFAULT_MAX_METADATA_JSON_BYTES)
     }
 
     /// Like [`ArtifactSet::new`], with at most `max_metadata_bytes` of host memory for
-    /// each GGUF artifact's parsed metadata and tensor index.
+    /// each GGUF artifact's parsed metadata and tensor index, and at most
+    /// `max_metadata_json_bytes` of its metadata as JSON for one guest call.
     pub fn bounded(
         files: HashMap<String, PathBuf>,
         account: Arc<MemoryAccount>,
         max_metadata_bytes: usize,
+        max_metadata_json_bytes: usize,
     ) -> Arc<Self> {
         Arc::new(ArtifactSet {
             files,
@@ -92,6 +102,7 @@ impl ArtifactSet {
             maps: Mutex::new(HashMap::new()),
             ggufs: Mutex::new(HashMap::new()),
             max_metadata_bytes,
+            max_metadata_json_bytes,
             weights: Mutex::new(HashMap::new()),
             weights_resets: AtomicU64::new(0),
             loaded: AtomicU64::new(0),
@@ -228,8 +239,10 @@ impl ArtifactSet {
     }
 
     /// The metadata of GGUF artifact `artifact` as one JSON object (key → value;
-    /// arrays as arrays, non-finite floats as `null`), at most `limit` bytes of it.
+    /// arrays as arrays, non-finite floats as `null`), at most `limit` bytes of it and
+    /// at most the set's cap for one call.
     pub fn metadata(&self, artifact: &str, limit: usize) -> Result<String, ApiError> {
+        let limit = limit.min(self.max_metadata_json_bytes);
         let bytes = self.bytes(artifact)?;
         if !is_gguf(&bytes) {
             return Err(ApiError::arg(format!("artifact {artifact:?} is not a GGUF file, so it has no metadata")));
@@ -440,11 +453,26 @@ mod tests {
     }
 
     #[test]
+    fn one_calls_metadata_json_is_held_to_the_sets_cap_below_the_guests_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        // 64 Ki one-byte elements: at least 128 KiB of JSON.
+        let path = gguf_with_array(dir.path(), "model", 64 << 10);
+        let files = HashMap::from([("model".to_owned(), path)]);
+        let account = || MemoryAccount::new("weights", None, None);
+        let capped = ArtifactSet::bounded(files.clone(), account(), 1 << 20, 100 << 10);
+        let Err(e) = capped.metadata("model", 64 << 20) else { panic!("over the set's 100 KiB cap") };
+        assert_eq!(e.code, ErrorCode::TooLarge, "{e:?}");
+        assert!(e.message.contains("102400 bytes"), "the cap that refused it: {e:?}");
+        let roomy = ArtifactSet::bounded(files, account(), 1 << 20, 1 << 20);
+        assert!(roomy.metadata("model", 64 << 20).is_ok(), "within a 1 MiB cap");
+    }
+
+    #[test]
     fn metadata_over_the_cap_is_a_typed_guest_error() {
         let dir = tempfile::tempdir().unwrap();
         let path = gguf_with_array(dir.path(), "model", 2 << 20);
         let files = HashMap::from([("model".to_owned(), path)]);
-        let set = ArtifactSet::bounded(files, MemoryAccount::new("weights", None, None), 1 << 20);
+        let set = ArtifactSet::bounded(files, MemoryAccount::new("weights", None, None), 1 << 20, 64 << 20);
         let e = match set.metadata("model", 64 << 20) {
             Ok(json) => panic!("2 MiB of metadata under a 1 MiB cap: {} bytes of JSON", json.len()),
             Err(e) => e,
