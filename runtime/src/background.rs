@@ -10,11 +10,14 @@
 //! tick (4 ms; `platform/guest_threads.rs`). So long host-side work on a background
 //! thread (hashing and writing an upload, rendering GGUF metadata for a batch guest)
 //! gives its core away between pieces ([`give_way_if_due`]), as batch guests do in Wasm
-//! at every epoch tick, which bounds that wait by [`GIVE_WAY_EVERY`].
+//! at every epoch tick, which bounds that wait by [`GIVE_WAY_EVERY`]. While latency work
+//! claims every core, it stops there instead ([`pause_while`]): yielding alone still
+//! left the victim of the hostile soak at 3–5× its solo p99 beside the disk filler,
+//! whose requests kept both cores' idle class busy (1.5× with the pause).
 
 use std::cell::Cell;
 use std::pin::Pin;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock, RwLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -51,6 +54,35 @@ pub(crate) fn lower_this_threads_priority() {
     }
 }
 
+/// What says that latency work claims every core now ([`pause_while`]).
+type Claimed = Arc<dyn Fn() -> bool + Send + Sync>;
+
+static PAUSE: RwLock<Option<Claimed>> = RwLock::new(None);
+
+/// Longest one pause of a background thread: what a lock it holds can keep another
+/// thread waiting, at worst, before it takes one more piece of work.
+pub const MAX_PAUSE: Duration = Duration::from_millis(20);
+
+/// Makes background threads, at their next chance to give way ([`give_way_if_due`]),
+/// stop while `claimed` says latency work claims every core: a woken latency thread
+/// then finds its core free instead of waiting for the OS to preempt an idle-class
+/// thread (`engine/give_way.rs` pauses batch guests the same way). Each pause lasts at
+/// most [`MAX_PAUSE`], so work holding a lock never keeps it for long. The engine
+/// installs it; the last installed counts (a server has one engine).
+pub(crate) fn pause_while(claimed: impl Fn() -> bool + Send + Sync + 'static) {
+    *PAUSE.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(claimed));
+}
+
+/// Sleeps in steps of [`GIVE_WAY_EVERY`] while `claimed` says so, for at most `max`;
+/// how long it slept.
+fn pause(claimed: &dyn Fn() -> bool, max: Duration) -> Duration {
+    let start = Instant::now();
+    while claimed() && start.elapsed() < max {
+        std::thread::sleep(GIVE_WAY_EVERY);
+    }
+    start.elapsed()
+}
+
 /// How often long work on a background thread gives its core away: the epoch tick at
 /// which batch guests do in Wasm.
 pub const GIVE_WAY_EVERY: Duration = Duration::from_micros(250);
@@ -62,12 +94,17 @@ thread_local! {
     static GAVE_WAY: Cell<u64> = const { Cell::new(0) };
 }
 
-/// Called between the pieces of long host-side work: on a background thread, yields the
-/// core (`sched_yield`) when [`GIVE_WAY_EVERY`] has passed since it last did, so a woken
+/// Called between the pieces of long host-side work: on a background thread, when
+/// [`GIVE_WAY_EVERY`] has passed since it last did, pauses while latency work claims
+/// every core ([`pause_while`]) and then yields the core (`sched_yield`), so a woken
 /// latency thread takes it; elsewhere does nothing.
 pub(crate) fn give_way_if_due() {
     let Some(last) = LAST_GAVE_WAY.get() else { return };
     if last.elapsed() >= GIVE_WAY_EVERY {
+        let claimed = PAUSE.read().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(claimed) = claimed {
+            pause(&*claimed, MAX_PAUSE);
+        }
         std::thread::yield_now();
         LAST_GAVE_WAY.set(Some(Instant::now()));
         GAVE_WAY.set(GAVE_WAY.get() + 1);
@@ -260,5 +297,17 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         assert!(stopped.load(SeqCst), "the background work outlived its caller");
+    }
+
+    #[test]
+    fn a_pause_lasts_while_latency_claims_every_core_and_no_longer_than_its_bound() {
+        use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+        let asked = AtomicU32::new(0);
+        let claimed_thrice = || asked.fetch_add(1, SeqCst) < 3;
+        pause(&claimed_thrice, Duration::from_secs(600));
+        assert_eq!(asked.load(SeqCst), 4, "it slept while claimed, then asked once more and went on");
+        let asked = AtomicU32::new(0);
+        pause(&|| asked.fetch_add(1, SeqCst) < u32::MAX, Duration::from_millis(2));
+        assert!(asked.load(SeqCst) >= 1, "claimed for good: it ends at its bound");
     }
 }

@@ -149,6 +149,17 @@ impl GiveWay {
         !self.must_pause(0) || self.pause(deadline, recheck, stop)
     }
 
+    /// Whether latency work (or its linger) claims every core now, so that a background
+    /// thread should not compute.
+    pub fn claims_every_core(&self) -> bool {
+        let latency = match self.latency.load(SeqCst) {
+            0 if self.quiet_left().is_zero() => return false,
+            0 => 1,
+            n => n,
+        };
+        self.batch_share(latency) == 0
+    }
+
     /// Times batch guests yielded their core at a tick.
     pub fn yields(&self) -> u64 {
         self.yields.load(SeqCst)
@@ -428,5 +439,26 @@ mod tests {
         assert_eq!(way.waiting.1.len(), 200, "each pause left its entry");
         way.on_tick();
         assert_eq!(way.waiting.1.len(), 0);
+    }
+
+    #[test]
+    fn latency_work_claims_every_core_while_its_cores_leave_batch_none() {
+        let two = Arc::new(GiveWay::new(wasmtime::Engine::default(), 2, Duration::ZERO));
+        assert!(!two.claims_every_core(), "no latency work");
+        let latency = two.latency_guest();
+        assert!(two.claims_every_core(), "one latency invocation takes both cores");
+        drop(latency);
+        assert!(!two.claims_every_core(), "no linger");
+
+        let four = Arc::new(GiveWay::new(wasmtime::Engine::default(), 4, Duration::ZERO));
+        let first = four.latency_guest();
+        assert!(!four.claims_every_core(), "two of four cores are left");
+        let second = four.latency_guest();
+        assert!(four.claims_every_core());
+        drop((first, second));
+
+        let lingering = Arc::new(GiveWay::new(wasmtime::Engine::default(), 2, LONG));
+        drop(lingering.latency_guest());
+        assert!(lingering.claims_every_core(), "its linger keeps the cores");
     }
 }

@@ -179,6 +179,10 @@ impl Engine {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let give_way = give_way::GiveWay::new(wasmtime.clone(), cores, config.latency_linger);
         let clock = epoch::EpochClock::start(wasmtime.clone(), give_way, config.epoch_tick, config.give_way_tick)?;
+        // Background threads (a batch tenant's requests, the control plane) stop while
+        // this engine's latency work claims every core, as its batch guests do.
+        let way = Arc::downgrade(clock.give_way());
+        crate::background::pause_while(move || way.upgrade().is_some_and(|way| way.claims_every_core()));
         // Half the pool may be warm; the other half is for invocations in flight.
         let warm = warm::WarmLedger::new(
             config.max_instances as usize / 2,
