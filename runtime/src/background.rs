@@ -73,14 +73,12 @@ pub(crate) fn pause_while(claimed: impl Fn() -> bool + Send + Sync + 'static) {
     *PAUSE.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(claimed));
 }
 
-/// Sleeps in steps of [`GIVE_WAY_EVERY`] while `claimed` says so, for at most `max`;
-/// how long it slept.
-fn pause(claimed: &dyn Fn() -> bool, max: Duration) -> Duration {
+/// Sleeps in steps of [`GIVE_WAY_EVERY`] while `claimed` says so, for at most `max`.
+fn pause(claimed: &dyn Fn() -> bool, max: Duration) {
     let start = Instant::now();
     while claimed() && start.elapsed() < max {
         std::thread::sleep(GIVE_WAY_EVERY);
     }
-    start.elapsed()
 }
 
 /// How often long work on a background thread gives its core away: the epoch tick at

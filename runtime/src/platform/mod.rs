@@ -433,7 +433,7 @@ impl Platform {
             .lock()
             .iter()
             .map(|(id, t)| {
-                let warm = self.engine.warm_instances_of(id);
+                let (warm_instances, warm_memory_bytes) = self.engine.warm_instances_of(id);
                 TenantUsage {
                     tenant: id.clone(),
                     memory_used_bytes: t.account.used(),
@@ -444,8 +444,8 @@ impl Platform {
                     max_priority: t.policy.max_priority,
                     weights_placed_bytes: t.weights.placed(),
                     old_versions_loaded: self.functions.other_versions(id),
-                    warm_instances: warm.0,
-                    warm_memory_bytes: warm.1 as u64,
+                    warm_instances,
+                    warm_memory_bytes: warm_memory_bytes as u64,
                     disk_used_bytes: t.disk_used.load(Ordering::Relaxed),
                     disk_quota_bytes: t.policy.disk_quota_bytes,
                     uploads_in_flight: t.uploads.in_use(),

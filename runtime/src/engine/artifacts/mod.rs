@@ -256,7 +256,10 @@ impl ArtifactSet {
         json.ok_or_else(|| {
             ApiError::new(
                 ErrorCode::TooLarge,
-                format!("the metadata of {artifact:?} is more than the {limit} bytes of JSON a guest may read"),
+                format!(
+                    "the metadata of {artifact:?} is more than the {limit} bytes of JSON a guest call may read \
+                     (the server's --max-metadata-json-bytes, or the function's artifact read limit)"
+                ),
             )
         })
     }
