@@ -152,12 +152,7 @@ impl GiveWay {
     /// Whether latency work (or its linger) claims every core now, so that a background
     /// thread should not compute.
     pub fn claims_every_core(&self) -> bool {
-        let latency = match self.latency.load(SeqCst) {
-            0 if self.quiet_left().is_zero() => return false,
-            0 => 1,
-            n => n,
-        };
-        self.batch_share(latency) == 0
+        self.latency_claiming().is_some_and(|latency| self.batch_share(latency) == 0)
     }
 
     /// Times batch guests yielded their core at a tick.
@@ -179,14 +174,19 @@ impl GiveWay {
     /// the batch guests computing, the caller among them, exceed their share.
     /// `paused_self` is 1 when the caller is counted among the paused already.
     fn must_pause(&self, paused_self: usize) -> bool {
-        let latency = match self.latency.load(SeqCst) {
-            // Latency work that just ended keeps one invocation's cores for its linger.
-            0 if self.quiet_left().is_zero() => return false,
-            0 => 1,
-            n => n,
-        };
+        let Some(latency) = self.latency_claiming() else { return false };
         let others_paused = self.paused.load(SeqCst).saturating_sub(paused_self);
         self.batch.load(SeqCst).saturating_sub(others_paused) > self.batch_share(latency)
+    }
+
+    /// The latency invocations whose cores batch work must leave now, if any: those in
+    /// flight, or, during the linger after the last one, one.
+    fn latency_claiming(&self) -> Option<usize> {
+        match self.latency.load(SeqCst) {
+            0 if self.quiet_left().is_zero() => None,
+            0 => Some(1),
+            n => Some(n),
+        }
     }
 
     /// What is left of the linger after the last latency invocation.

@@ -235,11 +235,6 @@ impl<T: Send + 'static> WarmPool<T> {
     pub fn len(&self) -> usize {
         lock(&self.idle).len()
     }
-
-    fn release(&self, instances: usize, bytes: usize) {
-        self.ledger.total.release(instances, bytes);
-        self.tenant.release(instances, bytes);
-    }
 }
 
 impl<T: Send + 'static> Expire for WarmPool<T> {
@@ -255,12 +250,22 @@ impl<T: Send + 'static> Expire for WarmPool<T> {
     }
 }
 
+impl<T> WarmPool<T> {
+    /// Gives back to the engine and the tenant the room of `instances` items holding
+    /// `bytes` in all.
+    fn release(&self, instances: usize, bytes: usize) {
+        self.ledger.total.release(instances, bytes);
+        self.tenant.release(instances, bytes);
+    }
+}
+
 impl<T> Drop for WarmPool<T> {
     fn drop(&mut self) {
-        let idle = lock(&self.idle);
-        let bytes = idle.iter().map(|kept| kept.bytes).sum();
-        self.ledger.total.release(idle.len(), bytes);
-        self.tenant.release(idle.len(), bytes);
+        let (instances, bytes) = {
+            let idle = lock(&self.idle);
+            (idle.len(), idle.iter().map(|kept| kept.bytes).sum())
+        };
+        self.release(instances, bytes);
     }
 }
 
