@@ -7,11 +7,12 @@
 //! fresh server: with the hostile tenants at their admission limits (as many clients as
 //! they may have invocations in flight: the bar is about this one) and beyond
 //! them (`--clients`, default 64: the rest is refused with 429 and the refusals cost the
-//! server work too). For each it prints the victim's p50/p99 alone and beside the hostile
-//! tenants, every response by tenant, status and code, the server's RSS before and after
-//! and what grew. Then the crash loop's acknowledged/lost counts. Exits non-zero on an
-//! unexpected 5xx, a lost acknowledgement or a leftover temporary file; the bars (victim
-//! p99 ≤ 2× solo, RSS settled within 20 % of the load's start) are reported, not
+//! server work too). For each it prints the victim's p50/p99 alone (a short run, and a
+//! run as long as the load) and beside the hostile tenants, every response by tenant,
+//! status and code, the server's RSS before and after and what grew. Then the crash
+//! loop's acknowledged/lost counts. Exits non-zero on an unexpected 5xx, a lost
+//! acknowledgement or a leftover temporary file; the bars (victim p99 ≤ 2× its p99 alone
+//! over as long a window, RSS settled within 20 % of the load's start) are reported, not
 //! enforced (they are measurements of this machine).
 
 use std::process::ExitCode;
@@ -22,8 +23,9 @@ use sluice_tests::hostile::{
 };
 use sluice_tests::wakeup::wakeup_floor;
 
-/// The victim's requests alone: its p99 is the 50th slowest, steadier than the 20th of
-/// 2,000 on a VM whose solo tail moves with whatever else it runs.
+/// The victim's requests in its short solo run, printed beside the bar's baseline (the
+/// victim alone for as long as the load lasts): over half a second, its p99 moved
+/// between 0.11 and 0.21 ms from run to run of the same binary.
 const SOLO_REQUESTS: usize = 5000;
 
 /// What the command line asked for.
@@ -129,9 +131,9 @@ fn main() -> ExitCode {
         let server = server_for(&hostile);
         let report = hostile_load(&server, &hostile, Duration::from_secs(seconds), clients, generator, SOLO_REQUESTS);
         report.print();
-        let ratio = report.loaded.1.as_secs_f64() / report.solo.1.as_secs_f64().max(1e-6);
+        let ratio = report.p99_ratio();
         let yes = |b: bool| if b { "holds" } else { "DOES NOT hold" };
-        println!("bar ({scenario}): victim p99 ≤ 2× solo ({ratio:.2}×): {}", yes(ratio <= 2.0));
+        println!("bar ({scenario}): victim p99 ≤ 2× solo over as long a window ({ratio:.2}×): {}", yes(ratio <= 2.0));
         let rss = report.rss.settled_ratio();
         println!("bar ({scenario}): RSS settled within 20 % of the load's start ({rss:.2}×): {}", yes(rss <= 1.2));
         println!();
