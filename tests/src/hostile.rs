@@ -319,7 +319,7 @@ pub enum Generator {
 /// Runs the hostile-load scenario on `server` for `load` with `clients` hostile clients
 /// spread over `hostile` (all of [`HOSTILE`], or some of them to see which hurts), their
 /// threads run as `generator` says. The victim is first measured alone twice:
-/// `solo_requests` requests, then for `load` (so a load of `load` takes twice as long).
+/// `solo_requests` requests, then for as long as `load` (the bar's baseline).
 pub fn hostile_load(
     server: &Server,
     hostile: &[Hostile],
