@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 pub mod attacks;
+pub mod crash_loop;
 pub mod fixtures;
 pub mod fleet;
 pub mod hostile;

@@ -10,7 +10,8 @@
 
 use std::time::Duration;
 
-use sluice_tests::hostile::{Generator, HOSTILE, crash_loop, hostile_load, server_for};
+use sluice_tests::crash_loop::crash_loop;
+use sluice_tests::hostile::{Generator, HOSTILE, hostile_load, server_for};
 
 #[test]
 fn a_victim_beside_hostile_tenants_gets_no_errors() {

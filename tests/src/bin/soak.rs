@@ -18,8 +18,9 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use sluice_tests::crash_loop::crash_loop;
 use sluice_tests::hostile::{
-    Generator, HOSTILE, HOSTILE_CONCURRENCY, Hostile, HostileReport, crash_loop, hostile_load, server_for,
+    Generator, HOSTILE, HOSTILE_CONCURRENCY, Hostile, HostileReport, hostile_load, server_for,
 };
 use sluice_tests::wakeup::wakeup_floor;
 
